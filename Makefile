@@ -1,0 +1,37 @@
+# Two commands: `make demo` and `make test`. Both create .venv with the project installed
+# (all extras, torch pinned by constraints.txt) when it is missing or out of date.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.vflink-installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint format install clean
+
+install: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml constraints.txt | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[all]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/cohort_federation.py
+
+lint: $(STAMP)
+	$(PY) -m ruff check linkage vfl transfer horizontal tests examples benchmarks
+	$(PY) -m ruff format --check linkage vfl transfer horizontal tests examples benchmarks
+	$(PY) -m mypy
+
+test: $(STAMP) lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+format: $(STAMP)
+	$(PY) -m ruff format linkage vfl transfer horizontal tests examples benchmarks
+	$(PY) -m ruff check --fix linkage vfl transfer horizontal tests examples benchmarks
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,17 @@
+"""vflink's centre: parties, the channels they talk over, and vertical federated models.
+
+Sub-packages:
+
+* :mod:`vfl.federation` -- the :class:`~vfl.federation.Federation` interface every protocol is
+  written against, the in-process :class:`~vfl.federation.LocalFederation`, and the wire format;
+* :mod:`vfl.datasets` -- synthetic cohorts (the lab network + imaging centre scenario).
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("vflink")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = ["__version__"]

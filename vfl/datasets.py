@@ -1,0 +1,458 @@
+"""Synthetic cohorts for examples, tests and benchmarks.
+
+:func:`make_lab_imaging_cohort` simulates vflink's central scenario: a lab network and an imaging
+centre that hold different columns about partly the same patients. Nothing here is real data;
+names are drawn from short built-in lists with a skewed (Zipf-like) frequency so that common
+names repeat as they do in real registers.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "IDENTITY_COLUMNS",
+    "IMAGING_FEATURES",
+    "LABEL",
+    "LAB_FEATURES",
+    "LabImagingCohort",
+    "make_lab_imaging_cohort",
+]
+
+IDENTITY_COLUMNS = ["patient_id", "given_name", "surname", "date_of_birth", "sex", "postcode"]
+"""Identity columns of both tables. ``patient_id`` is the exact ID (drop it to force fuzzy linkage);
+``date_of_birth`` is a ``YYYYMMDD`` string; ``sex`` is ``"F"``/``"M"``; missing values are NA."""
+
+LAB_FEATURES = [
+    "crp_mg_l",
+    "wbc_10e9_l",
+    "haemoglobin_g_dl",
+    "platelets_10e9_l",
+    "albumin_g_l",
+    "ldh_u_l",
+    "creatinine_umol_l",
+    "glucose_mmol_l",
+    "hba1c_pct",
+    "alt_u_l",
+]
+"""The lab network's features (blood tests, in the units their names end with)."""
+
+IMAGING_FEATURES = [
+    "lesion_volume_cm3",
+    "lesion_diameter_mm",
+    "lesion_count",
+    "suv_max",
+    "adc_mean_1e3_mm2_s",
+    "enhancement_ratio",
+    "margin_irregularity",
+    "sphericity",
+    "texture_entropy",
+    "texture_contrast",
+    "texture_homogeneity",
+    "mean_intensity_hu",
+    "edema_volume_cm3",
+    "necrosis_fraction",
+    "scanner_noise_hu",
+]
+"""The imaging centre's imaging-derived (radiomic) features."""
+
+LABEL = "diagnosis"
+"""The binary outcome, held by the imaging centre (1 = disease confirmed)."""
+
+_REFERENCE_DATE = _dt.date(2026, 1, 1)
+
+_FEMALE = (
+    "Mary Elizabeth Anna Sarah Emma Laura Julia Maria Sophie Katherine Margaret Susan Linda Helen "
+    "Claire Alice Charlotte Olivia Hannah Lucy Rebecca Jessica Emily Grace Chloé Zoë Amelia Isabel "
+    "Victoria Patricia Jennifer Barbara Christine Nicole Sandra Rachel Natalie Eva Ingrid Sofia "
+    "Lena Marta Agnieszka Fatima Aisha Mei Yuki Priya Ana Lucía Camille Inès Astrid Freya Nora "
+    "Abigail Deborah Dorothy Teresa Joanna"
+).split()
+_MALE = (
+    "John William James Robert Michael David Thomas Richard Joseph Charles Daniel Matthew Andrew "
+    "Peter George Edward Henry Samuel Benjamin Alexander Christopher Anthony Jonathan Nicholas "
+    "Stephen Patrick Paul Mark Simon Oliver Jack Harry Lucas Noah Leo Max Felix Jonas Lukas Jan "
+    "Piotr Mohammed Ahmed Ali Omar Wei Hiroshi Raj Carlos José François Mathéo Søren Erik Lars "
+    "Timothy Frederick Francis Lawrence Gregory"
+).split()
+_SURNAMES = (
+    "Smith Jones Williams Brown Taylor Davies Evans Wilson Thomas Johnson Roberts Robinson "
+    "Thompson Wright Walker White Edwards Hughes Green Hall Lewis Harris Clarke Patel Jackson "
+    "Wood Turner Martin Cooper Hill Ward Morris Moore Clark Lee King Baker Harrison Morgan Allen "
+    "James Scott Phillips Watson Davis Parker Price Bennett Young Griffiths Mitchell Kelly Cook "
+    "Carter Richardson Bailey Collins Bell Shaw Murphy Miller Cox Richards Khan Marshall Anderson "
+    "Simpson Ellis Adams Singh Begum Wilkinson Foster Chapman Powell Webb Rogers Gray Mason Ali "
+    "Hunt Hussain Campbell Matthews Owen Palmer Holmes Mills Barnes Knight Lloyd Butler Russell "
+    "Barker Fisher Stevens Jenkins Murray Dixon Harvey Müller Schmidt Schneider Fischer Weber "
+    "Meyer Wagner Becker Schulz Hoffmann Koch Richter Klein Wolf Schröder Neumann Schwarz "
+    "Zimmermann Braun Krüger Hofmann Hartmann Lange García Fernández González Rodríguez López "
+    "Martínez Sánchez Pérez Núñez Rossi Russo Ferrari Esposito Bianchi Romano Dubois Durand "
+    "Lefèvre Moreau Laurent Nowak Kowalski Wiśniewski Jensen Nielsen Hansen Sørensen Andersen "
+    "Ødegaard Kim Park Chen Wang Zhang Liu Nguyen Tran Tanaka Suzuki Sato O'Brien O'Connor "
+    "McDonald MacLeod Van-Dijk De-Vries"
+).split()
+_NICKNAMES = {
+    "Elizabeth": ["Liz", "Beth", "Betty", "Eliza"],
+    "Margaret": ["Maggie", "Peggy", "Meg"],
+    "Katherine": ["Kate", "Kathy", "Katie"],
+    "Susan": ["Sue", "Susie"],
+    "Patricia": ["Pat", "Patty", "Trish"],
+    "Jennifer": ["Jen", "Jenny"],
+    "Barbara": ["Barb", "Babs"],
+    "Christine": ["Chris", "Tina"],
+    "Rebecca": ["Becky", "Becca"],
+    "Victoria": ["Vicky", "Tori"],
+    "Abigail": ["Abby"],
+    "Deborah": ["Debbie", "Deb"],
+    "Dorothy": ["Dot", "Dottie"],
+    "Jessica": ["Jess"],
+    "Isabel": ["Izzy", "Bel"],
+    "Samantha": ["Sam"],
+    "Natalie": ["Nat"],
+    "Alexander": ["Alex", "Sandy"],
+    "William": ["Bill", "Will", "Billy"],
+    "James": ["Jim", "Jimmy", "Jamie"],
+    "Robert": ["Bob", "Rob", "Bobby"],
+    "Michael": ["Mike", "Mick"],
+    "David": ["Dave"],
+    "Thomas": ["Tom", "Tommy"],
+    "Richard": ["Rick", "Dick", "Rich"],
+    "Joseph": ["Joe", "Joey"],
+    "Charles": ["Charlie", "Chuck"],
+    "Daniel": ["Dan", "Danny"],
+    "Matthew": ["Matt"],
+    "Andrew": ["Andy", "Drew"],
+    "Edward": ["Ed", "Ted", "Eddie"],
+    "Henry": ["Harry", "Hank"],
+    "Samuel": ["Sam"],
+    "Benjamin": ["Ben"],
+    "Christopher": ["Chris", "Kit"],
+    "Anthony": ["Tony"],
+    "Jonathan": ["Jon", "Jonny"],
+    "Nicholas": ["Nick"],
+    "Stephen": ["Steve"],
+    "Patrick": ["Pat", "Paddy"],
+    "Timothy": ["Tim"],
+    "Frederick": ["Fred", "Freddie"],
+    "Francis": ["Frank"],
+    "Lawrence": ["Larry"],
+    "Gregory": ["Greg"],
+    "Peter": ["Pete"],
+}
+_KEYBOARD_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
+_NEIGHBOURS: dict[str, str] = {}
+for _r, _row in enumerate(_KEYBOARD_ROWS):
+    for _c, _ch in enumerate(_row):
+        _near = [_row[j] for j in (_c - 1, _c + 1) if 0 <= j < len(_row)]
+        for _other in (_r - 1, _r + 1):
+            if 0 <= _other < len(_KEYBOARD_ROWS):
+                _near += [_KEYBOARD_ROWS[_other][j] for j in (_c, _c + 1) if j < len(_KEYBOARD_ROWS[_other])]
+        _NEIGHBOURS[_ch] = "".join(_near)
+
+_CORRUPTIONS = ("typo", "typo", "swap", "nickname", "missing", "moved", "dob")
+
+
+class LabImagingCohort(NamedTuple):
+    """What :func:`make_lab_imaging_cohort` returns (unpacks as ``lab, imaging, true_pairs``).
+
+    Attributes
+    ----------
+    lab : pandas.DataFrame
+        The lab network's table: :data:`IDENTITY_COLUMNS` + :data:`LAB_FEATURES`, indexed by
+        its own record ids ``"L000001"``..., rows in random order.
+    imaging : pandas.DataFrame
+        The imaging centre's table: :data:`IDENTITY_COLUMNS` + :data:`IMAGING_FEATURES` +
+        :data:`LABEL`, indexed by ``"I000001"``..., rows in random order.
+    true_pairs : pandas.DataFrame
+        Columns ``lab`` and ``imaging``: the record ids of each patient in both tables, sorted
+        by ``lab``. Ground truth for evaluating linkage; no party would have it.
+    """
+
+    lab: pd.DataFrame
+    imaging: pd.DataFrame
+    true_pairs: pd.DataFrame
+
+
+def make_lab_imaging_cohort(
+    n_patients: int = 2000,
+    *,
+    overlap: float = 0.6,
+    typo_rate: float = 0.2,
+    random_state: int | np.random.Generator | None = None,
+) -> LabImagingCohort:
+    """Simulate a lab network and an imaging centre holding partly the same patients.
+
+    Parameters
+    ----------
+    n_patients : int
+        Distinct patients in the union of both tables.
+    overlap : float
+        Fraction of those patients present in both tables (``round(overlap * n_patients)`` true
+        pairs). The others are split evenly between lab-only and imaging-only patients (the lab
+        gets the odd one).
+    typo_rate : float
+        Fraction of the common patients whose identity differs between the two tables. Each
+        such patient gets one (70 %) or two (30 %) distinct perturbations, each in one of the
+        two tables chosen at random: a keyboard typo in a name (substitution by a neighbouring
+        key, insertion, deletion or transposition), given name and surname swapped, a nickname
+        (Bill for William), a missing value (given name, date of birth, sex or postcode), a
+        moved postcode, or a date-of-birth error (day and month swapped, or one digit wrong).
+        The exact ``patient_id`` is never perturbed.
+    random_state : int, numpy.random.Generator or None
+        Seed of the simulation (not of any cryptography).
+
+    Returns
+    -------
+    LabImagingCohort
+        ``(lab, imaging, true_pairs)``; see :class:`LabImagingCohort`.
+
+    Notes
+    -----
+    The outcome follows a logistic model whose log-odds add a lab signal (inflammation and
+    tissue damage, seen through CRP, white cells, haemoglobin, albumin, LDH, platelets), an
+    imaging signal (lesion burden and texture, seen through most imaging features) and a little
+    age. Each signal reaches its party only through noisy features, so neither party alone
+    reaches the AUC of both together. Some features are nuisance (creatinine, ALT, scanner noise).
+    Prevalence is about 35 %. Feature values are complete (no missing values).
+    """
+    if not isinstance(n_patients, (int, np.integer)) or n_patients < 2:
+        raise ValueError(f"n_patients must be an integer >= 2, got {n_patients!r}")
+    for name, value in (("overlap", overlap), ("typo_rate", typo_rate)):
+        if not 0.0 <= float(value) <= 1.0:
+            raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
+    rng = np.random.default_rng(random_state)
+    n = int(n_patients)
+    n_common = round(overlap * n)
+    n_lab_only = (n - n_common + 1) // 2
+
+    people = _people(n, rng)
+    signals = _signals(people, rng)
+    lab_features = _lab_features(people, signals, rng)
+    imaging_features, label = _imaging_features(people, signals, rng)
+
+    # patients 0..n_common-1 are in both tables, then lab-only, then imaging-only
+    lab_rows = np.arange(0, n_common + n_lab_only)
+    imaging_rows = np.concatenate([np.arange(n_common), np.arange(n_common + n_lab_only, n)])
+    lab_ident = people.iloc[lab_rows].reset_index(drop=True)
+    imaging_ident = people.iloc[imaging_rows].reset_index(drop=True)
+    _perturb_common(lab_ident, imaging_ident, n_common, typo_rate, rng)
+
+    lab = pd.concat([lab_ident[IDENTITY_COLUMNS], lab_features.iloc[lab_rows].reset_index(drop=True)], axis=1)
+    imaging = pd.concat(
+        [
+            imaging_ident[IDENTITY_COLUMNS],
+            imaging_features.iloc[imaging_rows].reset_index(drop=True),
+            pd.Series(label[imaging_rows], name=LABEL),
+        ],
+        axis=1,
+    )
+    lab_order = rng.permutation(len(lab))
+    imaging_order = rng.permutation(len(imaging))
+    lab_ids = np.array([f"L{i + 1:06d}" for i in range(len(lab))])
+    imaging_ids = np.array([f"I{i + 1:06d}" for i in range(len(imaging))])
+    lab = lab.iloc[lab_order].set_axis(pd.Index(lab_ids, name="record_id"))
+    imaging = imaging.iloc[imaging_order].set_axis(pd.Index(imaging_ids, name="record_id"))
+
+    # patient p (< n_common) sits at position where lab_order == p (and the same in imaging)
+    lab_pos = np.argsort(lab_order)[:n_common]
+    imaging_pos = np.argsort(imaging_order)[:n_common]
+    true_pairs = pd.DataFrame({"lab": lab_ids[lab_pos], "imaging": imaging_ids[imaging_pos]})
+    true_pairs = true_pairs.sort_values("lab", ignore_index=True)
+    return LabImagingCohort(lab, imaging, true_pairs)
+
+
+def _zipf_choice(items: list[str], size: int, rng: np.random.Generator, s: float = 0.9) -> np.ndarray[Any, Any]:
+    weights = 1.0 / np.arange(1, len(items) + 1) ** s
+    order = rng.permutation(len(items))  # which names are common varies with the seed
+    return np.asarray(items, dtype=object)[order][rng.choice(len(items), size=size, p=weights / weights.sum())]
+
+
+def _people(n: int, rng: np.random.Generator) -> pd.DataFrame:
+    sex = np.where(rng.random(n) < 0.5, "F", "M")
+    female = sex == "F"
+    given = np.empty(n, dtype=object)
+    given[female] = _zipf_choice(_FEMALE, int(female.sum()), rng)
+    given[~female] = _zipf_choice(_MALE, int((~female).sum()), rng)
+    surname = _zipf_choice(_SURNAMES, n, rng, s=0.7)
+    age_days = rng.integers(18 * 365, 90 * 365, size=n)
+    dob = [(_REFERENCE_DATE - _dt.timedelta(days=int(d))).strftime("%Y%m%d") for d in age_days]
+    postcodes = [f"{code:05d}" for code in rng.choice(90000, size=400, replace=False) + 10000]
+    postcode = _zipf_choice(postcodes, n, rng, s=0.5)
+    ids = rng.choice(90_000_000, size=n, replace=False) + 10_000_000
+    return pd.DataFrame(
+        {
+            "patient_id": [f"P{i}" for i in ids],
+            "given_name": given,
+            "surname": surname,
+            "date_of_birth": dob,
+            "sex": sex,
+            "postcode": postcode,
+            "age": age_days / 365.25,
+        }
+    )
+
+
+def _signals(people: pd.DataFrame, rng: np.random.Generator) -> dict[str, np.ndarray[Any, Any]]:
+    n = len(people)
+    return {
+        "lab": rng.standard_normal(n),  # inflammation / tissue damage
+        "metabolic": rng.standard_normal(n),  # nuisance for the outcome
+        "imaging": rng.standard_normal(n),  # lesion burden
+        "texture": rng.standard_normal(n),  # heterogeneity, weakly tied to the outcome
+        "scanner": rng.standard_normal(n),  # acquisition effect
+        "age": (people["age"].to_numpy() - 54.0) / 20.0,
+        "male": (people["sex"] == "M").to_numpy().astype(float),
+    }
+
+
+def _lab_features(
+    people: pd.DataFrame, s: dict[str, np.ndarray[Any, Any]], rng: np.random.Generator
+) -> pd.DataFrame:
+    n = len(people)
+
+    def noise(scale: float) -> np.ndarray[Any, Any]:
+        return scale * rng.standard_normal(n)
+
+    lab = s["lab"]
+    cols = {
+        "crp_mg_l": np.exp(1.2 + 0.7 * lab + noise(0.6)),
+        "wbc_10e9_l": 7.0 + 1.3 * lab + noise(1.4),
+        "haemoglobin_g_dl": 14.2 - 0.7 * lab + 1.1 * s["male"] + noise(1.0),
+        "platelets_10e9_l": 260 + 35 * lab + noise(55),
+        "albumin_g_l": 41 - 2.2 * lab + noise(3.0),
+        "ldh_u_l": 210 + 45 * lab + noise(50),
+        "creatinine_umol_l": 78 + 14 * s["male"] + 8 * s["age"] + noise(14),
+        "glucose_mmol_l": 5.4 + 0.5 * s["metabolic"] + 0.2 * s["age"] + noise(0.5),
+        "hba1c_pct": 5.6 + 0.35 * s["metabolic"] + noise(0.3),
+        "alt_u_l": np.exp(3.2 + 0.15 * s["metabolic"] + noise(0.4)),
+    }
+    decimals = {"platelets_10e9_l": 0, "ldh_u_l": 0, "creatinine_umol_l": 0, "alt_u_l": 0}
+    return pd.DataFrame({k: np.round(v, decimals.get(k, 2)) for k, v in cols.items()})
+
+
+def _imaging_features(
+    people: pd.DataFrame, s: dict[str, np.ndarray[Any, Any]], rng: np.random.Generator
+) -> tuple[pd.DataFrame, np.ndarray[Any, Any]]:
+    n = len(people)
+
+    def noise(scale: float) -> np.ndarray[Any, Any]:
+        return scale * rng.standard_normal(n)
+
+    img, tex, scanner = s["imaging"], s["texture"], s["scanner"]
+    volume = np.exp(1.5 + 0.6 * img + noise(0.5))
+    cols = {
+        "lesion_volume_cm3": volume,
+        "lesion_diameter_mm": 10 * np.cbrt(6 * volume / np.pi) * np.exp(noise(0.08)),
+        "lesion_count": rng.poisson(np.exp(0.3 + 0.35 * img)).astype(float),
+        "suv_max": np.exp(1.3 + 0.3 * img + 0.1 * tex + noise(0.3)),
+        "adc_mean_1e3_mm2_s": 1.3 - 0.12 * img + noise(0.15),
+        "enhancement_ratio": 1.6 + 0.2 * img + 0.05 * scanner + noise(0.25),
+        "margin_irregularity": 1 / (1 + np.exp(-(0.8 * img + 0.4 * tex + noise(0.8)))),
+        "sphericity": 0.8 - 0.05 * img + noise(0.06),
+        "texture_entropy": 4.5 + 0.4 * tex + 0.2 * img + 0.2 * scanner + noise(0.35),
+        "texture_contrast": np.exp(2.0 + 0.3 * tex + 0.15 * scanner + noise(0.3)),
+        "texture_homogeneity": 0.55 - 0.06 * tex + noise(0.05),
+        "mean_intensity_hu": 40 + 6 * img + 8 * scanner + noise(8),
+        "edema_volume_cm3": np.exp(1.0 + 0.5 * img + noise(0.7)),
+        "necrosis_fraction": 1 / (1 + np.exp(-(-2.0 + 0.6 * img + noise(0.6)))),
+        "scanner_noise_hu": 12 + 3 * scanner + noise(1.0),
+    }
+    logit = -1.05 + 1.5 * s["lab"] + 1.6 * img + 0.35 * tex + 0.3 * s["age"]
+    label = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.int64)
+    decimals = {"lesion_count": 0, "mean_intensity_hu": 1, "scanner_noise_hu": 1}
+    frame = pd.DataFrame({k: np.round(v, decimals.get(k, 3)) for k, v in cols.items()})
+    return frame, label
+
+
+# -- identity perturbations ------------------------------------------------------------------
+
+
+def _perturb_common(
+    lab: pd.DataFrame, imaging: pd.DataFrame, n_common: int, typo_rate: float, rng: np.random.Generator
+) -> None:
+    """Perturb exactly ``round(typo_rate * n_common)`` common patients (in place)."""
+    n_bad = round(typo_rate * n_common)
+    for row in rng.choice(n_common, size=n_bad, replace=False):
+        kinds = rng.choice(len(_CORRUPTIONS), size=1 if rng.random() < 0.7 else 2, replace=False)
+        for kind in {_CORRUPTIONS[k] for k in kinds}:
+            table = lab if rng.random() < 0.5 else imaging
+            _perturb(table, int(row), kind, rng)
+        if _identity(lab, int(row)) == _identity(imaging, int(row)):
+            # e.g. the same field typed and then dropped on both sides: force a visible difference
+            _perturb(imaging, int(row), "typo", rng)
+
+
+def _identity(table: pd.DataFrame, row: int) -> tuple[Any, ...]:
+    return tuple(None if pd.isna(v) else v for v in table.loc[row, IDENTITY_COLUMNS[1:]])
+
+
+def _perturb(table: pd.DataFrame, row: int, kind: str, rng: np.random.Generator) -> None:
+    given, surname = table.at[row, "given_name"], table.at[row, "surname"]
+    if kind == "nickname" and isinstance(given, str) and given in _NICKNAMES:
+        table.at[row, "given_name"] = rng.choice(_NICKNAMES[given])
+    elif kind == "swap" and isinstance(given, str) and isinstance(surname, str) and given != surname:
+        table.at[row, "given_name"], table.at[row, "surname"] = surname, given
+    elif kind == "missing":
+        column = ("given_name", "date_of_birth", "sex", "postcode")[rng.integers(4)]
+        if pd.isna(table.at[row, column]):
+            _perturb(table, row, "typo", rng)
+        else:
+            table.at[row, column] = None
+    elif kind == "moved":
+        old = table.at[row, "postcode"]
+        new = f"{rng.integers(10000, 100000):05d}"
+        table.at[row, "postcode"] = new if new != old else f"{(int(new) + 1) % 90000 + 10000:05d}"
+    elif kind == "dob" and isinstance(table.at[row, "date_of_birth"], str):
+        table.at[row, "date_of_birth"] = _dob_error(table.at[row, "date_of_birth"], rng)
+    else:  # "typo", or a kind that does not apply to this record
+        column = "surname" if rng.random() < 0.5 else "given_name"
+        if not isinstance(table.at[row, column], str):
+            column = "surname" if column == "given_name" else "given_name"
+        value = table.at[row, column]
+        if isinstance(value, str):
+            table.at[row, column] = _typo(value, rng)
+        else:  # both names missing: nothing left to typo
+            table.at[row, "surname"] = _typo("x", rng)
+
+
+def _typo(word: str, rng: np.random.Generator) -> str:
+    """One keyboard error that changes ``word``: substitution, insertion, deletion or transposition."""
+    for _ in range(20):
+        i = int(rng.integers(len(word)))
+        op = int(rng.integers(4))
+        ch = word[i].lower()
+        near = _NEIGHBOURS.get(ch, "aeiou")
+        if op == 0:
+            new = word[:i] + str(rng.choice(list(near))) + word[i + 1 :]
+        elif op == 1:
+            new = word[: i + 1] + str(rng.choice(list(near))) + word[i + 1 :]
+        elif op == 2 and len(word) > 2:
+            new = word[:i] + word[i + 1 :]
+        elif op == 3 and len(word) > 1 and i + 1 < len(word):
+            new = word[:i] + word[i + 1] + word[i] + word[i + 2 :]
+        else:
+            continue
+        if new.lower() != word.lower():
+            return new
+    return word + "e"
+
+
+def _dob_error(dob: str, rng: np.random.Generator) -> str:
+    """A plausible entry error that still gives a valid, different date."""
+    year, month, day = dob[:4], dob[4:6], dob[6:]
+    if rng.random() < 0.5 and day != month and int(day) <= 12:
+        return year + day + month
+    for _ in range(50):
+        i = int(rng.integers(2, 8))  # keep the century
+        digit = str((int(dob[i]) + int(rng.integers(1, 10))) % 10)
+        new = dob[:i] + digit + dob[i + 1 :]
+        try:
+            _dt.datetime.strptime(new, "%Y%m%d")
+        except ValueError:
+            continue
+        return new
+    return f"{int(year) + 1:04d}{month}{day if (month, day) != ('02', '29') else '28'}"
