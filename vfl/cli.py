@@ -75,7 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     cohort.add_argument("--n-patients", type=int, default=2000, help="distinct patients (2000)")
     cohort.add_argument("--overlap", type=float, default=0.6, help="fraction in both tables (0.6)")
     cohort.add_argument(
-        "--typo-rate", type=float, default=0.2, help="fraction of common patients with perturbed identity (0.2)"
+        "--typo-rate",
+        type=float,
+        default=0.2,
+        help="fraction of common patients with perturbed identity (0.2)",
     )
     cohort.add_argument("--seed", type=int, default=None, help="simulation seed")
     cohort.set_defaults(handler=_cohort)

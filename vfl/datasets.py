@@ -65,36 +65,35 @@ LABEL = "diagnosis"
 
 _REFERENCE_DATE = _dt.date(2026, 1, 1)
 
-_FEMALE = (
-    "Mary Elizabeth Anna Sarah Emma Laura Julia Maria Sophie Katherine Margaret Susan Linda Helen "
-    "Claire Alice Charlotte Olivia Hannah Lucy Rebecca Jessica Emily Grace Chloé Zoë Amelia Isabel "
-    "Victoria Patricia Jennifer Barbara Christine Nicole Sandra Rachel Natalie Eva Ingrid Sofia "
-    "Lena Marta Agnieszka Fatima Aisha Mei Yuki Priya Ana Lucía Camille Inès Astrid Freya Nora "
-    "Abigail Deborah Dorothy Teresa Joanna"
-).split()
-_MALE = (
-    "John William James Robert Michael David Thomas Richard Joseph Charles Daniel Matthew Andrew "
-    "Peter George Edward Henry Samuel Benjamin Alexander Christopher Anthony Jonathan Nicholas "
-    "Stephen Patrick Paul Mark Simon Oliver Jack Harry Lucas Noah Leo Max Felix Jonas Lukas Jan "
-    "Piotr Mohammed Ahmed Ali Omar Wei Hiroshi Raj Carlos José François Mathéo Søren Erik Lars "
-    "Timothy Frederick Francis Lawrence Gregory"
-).split()
-_SURNAMES = (
-    "Smith Jones Williams Brown Taylor Davies Evans Wilson Thomas Johnson Roberts Robinson "
-    "Thompson Wright Walker White Edwards Hughes Green Hall Lewis Harris Clarke Patel Jackson "
-    "Wood Turner Martin Cooper Hill Ward Morris Moore Clark Lee King Baker Harrison Morgan Allen "
-    "James Scott Phillips Watson Davis Parker Price Bennett Young Griffiths Mitchell Kelly Cook "
-    "Carter Richardson Bailey Collins Bell Shaw Murphy Miller Cox Richards Khan Marshall Anderson "
-    "Simpson Ellis Adams Singh Begum Wilkinson Foster Chapman Powell Webb Rogers Gray Mason Ali "
-    "Hunt Hussain Campbell Matthews Owen Palmer Holmes Mills Barnes Knight Lloyd Butler Russell "
-    "Barker Fisher Stevens Jenkins Murray Dixon Harvey Müller Schmidt Schneider Fischer Weber "
-    "Meyer Wagner Becker Schulz Hoffmann Koch Richter Klein Wolf Schröder Neumann Schwarz "
-    "Zimmermann Braun Krüger Hofmann Hartmann Lange García Fernández González Rodríguez López "
-    "Martínez Sánchez Pérez Núñez Rossi Russo Ferrari Esposito Bianchi Romano Dubois Durand "
-    "Lefèvre Moreau Laurent Nowak Kowalski Wiśniewski Jensen Nielsen Hansen Sørensen Andersen "
-    "Ødegaard Kim Park Chen Wang Zhang Liu Nguyen Tran Tanaka Suzuki Sato O'Brien O'Connor "
-    "McDonald MacLeod Van-Dijk De-Vries"
-).split()
+_FEMALE = """
+Mary Elizabeth Anna Sarah Emma Laura Julia Maria Sophie Katherine Margaret Susan Linda Helen
+Claire Alice Charlotte Olivia Hannah Lucy Rebecca Jessica Emily Grace Chloé Zoë Amelia Isabel
+Victoria Patricia Jennifer Barbara Christine Nicole Sandra Rachel Natalie Eva Ingrid Sofia
+Lena Marta Agnieszka Fatima Aisha Mei Yuki Priya Ana Lucía Camille Inès Astrid Freya Nora
+Abigail Deborah Dorothy Teresa Joanna
+""".split()
+_MALE = """
+John William James Robert Michael David Thomas Richard Joseph Charles Daniel Matthew Andrew
+Peter George Edward Henry Samuel Benjamin Alexander Christopher Anthony Jonathan Nicholas
+Stephen Patrick Paul Mark Simon Oliver Jack Harry Lucas Noah Leo Max Felix Jonas Lukas Jan
+Piotr Mohammed Ahmed Ali Omar Wei Hiroshi Raj Carlos José François Mathéo Søren Erik Lars
+Timothy Frederick Francis Lawrence Gregory
+""".split()
+_SURNAMES = """
+Smith Jones Williams Brown Taylor Davies Evans Wilson Thomas Johnson Roberts Robinson Thompson
+Wright Walker White Edwards Hughes Green Hall Lewis Harris Clarke Patel Jackson Wood Turner
+Martin Cooper Hill Ward Morris Moore Clark Lee King Baker Harrison Morgan Allen James Scott
+Phillips Watson Davis Parker Price Bennett Young Griffiths Mitchell Kelly Cook Carter
+Richardson Bailey Collins Bell Shaw Murphy Miller Cox Richards Khan Marshall Anderson Simpson
+Ellis Adams Singh Begum Wilkinson Foster Chapman Powell Webb Rogers Gray Mason Ali Hunt
+Hussain Campbell Matthews Owen Palmer Holmes Mills Barnes Knight Lloyd Butler Russell Barker
+Fisher Stevens Jenkins Murray Dixon Harvey Müller Schmidt Schneider Fischer Weber Meyer Wagner
+Becker Schulz Hoffmann Koch Richter Klein Wolf Schröder Neumann Schwarz Zimmermann Braun
+Krüger Hofmann Hartmann Lange García Fernández González Rodríguez López Martínez Sánchez Pérez
+Núñez Rossi Russo Ferrari Esposito Bianchi Romano Dubois Durand Lefèvre Moreau Laurent Nowak
+Kowalski Wiśniewski Jensen Nielsen Hansen Sørensen Andersen Ødegaard Kim Park Chen Wang Zhang
+Liu Nguyen Tran Tanaka Suzuki Sato O'Brien O'Connor McDonald MacLeod Van-Dijk De-Vries
+""".split()
 _NICKNAMES = {
     "Elizabeth": ["Liz", "Beth", "Betty", "Eliza"],
     "Margaret": ["Maggie", "Peggy", "Meg"],
@@ -150,7 +149,11 @@ for _r, _row in enumerate(_KEYBOARD_ROWS):
         _near = [_row[j] for j in (_c - 1, _c + 1) if 0 <= j < len(_row)]
         for _other in (_r - 1, _r + 1):
             if 0 <= _other < len(_KEYBOARD_ROWS):
-                _near += [_KEYBOARD_ROWS[_other][j] for j in (_c, _c + 1) if j < len(_KEYBOARD_ROWS[_other])]
+                _near += [
+                    _KEYBOARD_ROWS[_other][j]
+                    for j in (_c, _c + 1)
+                    if j < len(_KEYBOARD_ROWS[_other])
+                ]
         _NEIGHBOURS[_ch] = "".join(_near)
 
 _CORRUPTIONS = ("typo", "typo", "swap", "nickname", "missing", "moved", "dob")
@@ -241,7 +244,9 @@ def make_lab_imaging_cohort(
     imaging_ident = people.iloc[imaging_rows].reset_index(drop=True)
     _perturb_common(lab_ident, imaging_ident, n_common, typo_rate, rng)
 
-    lab = pd.concat([lab_ident[IDENTITY_COLUMNS], lab_features.iloc[lab_rows].reset_index(drop=True)], axis=1)
+    lab = pd.concat(
+        [lab_ident[IDENTITY_COLUMNS], lab_features.iloc[lab_rows].reset_index(drop=True)], axis=1
+    )
     imaging = pd.concat(
         [
             imaging_ident[IDENTITY_COLUMNS],
@@ -265,10 +270,14 @@ def make_lab_imaging_cohort(
     return LabImagingCohort(lab, imaging, true_pairs)
 
 
-def _zipf_choice(items: list[str], size: int, rng: np.random.Generator, s: float = 0.9) -> np.ndarray[Any, Any]:
+def _zipf_choice(
+    items: list[str], size: int, rng: np.random.Generator, s: float = 0.9
+) -> np.ndarray[Any, Any]:
     weights = 1.0 / np.arange(1, len(items) + 1) ** s
     order = rng.permutation(len(items))  # which names are common varies with the seed
-    return np.asarray(items, dtype=object)[order][rng.choice(len(items), size=size, p=weights / weights.sum())]
+    return np.asarray(items, dtype=object)[order][
+        rng.choice(len(items), size=size, p=weights / weights.sum())
+    ]
 
 
 def _people(n: int, rng: np.random.Generator) -> pd.DataFrame:
@@ -283,7 +292,7 @@ def _people(n: int, rng: np.random.Generator) -> pd.DataFrame:
     postcodes = [f"{code:05d}" for code in rng.choice(90000, size=400, replace=False) + 10000]
     postcode = _zipf_choice(postcodes, n, rng, s=0.5)
     ids = rng.choice(90_000_000, size=n, replace=False) + 10_000_000
-    return pd.DataFrame(
+    people: pd.DataFrame = pd.DataFrame(
         {
             "patient_id": [f"P{i}" for i in ids],
             "given_name": given,
@@ -294,6 +303,7 @@ def _people(n: int, rng: np.random.Generator) -> pd.DataFrame:
             "age": age_days / 365.25,
         }
     )
+    return people
 
 
 def _signals(people: pd.DataFrame, rng: np.random.Generator) -> dict[str, np.ndarray[Any, Any]]:
@@ -331,7 +341,10 @@ def _lab_features(
         "alt_u_l": np.exp(3.2 + 0.15 * s["metabolic"] + noise(0.4)),
     }
     decimals = {"platelets_10e9_l": 0, "ldh_u_l": 0, "creatinine_umol_l": 0, "alt_u_l": 0}
-    return pd.DataFrame({k: np.round(v, decimals.get(k, 2)) for k, v in cols.items()})
+    frame: pd.DataFrame = pd.DataFrame(
+        {k: np.round(v, decimals.get(k, 2)) for k, v in cols.items()}
+    )
+    return frame
 
 
 def _imaging_features(
@@ -372,7 +385,11 @@ def _imaging_features(
 
 
 def _perturb_common(
-    lab: pd.DataFrame, imaging: pd.DataFrame, n_common: int, typo_rate: float, rng: np.random.Generator
+    lab: pd.DataFrame,
+    imaging: pd.DataFrame,
+    n_common: int,
+    typo_rate: float,
+    rng: np.random.Generator,
 ) -> None:
     """Perturb exactly ``round(typo_rate * n_common)`` common patients (in place)."""
     n_bad = round(typo_rate * n_common)
@@ -392,13 +409,16 @@ def _identity(table: pd.DataFrame, row: int) -> tuple[Any, ...]:
 
 def _perturb(table: pd.DataFrame, row: int, kind: str, rng: np.random.Generator) -> None:
     given, surname = table.at[row, "given_name"], table.at[row, "surname"]
+    dob = table.at[row, "date_of_birth"]
     if kind == "nickname" and isinstance(given, str) and given in _NICKNAMES:
         table.at[row, "given_name"] = rng.choice(_NICKNAMES[given])
-    elif kind == "swap" and isinstance(given, str) and isinstance(surname, str) and given != surname:
+    elif (
+        kind == "swap" and isinstance(given, str) and isinstance(surname, str) and given != surname
+    ):
         table.at[row, "given_name"], table.at[row, "surname"] = surname, given
     elif kind == "missing":
         column = ("given_name", "date_of_birth", "sex", "postcode")[rng.integers(4)]
-        if pd.isna(table.at[row, column]):
+        if not isinstance(table.at[row, column], str):  # already missing
             _perturb(table, row, "typo", rng)
         else:
             table.at[row, column] = None
@@ -406,8 +426,8 @@ def _perturb(table: pd.DataFrame, row: int, kind: str, rng: np.random.Generator)
         old = table.at[row, "postcode"]
         new = f"{rng.integers(10000, 100000):05d}"
         table.at[row, "postcode"] = new if new != old else f"{(int(new) + 1) % 90000 + 10000:05d}"
-    elif kind == "dob" and isinstance(table.at[row, "date_of_birth"], str):
-        table.at[row, "date_of_birth"] = _dob_error(table.at[row, "date_of_birth"], rng)
+    elif kind == "dob" and isinstance(dob, str):
+        table.at[row, "date_of_birth"] = _dob_error(dob, rng)
     else:  # "typo", or a kind that does not apply to this record
         column = "surname" if rng.random() < 0.5 else "given_name"
         if not isinstance(table.at[row, column], str):
@@ -420,7 +440,7 @@ def _perturb(table: pd.DataFrame, row: int, kind: str, rng: np.random.Generator)
 
 
 def _typo(word: str, rng: np.random.Generator) -> str:
-    """One keyboard error that changes ``word``: substitution, insertion, deletion or transposition."""
+    """One keyboard error that changes ``word``: substitute, insert, delete or transpose."""
     for _ in range(20):
         i = int(rng.integers(len(word)))
         op = int(rng.integers(4))

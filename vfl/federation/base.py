@@ -55,7 +55,7 @@ class FederationError(RuntimeError):
 
 
 class FederationTimeoutError(TimeoutError):
-    """A ``recv`` or ``gather`` waited longer than its timeout; the message says who waited for what."""
+    """A ``recv`` or ``gather`` ran out of time; the message says who waited for what."""
 
 
 class FederationAbortedError(FederationError):
@@ -63,7 +63,7 @@ class FederationAbortedError(FederationError):
 
 
 class PeerGoneError(FederationError):
-    """A party waits for a message from a peer that has finished or disconnected without sending it."""
+    """A party waits for a message from a peer that finished or disconnected without sending it."""
 
 
 class ProtocolMismatchError(FederationError):
@@ -353,7 +353,9 @@ class Federation(abc.ABC):
         """Return the oldest message from ``frm`` with ``tag`` before ``time.monotonic()`` passes
         ``deadline``, else raise :class:`FederationTimeoutError` / :class:`PeerGoneError`."""
 
-    def _gather_bytes(self, senders: tuple[str, ...], tag: str, deadline: float) -> dict[str, bytes]:
+    def _gather_bytes(
+        self, senders: tuple[str, ...], tag: str, deadline: float
+    ) -> dict[str, bytes]:
         """Collect one message per sender until the deadline; senders that are gone are skipped.
 
         This generic version waits for the senders one after another; transports that can

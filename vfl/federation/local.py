@@ -36,7 +36,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from vfl.federation import wire
 from vfl.federation.base import (
@@ -139,7 +139,8 @@ class _Hub:
                 )
         return (
             "protocol mismatch: every running party is waiting and no pending message can "
-            "satisfy any of them (check that tags and the order of steps agree):\n" + "\n".join(lines)
+            "satisfy any of them (check that tags and the order of steps agree):\n"
+            + "\n".join(lines)
         )
 
     def wait(self, party: str, wait: _Wait, deadline: float) -> bool:
@@ -249,7 +250,9 @@ class LocalChannel(Federation):
                         f"{sorted(hub.pending_tags(frm, me)) or 'nothing'}"
                     )
 
-    def _gather_bytes(self, senders: tuple[str, ...], tag: str, deadline: float) -> dict[str, bytes]:
+    def _gather_bytes(
+        self, senders: tuple[str, ...], tag: str, deadline: float
+    ) -> dict[str, bytes]:
         hub, me = self._hub, self.name
         out: dict[str, bytes] = {}
         with hub.lock:
@@ -329,7 +332,9 @@ class LocalFederation:
             if not isinstance(name, str) or not name:
                 raise ValueError(f"party names must be non-empty strings, got {name!r}")
             if not callable(parties[name]):
-                raise TypeError(f"party {name!r}: expected a callable(federation), got {parties[name]!r}")
+                raise TypeError(
+                    f"party {name!r}: expected a callable(federation), got {parties[name]!r}"
+                )
         self.transcript = Transcript(keep_payloads=self.record_payloads)
         hub = _Hub(names, self.max_pending_bytes, self.transcript)
         results: dict[str, T] = {}
@@ -380,7 +385,9 @@ class LocalFederation:
     def _failure(
         failures: Mapping[str, tuple[BaseException, str]], still_running: list[str]
     ) -> PartyFailedError:
-        primary = {n: f for n, f in failures.items() if not isinstance(f[0], FederationAbortedError)}
+        primary = {
+            n: f for n, f in failures.items() if not isinstance(f[0], FederationAbortedError)
+        }
         if not primary:  # only possible when the caller was interrupted
             primary = dict(failures)
         if not primary:

@@ -90,7 +90,7 @@ _F64 = struct.Struct("<d")
 
 
 class WireFormatError(ValueError):
-    """A received message is malformed, truncated, oversized or of a type outside the wire format."""
+    """A message is malformed, truncated, oversized or of a type outside the wire format."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -439,7 +439,7 @@ class _Reader:
                 f"only {self.remaining()} bytes remain"
             )
         raw = self.take(nbytes, "array data")
-        arr = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+        arr: np.ndarray[Any, Any] = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
         if dtype.kind == "b" and arr.size and arr.view(np.uint8).max() > 1:
             raise WireFormatError(f"bool array at offset {start} holds bytes other than 0 and 1")
         return arr

@@ -1,0 +1,410 @@
+"""LocalFederation: ordering, rounds, many parties, failures, timeouts, mismatches, transcript."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vfl.federation import (
+    Federation,
+    FederationAbortedError,
+    FederationTimeoutError,
+    LocalFederation,
+    PartyFailedError,
+    PeerGoneError,
+    ProtocolMismatchError,
+    WireFormatError,
+    wire,
+)
+from vfl.federation.local import LocalChannel
+
+
+def party_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("vflink-")]
+
+
+@pytest.fixture(autouse=True)
+def no_orphan_threads() -> Any:
+    yield
+    deadline = time.monotonic() + 2.0
+    while party_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert party_threads() == []
+
+
+def test_results_come_back_by_party() -> None:
+    def a(fed: Federation) -> Any:
+        fed.send("b", "ping", {"n": 1})
+        return fed.recv("b", "pong")
+
+    def b(fed: Federation) -> Any:
+        msg = fed.recv("a", "ping")
+        fed.send("a", "pong", msg["n"] + 1)
+        return (fed.name, fed.peers)
+
+    assert LocalFederation().run({"a": a, "b": b}) == {"a": 2, "b": ("b", ("a",))}
+
+
+def test_order_is_kept_per_sender_receiver_and_tag() -> None:
+    n = 500
+
+    def sender(fed: Federation) -> None:
+        for i in range(n):
+            fed.send("receiver", "x", i)
+            fed.send("receiver", "y", -i)
+
+    def receiver(fed: Federation) -> tuple[list[int], list[int]]:
+        ys = [fed.recv("sender", "y") for _ in range(n)]  # read all of one tag first
+        xs = [fed.recv("sender", "x") for _ in range(n)]
+        return xs, ys
+
+    xs, ys = LocalFederation().run({"sender": sender, "receiver": receiver})["receiver"]
+    assert xs == list(range(n))
+    assert ys == [-i for i in range(n)]
+
+
+def test_many_rounds_in_both_directions_with_arrays() -> None:
+    rounds = 300
+    rng = np.random.default_rng(0)
+    batches = [rng.standard_normal((32, 8)).astype(np.float32) for _ in range(rounds)]
+
+    def bottom(fed: Federation) -> list[np.ndarray]:
+        grads = []
+        for r, batch in enumerate(batches):
+            fed.send("top", f"act/{r}", batch)
+            grads.append(fed.recv("top", f"grad/{r}"))
+        return grads
+
+    def top(fed: Federation) -> int:
+        for r in range(rounds):
+            act = fed.recv("bottom", f"act/{r}")
+            fed.send("bottom", f"grad/{r}", act * 2)
+        return rounds
+
+    out = LocalFederation().run({"bottom": bottom, "top": top})
+    assert out["top"] == rounds
+    for got, batch in zip(out["bottom"], batches, strict=True):
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, batch * 2)
+
+
+def test_five_parties_all_to_all() -> None:
+    names = [f"p{i}" for i in range(5)]
+
+    def party(fed: Federation) -> dict[str, Any]:
+        fed.broadcast("hello", int(fed.name[1:]))
+        got = fed.gather(fed.peers, "hello")
+        for peer in fed.peers:  # then pairwise, addressed messages
+            fed.send(peer, "pair", f"{fed.name}->{peer}")
+        pairs = {peer: fed.recv(peer, "pair") for peer in fed.peers}
+        return {"sum": sum(got.values()), "pairs": pairs}
+
+    out = LocalFederation().run({n: party for n in names})
+    for i, name in enumerate(names):
+        assert out[name]["sum"] == sum(range(5)) - i
+        assert out[name]["pairs"] == {p: f"{p}->{name}" for p in names if p != name}
+
+
+def test_a_failing_party_unblocks_every_other_party_quickly() -> None:
+    entered = threading.Barrier(4)
+
+    def waiter(fed: Federation) -> None:
+        entered.wait()
+        fed.recv("failing", "never", timeout=60)
+
+    def sender_into_full_channel(fed: Federation) -> None:
+        entered.wait()
+        while True:  # the receiver never reads: this blocks on backpressure
+            fed.send("waiter1", "spam", np.zeros(1000))
+
+    def failing(fed: Federation) -> None:
+        entered.wait()
+        time.sleep(0.2)
+        raise ValueError("bad column 'crp' in party data")
+
+    local = LocalFederation(max_pending_bytes=20_000, timeout=60)
+    started = time.monotonic()
+    with pytest.raises(PartyFailedError) as info:
+        local.run(
+            {
+                "waiter1": waiter,
+                "waiter2": waiter,
+                "spammer": sender_into_full_channel,
+                "failing": failing,
+            }
+        )
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.5
+    err = info.value
+    assert err.party == "failing"
+    assert isinstance(err.error, ValueError) and isinstance(err.__cause__, ValueError)
+    assert "party 'failing' failed: ValueError: bad column 'crp'" in str(err)
+    assert "in failing" in err.party_traceback  # the traceback of the party's own thread
+    assert err.others == {}  # the others were aborted, not failing on their own
+
+
+def test_aborted_parties_see_why() -> None:
+    seen: list[str] = []
+
+    def waiter(fed: Federation) -> None:
+        try:
+            fed.recv("failing", "x")
+        except FederationAbortedError as exc:
+            seen.append(str(exc))
+            raise
+
+    def failing(fed: Federation) -> None:
+        raise RuntimeError("disk full")
+
+    with pytest.raises(PartyFailedError, match="party 'failing' failed: RuntimeError: disk full"):
+        LocalFederation().run({"waiter": waiter, "failing": failing})
+    assert seen and "party 'waiter' stopped" in seen[0] and "disk full" in seen[0]
+
+
+def test_a_busy_party_can_check_for_abort() -> None:
+    def busy(fed: Federation) -> None:
+        assert isinstance(fed, LocalChannel)
+        while True:
+            time.sleep(0.01)
+            fed.check_aborted()
+
+    def failing(fed: Federation) -> None:
+        raise KeyError("boom")
+
+    started = time.monotonic()
+    with pytest.raises(PartyFailedError, match="KeyError"):
+        LocalFederation().run({"busy": busy, "failing": failing})
+    assert time.monotonic() - started < 1.5
+
+
+def test_recv_timeout_names_who_waited_for_what_from_whom() -> None:
+    def impatient(fed: Federation) -> None:
+        fed.recv("slow", "result/1", timeout=0.2)
+
+    def slow(fed: Federation) -> None:
+        fed.send("impatient", "progress", 0.5)
+        time.sleep(0.6)
+
+    with pytest.raises(PartyFailedError) as info:
+        LocalFederation().run({"impatient": impatient, "slow": slow})
+    err = info.value
+    assert isinstance(err.error, FederationTimeoutError)
+    assert isinstance(err.error, TimeoutError)
+    assert "party 'impatient' waited 0.2 s for 'result/1' from 'slow'" in str(err)
+    assert "pending from 'slow': ['progress']" in str(err)
+
+
+def test_tag_mismatch_is_detected_not_delivered() -> None:
+    def a(fed: Federation) -> None:
+        fed.send("b", "grad/4", np.ones(3))  # out of step
+        fed.recv("b", "ack/4")
+
+    def b(fed: Federation) -> None:
+        fed.recv("a", "grad/3")
+        fed.send("a", "ack/3", True)
+
+    started = time.monotonic()
+    with pytest.raises(PartyFailedError) as info:
+        LocalFederation(timeout=60).run({"a": a, "b": b})
+    assert time.monotonic() - started < 1.0  # detected, not waited out
+    assert isinstance(info.value.error, ProtocolMismatchError)
+    message = str(info.value)
+    assert "'b' waits for 'grad/3' from 'a'; pending from 'a': 'grad/4' x1" in message
+    assert "'a' waits for 'ack/4' from 'b'; pending from 'b': nothing" in message
+
+
+def test_recv_from_a_party_that_finished_fails_at_once() -> None:
+    def a(fed: Federation) -> None:
+        fed.recv("b", "answer", timeout=60)
+
+    def b(fed: Federation) -> str:
+        return "done without answering"
+
+    started = time.monotonic()
+    with pytest.raises(PartyFailedError, match="'b' has finished without sending it") as info:
+        LocalFederation().run({"a": a, "b": b})
+    assert isinstance(info.value.error, PeerGoneError)
+    assert time.monotonic() - started < 1.0
+
+
+def test_transcript_counts_the_encoded_bytes() -> None:
+    payloads = [
+        None,
+        7,
+        "text",
+        np.arange(12.0).reshape(3, 4),
+        {"w": np.zeros(5, np.float32), "n": 3},
+    ]
+
+    def a(fed: Federation) -> None:
+        for i, payload in enumerate(payloads):
+            fed.send("b", f"m/{i}", payload)
+
+    def b(fed: Federation) -> None:
+        for i in range(len(payloads)):
+            fed.recv("a", f"m/{i}")
+        fed.broadcast("bye", b"xy")
+
+    local = LocalFederation(record_payloads=True)
+    local.run({"a": a, "b": b, "c": lambda fed: fed.recv("b", "bye")})
+    records = local.transcript.records
+    assert [r.tag for r in records] == [f"m/{i}" for i in range(len(payloads))] + ["bye", "bye"]
+    for record, payload in zip(records, payloads, strict=False):
+        assert (record.sender, record.receiver) == ("a", "b")
+        assert record.nbytes == len(wire.encode(payload))
+        assert record.kind == wire.payload_kind(payload)
+        assert wire.encode(record.payload()) == wire.encode(payload)
+    assert [(r.sender, r.receiver) for r in records[-2:]] == [("b", "a"), ("b", "c")]
+    expected = sum(len(wire.encode(p)) for p in payloads)
+    assert local.transcript.total_bytes(sender="a") == expected
+    assert local.transcript.total_bytes() == expected + 2 * len(wire.encode(b"xy"))
+    frame = local.transcript.to_frame()
+    assert list(frame.columns) == ["seq", "sender", "receiver", "tag", "kind", "nbytes", "time"]
+    assert frame["nbytes"].sum() == local.transcript.total_bytes()
+
+
+def test_transcript_without_payloads_refuses_to_decode() -> None:
+    local = LocalFederation()
+    local.run({"a": lambda fed: fed.send("b", "x", 1), "b": lambda fed: fed.recv("a", "x")})
+    with pytest.raises(RuntimeError, match="record_payloads=True"):
+        local.transcript.records[0].payload()
+
+
+def test_gather_tolerates_dropouts_without_waiting_for_the_timeout() -> None:
+    n_clients, n_drop = 120, 12
+    clients = [f"client{i:03d}" for i in range(n_clients)]
+    dropped = set(clients[:n_drop])
+
+    def server(fed: Federation) -> dict[str, Any]:
+        fed.broadcast("round/0", np.ones(4))
+        replies = fed.gather(clients, "update/0", min_count=n_clients - n_drop, timeout=60)
+        fed.broadcast("done", True, to=list(replies))
+        return replies
+
+    def client(fed: Federation) -> None:
+        model = fed.recv("server", "round/0")
+        if fed.name in dropped:
+            return  # drops out mid-round
+        fed.send("server", "update/0", model * int(fed.name[-3:]))
+        fed.recv("server", "done")
+
+    parties: dict[str, Any] = {"server": server} | {c: client for c in clients}
+    started = time.monotonic()
+    out = LocalFederation().run(parties)
+    assert time.monotonic() - started < 20
+    replies = out["server"]
+    assert set(replies) == set(clients) - dropped
+    assert list(replies) == [c for c in clients if c not in dropped]  # in the order asked
+    for name, update in replies.items():
+        np.testing.assert_array_equal(update, np.ones(4) * int(name[-3:]))
+
+
+def test_gather_without_min_count_needs_everyone() -> None:
+    def server(fed: Federation) -> None:
+        fed.gather(["c1", "c2", "c3"], "update", timeout=30)
+
+    def c1(fed: Federation) -> None:
+        fed.send("server", "update", 1)
+
+    with pytest.raises(
+        PartyFailedError, match=r"gathered 'update' from 1 of 3 senders.*\['c2', 'c3'\]"
+    ):
+        LocalFederation().run(
+            {"server": server, "c1": c1, "c2": lambda fed: None, "c3": lambda fed: None}
+        )
+
+
+def test_backpressure_bounds_the_queued_bytes() -> None:
+    message = np.zeros(1000)  # about 8 kB encoded
+    reading = threading.Event()
+
+    def producer(fed: Federation) -> bool:
+        for _ in range(20):
+            fed.send("consumer", "chunk", message)
+        return reading.is_set()  # the producer could only finish after the consumer started
+
+    def consumer(fed: Federation) -> int:
+        time.sleep(0.3)
+        reading.set()
+        return sum(int(fed.recv("producer", "chunk").size) for _ in range(20))
+
+    out = LocalFederation(max_pending_bytes=3 * len(wire.encode(message))).run(
+        {"producer": producer, "consumer": consumer}
+    )
+    assert out == {"producer": True, "consumer": 20_000}
+
+
+def test_a_message_larger_than_the_pending_limit_still_passes() -> None:
+    big = np.arange(10_000.0)
+
+    def a(fed: Federation) -> None:
+        fed.send("b", "big", big)
+
+    out = LocalFederation(max_pending_bytes=1000).run(
+        {"a": a, "b": lambda fed: fed.recv("a", "big")}
+    )
+    np.testing.assert_array_equal(out["b"], big)
+
+
+def test_malformed_bytes_from_a_peer_are_refused_naming_the_sender() -> None:
+    def rogue(fed: Federation) -> None:
+        assert isinstance(fed, LocalChannel)
+        fed._send_bytes("victim", "weights", b"\x80\x04not a vflink message")
+
+    def victim(fed: Federation) -> None:
+        fed.recv("rogue", "weights")
+
+    with pytest.raises(PartyFailedError) as info:
+        LocalFederation().run({"rogue": rogue, "victim": victim})
+    assert info.value.party == "victim"
+    assert isinstance(info.value.error, WireFormatError)
+    assert "party 'victim' refused the 'weights' message from 'rogue'" in str(info.value)
+
+
+def test_oversized_messages_are_refused_at_the_sender() -> None:
+    def a(fed: Federation) -> None:
+        fed.send("b", "big", np.zeros(1000))
+
+    with pytest.raises(PartyFailedError, match="above the limit of 500 bytes"):
+        LocalFederation(max_message_bytes=500).run({"a": a, "b": lambda fed: fed.recv("a", "big")})
+
+
+@pytest.mark.parametrize(
+    ("action", "match"),
+    [
+        (
+            lambda fed: fed.send("nobody", "x", 1),
+            r"cannot send to 'nobody': not a peer.*peers are \['b'\]",
+        ),
+        (lambda fed: fed.send("a", "x", 1), "cannot send to itself"),
+        (lambda fed: fed.recv("b", "has space"), "invalid message tag 'has space'"),
+        (lambda fed: fed.send("b", "", 1), "invalid message tag ''"),
+        (lambda fed: fed.send("b", "x", {1, 2}), "type builtins.set is not in the wire format"),
+        (lambda fed: fed.gather(["b"], "x", min_count=2), "min_count=2 must be between 0 and 1"),
+        (lambda fed: fed.recv("b", "x", timeout=-1), "timeout must be >= 0"),
+    ],
+    ids=["unknown-peer", "self", "tag-space", "tag-empty", "payload-type", "min-count", "timeout"],
+)
+def test_bad_calls_give_clear_errors(action: Any, match: str) -> None:
+    with pytest.raises(PartyFailedError, match=match):
+        LocalFederation().run({"a": action, "b": lambda fed: None})
+
+
+def test_run_checks_its_arguments() -> None:
+    with pytest.raises(ValueError, match="at least one party"):
+        LocalFederation().run({})
+    with pytest.raises(TypeError, match="party 'a': expected a callable"):
+        LocalFederation().run({"a": 3})  # type: ignore[dict-item]
+
+
+def test_runs_are_independent() -> None:
+    local = LocalFederation()
+    local.run({"a": lambda fed: fed.send("b", "x", 1), "b": lambda fed: None})
+    first = local.transcript
+    out = local.run({"a": lambda fed: fed.send("b", "x", 2), "b": lambda fed: fed.recv("a", "x")})
+    assert out["b"] == 2
+    assert len(first) == 1 and len(local.transcript) == 1 and local.transcript is not first
