@@ -59,6 +59,7 @@ MAX_DEPTH = 32
 """Deepest nesting of lists and dicts that :func:`decode` accepts."""
 MAX_NDIM = 32
 FINGERPRINT_BYTES = 32
+_MAX_ELEMENTS = 2**56  # no shape, even one with a zero, may overflow numpy's byte count
 
 Payload: TypeAlias = Any
 """A value of the closed set of types in the module docstring."""
@@ -424,7 +425,10 @@ class _Reader:
         ndim = self.u8("ndim")
         if ndim > MAX_NDIM:
             raise WireFormatError(f"array at offset {start} claims {ndim} dimensions")
-        return tuple(self.u64("shape") for _ in range(ndim))
+        shape = tuple(self.u64("shape") for _ in range(ndim))
+        if math.prod(max(d, 1) for d in shape) > _MAX_ELEMENTS:
+            raise WireFormatError(f"array at offset {start} claims an impossible shape {shape}")
+        return shape
 
     def array(self, start: int) -> np.ndarray[Any, Any]:
         code = self.u8("dtype code")
@@ -439,7 +443,10 @@ class _Reader:
                 f"only {self.remaining()} bytes remain"
             )
         raw = self.take(nbytes, "array data")
-        arr: np.ndarray[Any, Any] = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+        try:
+            arr: np.ndarray[Any, Any] = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+        except ValueError as exc:  # defence in depth: numpy refusing a shape
+            raise WireFormatError(f"array at offset {start}: {exc}") from None
         if dtype.kind == "b" and arr.size and arr.view(np.uint8).max() > 1:
             raise WireFormatError(f"bool array at offset {start} holds bytes other than 0 and 1")
         return arr

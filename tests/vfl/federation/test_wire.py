@@ -168,6 +168,7 @@ def test_trailing_bytes_are_refused() -> None:
         (header() + bytes([9, 12, 1]) + struct.pack("<Q", 2**62) + b"\x00" * 8, "claims shape"),
         (header() + bytes([9, 12, 1]) + struct.pack("<Q", 1) + b"\x00" * 16, "trailing bytes"),
         (header() + bytes([9, 12, 40]), "claims 40 dimensions"),
+        (header() + bytes([9, 1, 2]) + struct.pack("<QQ", 0, 2**63), "impossible shape"),
         (
             header() + bytes([9, 1, 1]) + struct.pack("<Q", 2) + b"\x01\x02",
             "bytes other than 0 and 1",
@@ -205,6 +206,7 @@ def test_trailing_bytes_are_refused() -> None:
         "shape-overflow",
         "shape-smaller-than-data",
         "ndim",
+        "zero-size-huge-dim",
         "bool-values",
         "list-count",
         "dict-count",
