@@ -165,7 +165,7 @@ def test_trailing_bytes_are_refused() -> None:
         (header() + b"\xee", "unknown type tag 238"),
         (header() + bytes([9, 99, 1]) + struct.pack("<Q", 1) + b"\x00", "unknown dtype code 99"),
         (header() + bytes([9, 12, 1]) + struct.pack("<Q", 4) + b"\x00" * 8, "claims shape"),
-        (header() + bytes([9, 12, 1]) + struct.pack("<Q", 2**62) + b"\x00" * 8, "claims shape"),
+        (header() + bytes([9, 12, 1]) + struct.pack("<Q", 2**62) + b"\x00" * 8, "impossible shape"),
         (header() + bytes([9, 12, 1]) + struct.pack("<Q", 1) + b"\x00" * 16, "trailing bytes"),
         (header() + bytes([9, 12, 40]), "claims 40 dimensions"),
         (header() + bytes([9, 1, 2]) + struct.pack("<QQ", 0, 2**63), "impossible shape"),
