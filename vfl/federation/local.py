@@ -356,7 +356,9 @@ class LocalFederation:
                 done.release()
 
         threads = [
-            threading.Thread(target=body, args=(n, parties[n]), name=f"vflink-{n}", daemon=True)
+            threading.Thread(
+                target=body, args=(n, parties[n]), name=f"vflink-party-{n}", daemon=True
+            )
             for n in names
         ]
         for thread in threads:
@@ -395,7 +397,7 @@ class LocalFederation:
         name, (exc, tb) = next(iter(primary.items()))
         others = {n: f"{type(e).__name__}: {e}" for n, (e, _) in primary.items() if n != name}
         for thread_name in still_running:
-            others[thread_name.removeprefix("vflink-")] = (
+            others[thread_name.removeprefix("vflink-party-")] = (
                 "still computing; it stops at its next federation call"
             )
         error = PartyFailedError(name, exc, tb, others)

@@ -24,7 +24,7 @@ from vfl.federation.local import LocalChannel
 
 
 def party_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("vflink-")]
+    return [t for t in threading.enumerate() if t.name.startswith("vflink-party-")]
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,102 @@
+"""Big-integer kernels against plain gmpy2 arithmetic."""
+
+from __future__ import annotations
+
+import secrets
+
+import gmpy2
+import numpy as np
+import pytest
+from gmpy2 import mpz
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vfl.crypto.kernels import (
+    FixedBaseTable,
+    batch_invert,
+    crt_combine,
+    multiexp,
+    pippenger_window,
+)
+
+MODULUS = mpz(gmpy2.next_prime(2**255)) * mpz(gmpy2.next_prime(2**256 + 2**100))  # odd, composite
+MODULUS_SQ = MODULUS * MODULUS
+
+
+def naive(bases: list[mpz], exps: list[int]) -> mpz:
+    acc = mpz(1)
+    for b, e in zip(bases, exps, strict=True):
+        acc = acc * gmpy2.powmod(b, e, MODULUS_SQ) % MODULUS_SQ
+    return acc
+
+
+@given(
+    st.integers(1, 300).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.integers(1, 2**62), min_size=n, max_size=n),
+            st.lists(st.integers(0, 2**62 - 1) | st.just(0), min_size=n, max_size=n),
+        )
+    )
+)
+@settings(max_examples=40, deadline=None)
+def test_multiexp_equals_naive_product(data: tuple[list[int], list[int]]) -> None:
+    base_seeds, exps = data
+    bases = [gmpy2.powmod(mpz(s), 7, MODULUS_SQ) for s in base_seeds]
+    assert multiexp(bases, np.array(exps, dtype=np.int64), MODULUS_SQ) == naive(bases, exps)
+
+
+def test_multiexp_pippenger_path_and_edge_cases() -> None:
+    bases = [mpz(secrets.randbelow(int(MODULUS_SQ))) for _ in range(2000)]
+    exps = np.random.default_rng(1).integers(0, 2**40, size=2000)
+    assert multiexp(bases, exps, MODULUS_SQ) == naive(bases, exps.tolist())
+    assert multiexp(bases, np.zeros(2000, dtype=np.int64), MODULUS_SQ) == 1
+    assert multiexp([], np.zeros(0, dtype=np.int64), MODULUS_SQ) == 1
+    with pytest.raises(ValueError, match="non-negative"):
+        multiexp(bases[:2], np.array([1, -1]), MODULUS_SQ)
+
+
+def test_pippenger_window_grows_with_terms() -> None:
+    assert pippenger_window(10, 32) < pippenger_window(10_000, 32)
+    assert 1 <= pippenger_window(1, 8) <= 16
+
+
+@given(st.lists(st.integers(1, 2**200), min_size=0, max_size=30))
+@settings(max_examples=50, deadline=None)
+def test_batch_invert_matches_invert(values: list[int]) -> None:
+    values = [v for v in values if gmpy2.gcd(v, MODULUS) == 1]
+    inverses = batch_invert([mpz(v) for v in values], MODULUS)
+    assert inverses == [gmpy2.invert(v, MODULUS) for v in values]
+
+
+def test_batch_invert_refuses_non_invertible() -> None:
+    with pytest.raises(ZeroDivisionError):
+        batch_invert([mpz(3), gmpy2.next_prime(2**255)], MODULUS)
+
+
+@pytest.mark.parametrize("window", [1, 4, 10])
+def test_fixed_base_table_matches_powmod(window: int) -> None:
+    base = mpz(secrets.randbelow(int(MODULUS_SQ)))
+    table = FixedBaseTable(base, MODULUS_SQ, 96, window=window)
+    for exponent in [0, 1, 2**96 - 1, *(secrets.randbits(96) for _ in range(20))]:
+        if exponent < 2 ** (table.n_rows * window):
+            assert table.pow(exponent) == gmpy2.powmod(base, exponent, MODULUS_SQ)
+
+
+def test_fixed_base_random_powers_are_uniform_digit_exponents() -> None:
+    table = FixedBaseTable(mpz(5), MODULUS_SQ, 40, window=10)
+    digits = table.random_digits(2000)
+    flat = np.array(digits)
+    assert flat.shape == (2000, 4)
+    assert flat.min() >= 0 and flat.max() < 1024
+    assert abs(flat.mean() - 511.5) < 15  # uniform on 0..1023
+    exponents = [sum(d << (10 * i) for i, d in enumerate(row)) for row in digits[:20]]
+    assert [table.pow_digits(row) for row in digits[:20]] == [
+        gmpy2.powmod(5, e, MODULUS_SQ) for e in exponents
+    ]
+    assert len(set(map(tuple, digits))) == 2000  # never repeats: OS randomness
+
+
+def test_crt_combine() -> None:
+    p, q = mpz(gmpy2.next_prime(2**61)), mpz(gmpy2.next_prime(2**62))
+    for x in (0, 1, 12345, int(p * q - 1)):
+        assert crt_combine(x % p, x % q, p, q, gmpy2.invert(q, p)) == x

@@ -1,0 +1,133 @@
+"""Both cores for the Paillier work that splits: worker processes and GIL-free threads.
+
+Measured on a 2-core machine, and chosen by that measurement:
+
+* fixed-base encryption and Pippenger multi-exponentiation are loops of gmpy2 multiplications
+  driven from Python, so they hold the interpreter lock: they run in worker **processes**
+  (``forkserver`` start method, safe beside the federation's threads), each of which builds and
+  caches its own fixed-base table per key (about 0.7 s once);
+* decryption is ``gmpy2.powmod_base_list`` modulo ``p**2`` and ``q**2``, which releases the
+  lock: its two halves run in two **threads**, without copying anything.
+
+Workers exchange only integers and int64 arrays with this process (through the standard
+library's process pool); nothing crosses a party boundary here. ``workers=1`` (the default
+everywhere) runs in the calling thread. Small batches stay in the caller, where starting
+workers would cost more than it saves.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import numpy as np
+
+from vfl.crypto.kernels import FixedBaseTable, multiexp_rows
+
+__all__ = ["default_workers", "map_processes", "map_threads", "set_default_workers", "split"]
+
+T = TypeVar("T")
+
+_DEFAULT_WORKERS = 1
+_process_pools: dict[int, ProcessPoolExecutor] = {}
+_thread_pools: dict[int, ThreadPoolExecutor] = {}
+_pool_lock = threading.Lock()
+
+
+def set_default_workers(workers: int) -> None:
+    """Default number of workers for encryption, decryption and ``matrix @ vector``."""
+    global _DEFAULT_WORKERS
+    _DEFAULT_WORKERS = check_workers(workers)
+
+
+def default_workers() -> int:
+    """The current default number of workers (1 unless :func:`set_default_workers` changed it)."""
+    return _DEFAULT_WORKERS
+
+
+def check_workers(workers: int | None) -> int:
+    """Validate a ``workers`` argument (None means the default)."""
+    if workers is None:
+        return _DEFAULT_WORKERS
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    return min(workers, os.cpu_count() or 1, 64)
+
+
+def split(items: Sequence[T], parts: int) -> list[Sequence[T]]:
+    """``items`` cut into ``parts`` contiguous, nearly equal chunks (none empty)."""
+    parts = max(1, min(parts, len(items)))
+    bounds = np.linspace(0, len(items), parts + 1).astype(int)
+    return [items[a:b] for a, b in itertools.pairwise(bounds.tolist())]
+
+
+def _process_pool(workers: int) -> Executor:
+    with _pool_lock:
+        pool = _process_pools.get(workers)
+        if pool is None:
+            context = multiprocessing.get_context("forkserver")
+            pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+            _process_pools[workers] = pool
+        return pool
+
+
+def _thread_pool(workers: int) -> Executor:
+    with _pool_lock:
+        pool = _thread_pools.get(workers)
+        if pool is None:
+            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vflink-crypto")
+            _thread_pools[workers] = pool
+        return pool
+
+
+@atexit.register
+def _shutdown() -> None:
+    for pool in list(_process_pools.values()) + list(_thread_pools.values()):
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def map_processes(
+    fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]], workers: int
+) -> list[T]:
+    """``[fn(*args) for args in argument_tuples]`` on ``workers`` processes (in order)."""
+    if workers <= 1 or len(argument_tuples) <= 1:
+        return [fn(*args) for args in argument_tuples]
+    pool = _process_pool(workers)
+    return [f.result() for f in [pool.submit(fn, *args) for args in argument_tuples]]
+
+
+def map_threads(
+    fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]], workers: int
+) -> list[T]:
+    """Like :func:`map_processes`, on threads (for work that releases the interpreter lock)."""
+    if workers <= 1 or len(argument_tuples) <= 1:
+        return [fn(*args) for args in argument_tuples]
+    pool = _thread_pool(workers)
+    return [f.result() for f in [pool.submit(fn, *args) for args in argument_tuples]]
+
+
+# -- worker-side functions (top level, so that worker processes can import them) ---------------
+
+_tables: dict[tuple[int, int, int], FixedBaseTable] = {}
+
+
+def random_powers_worker(base: int, modulus: int, bits: int, count: int) -> list[Any]:
+    """In a worker: ``count`` random powers of ``base`` (the table is cached per process)."""
+    key = (int(base), int(modulus), int(bits))
+    table = _tables.get(key)
+    if table is None:
+        table = _tables[key] = FixedBaseTable(base, modulus, bits)
+    return table.random_powers(count)
+
+
+def multiexp_rows_worker(
+    bases: Sequence[Any], rows: Sequence[np.ndarray[Any, Any]], modulus: int
+) -> list[Any]:
+    """In a worker: :func:`~vfl.crypto.kernels.multiexp_rows` (signed exponents)."""
+    return multiexp_rows(bases, rows, modulus)
