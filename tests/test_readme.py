@@ -17,7 +17,7 @@ def test_quick_start_runs_as_written() -> None:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             exec(compile(block, str(README), "exec"), {"__name__": "readme"})
-        for expected in re.findall(r"print\(.*\)\s+# (\{.*\})$", block, flags=re.M):
+        for expected in re.findall(r"print\(.*\)\s+# (\{.*\}|True|False)$", block, flags=re.M):
             assert expected in out.getvalue()
 
 
