@@ -12,7 +12,11 @@ This is what ``make demo`` runs until the encrypted lab + imaging pipeline lands
    collects from each data holder only per-column aggregates (count, mean, standard deviation,
    fraction missing; columns with fewer than ``MIN_CELL`` values suppressed), merges them and
    sends the dictionary back -- then audits the transcript to show that no row-level array
-   crossed a party boundary.
+   crossed a party boundary;
+4. computes one encrypted gradient step of vertical logistic regression with the Paillier
+   engine: the lab obtains the gradient of its own weights from residuals it never sees, and
+   the imaging centre decrypts only masked, packed values. (Linkage is not built yet, so this
+   step uses the true pairs; the full pipeline comes with the vertical LR estimator.)
 
 Run::
 
@@ -33,6 +37,8 @@ from sklearn.model_selection import train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from vfl.crypto import PaillierPublicKey, generate_paillier_keypair
+from vfl.crypto.packing import pack_masked
 from vfl.datasets import (
     IDENTITY_COLUMNS,
     IMAGING_FEATURES,
@@ -83,6 +89,79 @@ def coordinator(fed: Federation) -> dict[str, Any]:
     }
     fed.broadcast("dictionary/merged", merged)
     return merged
+
+
+# -- a second protocol: the lab's gradient, computed without seeing the residuals -------------
+#
+# The imaging centre holds the labels and a Paillier key pair. It sends the lab the encrypted
+# residuals [[d]] (here at w = 0: d = sigmoid(0) - y); the lab computes its gradient
+# X_lab.T @ [[d]] / n under encryption, masks and packs it, and has the imaging centre decrypt
+# only masked values, which the lab then unmasks. Neither sees the other's data in plaintext.
+
+
+def active_party(fed: Federation, labels: np.ndarray) -> dict[str, Any]:
+    public, private = generate_paillier_keypair()
+    fed.send("lab", "grad/public-key", int(public.n))
+    residuals = 0.5 - labels.astype(float)
+    fed.send("lab", "grad/residuals", public.encrypt(residuals, workers=2).to_wire())
+    reply = fed.recv("lab", "grad/packed")
+    packed = public.vector_from_wire(reply["ciphertexts"])
+    fed.send("lab", "grad/slots", private.decrypt_packed(packed, reply["layout"]))
+    return {"decryptions": packed.size}
+
+
+def passive_party(fed: Federation, features: np.ndarray) -> np.ndarray:
+    public = PaillierPublicKey(fed.recv("imaging", "grad/public-key"))
+    residuals = public.vector_from_wire(fed.recv("imaging", "grad/residuals"))
+    gradient = (features.T @ residuals) / len(features)
+    bound = float(np.abs(features).max(axis=0).max())  # |mean of x * d| <= max |x|, as |d| <= 1
+    packed, masks = pack_masked(gradient, bound=bound)
+    fed.send(
+        "imaging",
+        "grad/packed",
+        {"ciphertexts": packed.to_wire(), "layout": masks.layout.to_dict()},
+    )
+    return masks.unmask(fed.recv("imaging", "grad/slots"))
+
+
+def encrypted_gradient_step(lab_part: pd.DataFrame, imaging_part: pd.DataFrame) -> None:
+    x_lab = lab_part.to_numpy()
+    y = imaging_part[LABEL].to_numpy()
+    local = LocalFederation(record_payloads=True)
+    began = time.perf_counter()
+    out = local.run(
+        {
+            "imaging": lambda fed: active_party(fed, y),
+            "lab": lambda fed: passive_party(fed, x_lab),
+        }
+    )
+    elapsed = time.perf_counter() - began
+    expected = x_lab.T @ (0.5 - y) / len(y)
+    error = float(np.abs(out["lab"] - expected).max())
+    print(
+        f"lab's gradient over {len(y)} patients x {x_lab.shape[1]} features in {elapsed:.1f} s "
+        f"(2048-bit key); max error against plaintext {error:.1e}; the imaging centre decrypted "
+        f"{out['imaging']['decryptions']} packed ciphertexts for {x_lab.shape[1]} masked values"
+    )
+    print(
+        local.transcript.to_frame()[["sender", "receiver", "tag", "kind", "nbytes"]].to_string(
+            index=False
+        )
+    )
+    seen = [_leaves(r.payload()) for r in local.transcript.records]
+    leaked = [
+        name
+        for name, secret in (("labels", y), ("residuals", 0.5 - y), ("lab gradient", expected))
+        if any(
+            np.isclose(v, secret, atol=1e-6).any()
+            for leaves in seen
+            for v in leaves
+            if isinstance(v, float)
+        )
+    ]
+    print(
+        f"audit: plaintext labels, residuals or gradient values in any message: {leaked or 'none'}"
+    )
 
 
 # -- the walk-through --------------------------------------------------------------------------
@@ -170,6 +249,8 @@ def main() -> None:
         f"{numbers} numbers in one message (the raw tables hold {lab[LAB_FEATURES].size} and "
         f"{imaging[IMAGING_FEATURES].size})"
     )
+    print("\n== 4. One encrypted gradient step (Paillier), on the true pairs")
+    encrypted_gradient_step(lab.loc[pairs["lab"], LAB_FEATURES], imaging.loc[pairs["imaging"]])
     print(f"\ndone in {time.perf_counter() - started:.1f} s")
 
 
