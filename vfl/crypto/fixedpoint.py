@@ -5,7 +5,7 @@ exponent per vector, so vectors add elementwise without per-element rescaling (p
 keeps an exponent per number, base 16). Signed integers live in ``Z_n`` as ``m mod n``: the
 lower third ``[0, max_int]`` holds non-negative values, the upper third ``[n - max_int, n)``
 negative ones, and a decrypted value in the middle third is an overflow, reported as an error
-instead of a silently wrapped number (python-paillier's convention, ``max_int = n // 3``).
+instead of a silently wrapped number (python-paillier's convention, ``max_int = n // 3 - 1``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ def as_real_array(values: Any, what: str) -> np.ndarray[Any, Any]:
                 "impute or drop NaN/inf before encrypting"
             )
         return arr.astype(np.float64, copy=False)
-    return arr.astype(np.int64) if arr.dtype.kind != "u" or arr.max(initial=0) < 2**63 else arr
+    if arr.dtype.kind == "u" and arr.size and arr.max() >= 2**63:
+        return arr.astype(np.float64)  # beyond int64: encoded as floats, never wrapped
+    return arr.astype(np.int64)
 
 
 def exponent_for(values: np.ndarray[Any, Any], bits: int) -> int:
@@ -73,7 +75,10 @@ def scale_to_ints(values: np.ndarray[Any, Any], exponent: int, what: str = "valu
     """``round(values * 2**-exponent)`` as signed Python integers (exact for integer input)."""
     flat = values.ravel()
     if flat.dtype.kind != "f":
-        return [int(v) << -exponent if exponent < 0 else int(v) >> exponent for v in flat.tolist()]
+        if exponent <= 0:
+            return [int(v) << -exponent for v in flat.tolist()]
+        half = 1 << (exponent - 1)
+        return [(int(v) + half) >> exponent for v in flat.tolist()]  # round half up
     with np.errstate(over="ignore"):
         scaled = np.rint(np.ldexp(flat, -exponent))
     if not np.all(np.isfinite(scaled)):
@@ -95,7 +100,9 @@ def scale_to_int64(values: np.ndarray[Any, Any], exponent: int) -> np.ndarray[An
         scaled: np.ndarray[Any, Any] = np.rint(np.ldexp(values, -exponent)).astype(np.int64)
         return scaled
     ints = values.astype(np.int64)
-    return ints << -exponent if exponent < 0 else ints >> exponent
+    if exponent <= 0:
+        return ints << -exponent
+    return (ints + (1 << (exponent - 1))) >> exponent  # round half up
 
 
 def encode(

@@ -88,7 +88,10 @@ class FixedBaseTable:
 
     def random_powers(self, count: int) -> list[Any]:
         """``base**a`` for ``count`` independent uniformly random ``a`` of ``rows*w`` bits."""
-        return [self.pow_digits(d) for d in self.random_digits(count)]
+        out: list[Any] = []
+        for start in range(0, count, 1024):  # bounded temporary memory for the digits
+            out += [self.pow_digits(d) for d in self.random_digits(min(1024, count - start))]
+        return out
 
 
 def mul_list(a: Sequence[Int], b: Sequence[Int], modulus: Int) -> list[Any]:

@@ -25,9 +25,11 @@ security:
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import threading
 import warnings
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +76,23 @@ def _check_key_size(n_length: int, insecure: bool) -> None:
         )
 
 
+_ALL_OBFUSCATORS: weakref.WeakSet[_Obfuscator] = weakref.WeakSet()
+
+
+def _forget_pools_in_child() -> None:
+    """A forked child must never reuse its parent's pooled obfuscators (equal obfuscators in
+    two ciphertexts reveal the difference of their plaintexts)."""
+    for obfuscator in list(_ALL_OBFUSCATORS):
+        obfuscator._pool = deque()
+        obfuscator._pool_target = 0
+        obfuscator._filler = None
+        obfuscator._pool_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools_in_child)
+
+
 class _Obfuscator:
     """Draws ``h_s**a mod M`` for random ``a`` of ``bits`` bits, optionally from a refilled pool."""
 
@@ -81,9 +100,11 @@ class _Obfuscator:
         self.h_s, self.modulus, self.bits = h_s, modulus, bits
         self._table: FixedBaseTable | None = None
         self._lock = threading.Lock()
+        self._pool_lock = threading.Lock()
         self._pool: deque[Any] = deque()
         self._pool_target = 0
         self._filler: threading.Thread | None = None
+        _ALL_OBFUSCATORS.add(self)
 
     @property
     def table(self) -> FixedBaseTable:
@@ -110,24 +131,32 @@ class _Obfuscator:
         return out
 
     def start_pool(self, size: int) -> None:
-        self._pool_target = int(size)
-        if self._filler is None or not self._filler.is_alive():
-            self._filler = threading.Thread(
-                target=self._fill, name="vflink-obfuscators", daemon=True
-            )
-            self._filler.start()
+        with self._pool_lock:
+            self._pool_target = int(size)
+            if self._filler is None:
+                self._filler = threading.Thread(
+                    target=self._fill, name="vflink-obfuscators", daemon=True
+                )
+                self._filler.start()
 
     def stop_pool(self) -> None:
-        self._pool_target = 0
-        self._pool.clear()
+        with self._pool_lock:
+            self._pool_target = 0
+            self._pool.clear()
 
     def pool_size(self) -> int:
         return len(self._pool)
 
     def _fill(self) -> None:
         table = self.table
-        while len(self._pool) < self._pool_target:
-            self._pool.extend(table.random_powers(16))
+        while True:
+            batch = table.random_powers(16)
+            with self._pool_lock:
+                room = self._pool_target - len(self._pool)
+                if room <= 0:
+                    self._filler = None  # decided under the lock: start_pool makes a new one
+                    return
+                self._pool.extend(batch[:room])
 
 
 class PaillierPublicKey:
@@ -153,7 +182,7 @@ class PaillierPublicKey:
         _check_key_size(n.bit_length(), insecure)
         self.n = mpz(n)
         self.nsquare = self.n * self.n
-        self.max_int = self.n // 3
+        self.max_int = self.n // 3 - 1  # as python-paillier
         self.insecure = insecure
         default_bits = (n.bit_length() + 1) // 2
         bits = default_bits if obfuscation_bits is None else int(obfuscation_bits)
@@ -206,7 +235,8 @@ class PaillierPublicKey:
         values : array_like of real numbers
             1-d (or 0-d) numeric values, all finite.
         precision : float, optional
-            Absolute precision of float values (default ``2**-32``); integers are exact.
+            Absolute precision of float values (default ``2**-32``); integer arrays are exact
+            when no precision is given.
         workers : int, optional
             Processes to share the work (default :func:`vfl.crypto.parallel.default_workers`).
 

@@ -115,14 +115,18 @@ def map_threads(
 # -- worker-side functions (top level, so that worker processes can import them) ---------------
 
 _tables: dict[tuple[int, int, int], FixedBaseTable] = {}
+_MAX_TABLES = 4  # about 54 MiB each for 2048-bit keys: keep the most recently used few
 
 
 def random_powers_worker(base: int, modulus: int, bits: int, count: int) -> list[Any]:
-    """In a worker: ``count`` random powers of ``base`` (the table is cached per process)."""
+    """In a worker: ``count`` random powers of ``base`` (tables cached per process, LRU)."""
     key = (int(base), int(modulus), int(bits))
-    table = _tables.get(key)
+    table = _tables.pop(key, None)
     if table is None:
-        table = _tables[key] = FixedBaseTable(base, modulus, bits)
+        table = FixedBaseTable(base, modulus, bits)
+    _tables[key] = table  # most recent last
+    while len(_tables) > _MAX_TABLES:
+        del _tables[next(iter(_tables))]
     return table.random_powers(count)
 
 

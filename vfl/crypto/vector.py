@@ -17,17 +17,19 @@ fixed-point precision):
 numpy defers to this type (``__array_ufunc__ = None``), so ``X.T @ vec`` and ``ndarray * vec``
 call it rather than building object arrays.
 
-Negative plaintext multipliers cost no modular inversion per term: products with positive and
-negative multipliers are accumulated apart and one inversion per output joins them (batched by
-Montgomery's trick for elementwise products).
+Negative plaintext multipliers cost no modular inversion per term: inverses are computed in one
+batch by Montgomery's trick (one inversion per call): of the ciphertexts that meet a negative
+entry in ``A @ u``, of the products with negative multipliers in ``u * x``.
 
 Results of homomorphic operations are deterministic functions of their inputs (a product with
 zero is the ciphertext 1); :meth:`EncryptedVector.to_wire` re-randomises such vectors before
 they leave the party, as phe does with ``ciphertext(be_secure=True)``.
 
-Overflow: encoding checks every value against the plaintext space; results are checked where
-the party knows bounds (vectors it encrypted itself) and always at decryption, where a value
-in the overflow band raises instead of wrapping silently.
+Overflow: encoding checks every value against the plaintext space, and decryption raises on a
+value in the overflow band (the middle third of the plaintext space) instead of returning a
+wrapped number. Bounds are not tracked through computations, so a result that overflows far
+enough to wrap back into the valid range is not detected: keep results far below the capacity
+(about ``n_length - 2`` bits; vflink's protocols stay hundreds of bits below).
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ class EncryptedVector:
         self.public_key = public_key
         self.ciphertexts = ciphertexts
         self.exponent = int(exponent)
+        if abs(self.exponent) > 4 * public_key.n_length:
+            raise ValueError(
+                f"fixed-point exponent {self.exponent} is out of range for a "
+                f"{public_key.n_length}-bit key (|exponent| <= {4 * public_key.n_length})"
+            )
         self.shape = (len(ciphertexts),) if shape is None else tuple(shape)
         if len(self.shape) > 1 or int(np.prod(self.shape)) != len(ciphertexts):
             raise ValueError(f"an EncryptedVector is 0-d or 1-d; got shape {self.shape}")
@@ -111,6 +118,11 @@ class EncryptedVector:
     def rescale(self, exponent: int) -> EncryptedVector:
         """The same values at a lower (finer) ``exponent``: each ciphertext raised to ``2**k``."""
         shift = self.exponent - int(exponent)
+        if shift > self.public_key.n_length:
+            raise ValueError(
+                f"rescaling by 2**{shift} would exceed the plaintext space of a "
+                f"{self.public_key.n_length}-bit key"
+            )
         if shift < 0:
             raise ValueError(
                 f"can only lower the exponent ({self.exponent} -> {exponent}); rounding an "
@@ -328,6 +340,8 @@ class EncryptedVector:
         if any(int(x.public_key.n) != int(public_key.n) for x in numbers):
             raise ValueError("the EncryptedNumbers are not all under this public key")
         exponent = 4 * min(int(x.exponent) for x in numbers)
+        if 4 * max(int(x.exponent) for x in numbers) - exponent > public_key.n_length:
+            raise ValueError("the EncryptedNumbers' exponents are too far apart to align")
         nsq = public_key.nsquare
         cs = [
             gmpy2.powmod(

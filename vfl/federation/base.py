@@ -47,7 +47,7 @@ __all__ = [
 DEFAULT_TIMEOUT = 300.0
 """Seconds a ``recv`` waits by default before it gives up."""
 
-_TAG_RE = re.compile(r"^[\x21-\x7e]{1,256}$")
+_TAG_RE = re.compile(r"[\x21-\x7e]{1,256}")
 
 
 class FederationError(RuntimeError):
@@ -201,7 +201,7 @@ class Transcript:
 
 def check_tag(tag: str) -> str:
     """Validate a message tag: 1-256 printable ASCII characters without spaces."""
-    if not isinstance(tag, str) or not _TAG_RE.match(tag):
+    if not isinstance(tag, str) or not _TAG_RE.fullmatch(tag):
         raise ValueError(
             f"invalid message tag {tag!r}: use 1-256 printable ASCII characters without "
             "spaces, e.g. 'vlr/grad/3'"
@@ -295,7 +295,9 @@ class Federation(abc.ABC):
         """
         self._check_peer(frm, "receive from")
         check_tag(tag)
-        data = self._recv_bytes(frm, tag, self._deadline(timeout))
+        data = self._recv_bytes(
+            frm, tag, self._deadline(timeout), explicit_timeout=timeout is not None
+        )
         return self._decode(frm, tag, data)
 
     def gather(
@@ -324,7 +326,8 @@ class Federation(abc.ABC):
         Returns
         -------
         dict of str to payload
-            The replies, keyed by sender, in the order of ``senders``.
+            The replies, keyed by sender, in the order of ``senders``. When the call raises
+            (too few replies, or a malformed one), the replies it had taken are lost.
         """
         wanted = tuple(dict.fromkeys(senders))
         for peer in wanted:
@@ -333,7 +336,9 @@ class Federation(abc.ABC):
         need = len(wanted) if min_count is None else int(min_count)
         if not 0 <= need <= len(wanted):
             raise ValueError(f"min_count={min_count} must be between 0 and {len(wanted)}")
-        raw = self._gather_bytes(wanted, tag, self._deadline(timeout))
+        raw = self._gather_bytes(
+            wanted, tag, self._deadline(timeout), need=need, explicit_timeout=timeout is not None
+        )
         if len(raw) < need:
             missing = [p for p in wanted if p not in raw]
             raise FederationTimeoutError(
@@ -349,22 +354,32 @@ class Federation(abc.ABC):
         """Deliver one encoded message (may block for backpressure)."""
 
     @abc.abstractmethod
-    def _recv_bytes(self, frm: str, tag: str, deadline: float) -> bytes:
+    def _recv_bytes(
+        self, frm: str, tag: str, deadline: float, *, explicit_timeout: bool = False
+    ) -> bytes:
         """Return the oldest message from ``frm`` with ``tag`` before ``time.monotonic()`` passes
-        ``deadline``, else raise :class:`FederationTimeoutError` / :class:`PeerGoneError`."""
+        ``deadline``, else raise :class:`FederationTimeoutError` / :class:`PeerGoneError`.
+
+        ``explicit_timeout`` tells that the caller chose the timeout (and may expect it)."""
 
     def _gather_bytes(
-        self, senders: tuple[str, ...], tag: str, deadline: float
+        self,
+        senders: tuple[str, ...],
+        tag: str,
+        deadline: float,
+        *,
+        need: int,
+        explicit_timeout: bool = False,
     ) -> dict[str, bytes]:
         """Collect one message per sender until the deadline; senders that are gone are skipped.
 
         This generic version waits for the senders one after another; transports that can
-        wait for all at once override it.
+        wait for all at once override it. ``need`` is the caller's ``min_count``.
         """
         out: dict[str, bytes] = {}
         for peer in senders:
             try:
-                out[peer] = self._recv_bytes(peer, tag, deadline)
+                out[peer] = self._recv_bytes(peer, tag, deadline, explicit_timeout=True)
             except (FederationTimeoutError, PeerGoneError):
                 continue
         return out

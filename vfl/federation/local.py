@@ -22,7 +22,10 @@ tensors every mini-batch in both directions, 100+ simulated clients of which som
 * deadlock detection: when every unfinished party waits and no pending message can satisfy any
   of them (e.g. a tag mismatch: ``'grad/3'`` awaited, ``'grad/4'`` sent), the last party to wait
   raises :class:`ProtocolMismatchError` describing every wait and every pending tag, at once
-  instead of at the timeout;
+  instead of at the timeout. Waits whose timeout the caller chose (``timeout=``), and gathers
+  that already hold ``min_count`` replies, count as resolvable by their timeout and never
+  trigger it;
+* one thread per party: a party's callable may not use its channel from several threads at once;
 * a ``recv`` from a party that has returned without sending raises :class:`PeerGoneError` at
   once; ``gather`` treats such parties as dropped out, which is how simulated clients drop out.
 """
@@ -68,6 +71,7 @@ class _Wait:
     peers: tuple[str, ...]
     tag: str
     nbytes: int = 0  # for "send": size of the message waiting for room
+    resolvable: bool = False  # its timeout was chosen by the caller, or would end it successfully
 
 
 class _Hub:
@@ -117,7 +121,10 @@ class _Hub:
     def deadlock_report(self) -> str | None:
         """Describe the deadlock if every unfinished party waits unsatisfiably, else None."""
         live = [p for p in self.parties if p not in self.finished]
-        if not live or any(p not in self.waits or self.satisfiable(p, self.waits[p]) for p in live):
+        if not live or any(
+            p not in self.waits or self.waits[p].resolvable or self.satisfiable(p, self.waits[p])
+            for p in live
+        ):
             return None
         lines = []
         for party in live:
@@ -228,7 +235,9 @@ class LocalChannel(Federation):
         hub.conds[frm].notify()  # the sender may wait for room
         return data
 
-    def _recv_bytes(self, frm: str, tag: str, deadline: float) -> bytes:
+    def _recv_bytes(
+        self, frm: str, tag: str, deadline: float, *, explicit_timeout: bool = False
+    ) -> bytes:
         hub, me = self._hub, self.name
         started = time.monotonic()
         with hub.lock:
@@ -243,7 +252,8 @@ class LocalChannel(Federation):
                         f"without sending it; pending from {frm!r}: "
                         f"{sorted(hub.pending_tags(frm, me)) or 'nothing'}"
                     )
-                if not hub.wait(me, _Wait("recv", (frm,), tag), deadline):
+                wait = _Wait("recv", (frm,), tag, resolvable=explicit_timeout)
+                if not hub.wait(me, wait, deadline):
                     raise FederationTimeoutError(
                         f"party {me!r} waited {time.monotonic() - started:.1f} s for {tag!r} "
                         f"from {frm!r} and nothing arrived; pending from {frm!r}: "
@@ -251,7 +261,13 @@ class LocalChannel(Federation):
                     )
 
     def _gather_bytes(
-        self, senders: tuple[str, ...], tag: str, deadline: float
+        self,
+        senders: tuple[str, ...],
+        tag: str,
+        deadline: float,
+        *,
+        need: int,
+        explicit_timeout: bool = False,
     ) -> dict[str, bytes]:
         hub, me = self._hub, self.name
         out: dict[str, bytes] = {}
@@ -264,7 +280,10 @@ class LocalChannel(Federation):
                         if data is not None:
                             out[peer] = data
                 waiting = tuple(p for p in senders if p not in out and p not in hub.finished)
-                if not waiting or not hub.wait(me, _Wait("recv", waiting, tag), deadline):
+                if not waiting:
+                    return out
+                resolvable = explicit_timeout or len(out) >= need
+                if not hub.wait(me, _Wait("recv", waiting, tag, resolvable=resolvable), deadline):
                     return out
 
 

@@ -58,6 +58,9 @@ DEFAULT_MAX_BYTES = 256 * 2**20
 MAX_DEPTH = 32
 """Deepest nesting of lists and dicts that :func:`decode` accepts."""
 MAX_NDIM = 32
+MAX_ITEMS = 2**22
+"""Most values (scalars, strings, containers, arrays) one message may decode to, which bounds the
+memory of Python objects a small message could ask for; bulk data travels as numpy arrays."""
 FINGERPRINT_BYTES = 32
 _MAX_ELEMENTS = 2**56  # no shape, even one with a zero, may overflow numpy's byte count
 
@@ -132,8 +135,10 @@ class CiphertextBlock:
             raise WireFormatError(
                 f"CiphertextBlock.width must be 1..65536 bytes, got {self.width!r}"
             )
-        if any(not isinstance(d, int) or d < 0 for d in self.shape):
-            raise WireFormatError(f"CiphertextBlock.shape must be non-negative ints: {self.shape}")
+        if len(self.shape) > MAX_NDIM or any(not isinstance(d, int) or d < 0 for d in self.shape):
+            raise WireFormatError(
+                f"CiphertextBlock.shape must be at most {MAX_NDIM} non-negative ints: {self.shape}"
+            )
         if len(self.data) != self.count * self.width:
             raise WireFormatError(
                 f"CiphertextBlock holds {len(self.data)} bytes of ciphertext but its shape "
@@ -229,7 +234,7 @@ def _encode_into(parts: list[bytes], obj: Any, path: str, depth: int) -> None:
     elif isinstance(obj, (int, np.integer)):
         value = int(obj)
         body = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
-        parts += [_U8.pack(_INT), _U32.pack(len(body)), body]
+        parts += [_U8.pack(_INT), _u32(len(body), path), body]
     elif isinstance(obj, (float, np.floating)):
         parts += [_U8.pack(_FLOAT), _F64.pack(float(obj))]
     elif isinstance(obj, str):
@@ -237,16 +242,16 @@ def _encode_into(parts: list[bytes], obj: Any, path: str, depth: int) -> None:
             body = obj.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise TypeError(f"{path}: string is not valid Unicode text ({exc})") from None
-        parts += [_U8.pack(_STR), _U32.pack(len(body)), body]
+        parts += [_U8.pack(_STR), _u32(len(body), path), body]
     elif isinstance(obj, (bytes, bytearray, memoryview)):
         body = bytes(obj)
         parts += [_U8.pack(_BYTES), _U64.pack(len(body)), body]
     elif isinstance(obj, (list, tuple)):
-        parts += [_U8.pack(_LIST), _U32.pack(len(obj))]
+        parts += [_U8.pack(_LIST), _u32(len(obj), path)]
         for i, item in enumerate(obj):
             _encode_into(parts, item, f"{path}[{i}]", depth + 1)
     elif isinstance(obj, dict):
-        parts += [_U8.pack(_DICT), _U32.pack(len(obj))]
+        parts += [_U8.pack(_DICT), _u32(len(obj), path)]
         for key, value in obj.items():
             if isinstance(key, bool) or not isinstance(key, (str, int)):
                 raise TypeError(
@@ -278,6 +283,12 @@ def _encode_into(parts: list[bytes], obj: Any, path: str, depth: int) -> None:
         )
 
 
+def _u32(value: int, path: str) -> bytes:
+    if value >= 2**32:
+        raise ValueError(f"{path}: {value} elements or bytes exceed the wire format's 2**32 limit")
+    return _U32.pack(value)
+
+
 def _encode_array(parts: list[bytes], arr: np.ndarray[Any, Any], path: str) -> None:
     code = _DTYPE_CODES.get((arr.dtype.kind, arr.dtype.itemsize))
     if code is None or arr.dtype.fields is not None:
@@ -306,12 +317,15 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX
     WireFormatError
         The message is larger than ``max_bytes``, truncated, has trailing bytes, an unknown
         magic, version, type or dtype code, a length or shape that disagrees with its bytes,
-        invalid UTF-8, non-0/1 booleans, duplicate dict keys, or nesting deeper than
-        :data:`MAX_DEPTH`.
+        invalid UTF-8, non-0/1 booleans, duplicate dict keys, nesting deeper than
+        :data:`MAX_DEPTH`, or more than :data:`MAX_ITEMS` values.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise WireFormatError(f"expected bytes to decode, got {type(data).__name__}")
-    view = memoryview(data).cast("B")
+    try:
+        view = memoryview(data).cast("B")
+    except TypeError as exc:  # e.g. a non-contiguous memoryview
+        raise WireFormatError(f"cannot read the message as bytes: {exc}") from None
     if len(view) > max_bytes:
         raise WireFormatError(
             f"message of {len(view)} bytes exceeds the size limit of {max_bytes} bytes"
@@ -335,6 +349,7 @@ class _Reader:
     def __init__(self, view: memoryview) -> None:
         self.view = view
         self.pos = 0
+        self.items = 0
 
     def take(self, n: int, what: str) -> memoryview:
         end = self.pos + n
@@ -366,6 +381,11 @@ class _Reader:
             raise WireFormatError(f"nesting deeper than {MAX_DEPTH} levels at offset {self.pos}")
         start = self.pos
         tag = self.u8("type tag")
+        self.items += 1
+        if self.items > MAX_ITEMS:
+            raise WireFormatError(
+                f"more than {MAX_ITEMS} values in one message (at offset {start})"
+            )
         if tag == _NONE:
             return None
         if tag == _FALSE:

@@ -151,3 +151,16 @@ def test_two_workers_give_the_same_results(keypair: Keys) -> None:
     np.testing.assert_array_equal(
         private.decrypt(X.T @ vec), private.decrypt(matvec(X.T, vec, workers=2))
     )
+
+
+def test_a_forked_child_forgets_the_pooled_obfuscators(keypair: Keys) -> None:
+    from vfl.crypto.keys import _forget_pools_in_child
+
+    public, _ = keypair
+    public.start_obfuscator_pool(8)
+    deadline = __import__("time").monotonic() + 30
+    while public.obfuscator_pool_size() < 8 and __import__("time").monotonic() < deadline:
+        __import__("time").sleep(0.01)
+    assert public.obfuscator_pool_size() == 8
+    _forget_pools_in_child()  # what os.register_at_fork runs in a child
+    assert public.obfuscator_pool_size() == 0

@@ -172,3 +172,28 @@ def test_bad_operations_give_clear_errors(keypair: Keys, other_keypair: Keys) ->
         u[5]
     with pytest.raises(ValueError, match="can only lower the exponent"):
         u.rescale(u.exponent + 1)
+
+
+def test_hostile_exponents_are_refused(keypair: Keys) -> None:
+    public, _ = keypair
+    u = public.encrypt(np.ones(2))
+    block = u.to_wire()
+    for exponent in (-(2**62), 2**40, -5000):
+        forged = CiphertextBlock(
+            block.key_fingerprint, block.shape, np.array([exponent]), block.width, block.data
+        )
+        with pytest.raises(ValueError, match="out of range"):
+            public.vector_from_wire(forged)
+    deep = EncryptedVector(public, u.ciphertexts, -4000)
+    with pytest.raises(ValueError, match="exceed the plaintext space"):
+        u + deep
+
+
+def test_huge_unsigned_multipliers_keep_their_sign(keypair: Keys) -> None:
+    public, private = keypair
+    u = public.encrypt(np.array([1.0, 2.0]))
+    k = np.array([2**63 + 2**40, 5], dtype=np.uint64)
+    got = private.decrypt(u * k)  # 24 significant bits of max |k|: the 5 is below resolution
+    assert got[0] == pytest.approx(float(2**63 + 2**40), rel=1e-6)
+    assert got[1] >= 0
+    np.testing.assert_array_equal(private.decrypt(public.encrypt(np.array([7, 9])) * 3), [21, 27])

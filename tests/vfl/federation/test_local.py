@@ -408,3 +408,44 @@ def test_runs_are_independent() -> None:
     out = local.run({"a": lambda fed: fed.send("b", "x", 2), "b": lambda fed: fed.recv("a", "x")})
     assert out["b"] == 2
     assert len(first) == 1 and len(local.transcript) == 1 and local.transcript is not first
+
+
+def test_a_gather_that_has_min_count_waits_for_its_timeout_not_a_mismatch() -> None:
+    def server(fed: Federation) -> list[str]:
+        got = fed.gather(["c1", "c2", "c3"], "update/0", min_count=2, timeout=0.5)
+        fed.broadcast("round/1", True)
+        return sorted(got)
+
+    def quick(fed: Federation) -> None:
+        fed.send("server", "update/0", 1)
+        fed.recv("server", "round/1")
+
+    def silent(fed: Federation) -> None:  # alive, but waits for the next round
+        fed.recv("server", "round/1")
+
+    out = LocalFederation().run({"server": server, "c1": quick, "c2": quick, "c3": silent})
+    assert out["server"] == ["c1", "c2"]
+
+
+def test_a_recv_with_its_own_timeout_may_be_caught() -> None:
+    def poller(fed: Federation) -> int:
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return int(fed.recv("worker", "result", timeout=0.1)) + tries * 0
+            except TimeoutError:
+                fed.send("worker", "nudge", tries)
+
+    def worker(fed: Federation) -> None:
+        fed.recv("poller", "nudge")  # only answers once nudged
+        fed.send("poller", "result", 42)
+
+    assert LocalFederation().run({"poller": poller, "worker": worker})["poller"] == 42
+
+
+def test_tags_with_a_trailing_newline_are_refused() -> None:
+    with pytest.raises(PartyFailedError, match="invalid message tag"):
+        LocalFederation().run(
+            {"a": lambda fed: fed.send("b", "grad/3\n", 1), "b": lambda fed: None}
+        )

@@ -370,3 +370,17 @@ def test_size_accounting_is_exact() -> None:
     # magic (3) + version (1) + tag (1) + dtype (1) + ndim (1) + 2 dims (16) + data
     assert len(encode(arr)) == 3 + 1 + 1 + 1 + 1 + 16 + arr.nbytes
     assert math.isnan(decode(encode(float("nan"))))
+
+
+def test_encode_side_limits_are_value_errors() -> None:
+    with pytest.raises(WireFormatError, match="at most 32"):
+        CiphertextBlock(b"k" * 32, (1,) * 33, np.zeros(1, np.int64), 1, b"\x01")
+    with pytest.raises(WireFormatError, match="cannot read the message"):
+        decode(memoryview(encode([1, 2]) * 2)[::2])
+
+
+def test_message_item_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wire, "MAX_ITEMS", 100)
+    assert decode(encode([None] * 99)) == [None] * 99
+    with pytest.raises(WireFormatError, match="more than 100 values"):
+        decode(encode([None] * 100))
