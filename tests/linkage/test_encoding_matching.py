@@ -1,0 +1,169 @@
+"""Bloom-filter encodings, Dice similarity, one-to-one matching, the automatic threshold."""
+
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from linkage.encoding import Encodings, encode
+from linkage.matching import dice_pairs, evaluate, match
+from linkage.schema import Field, Schema
+from vfl.datasets import make_lab_imaging_cohort
+
+SCHEMA = Schema(
+    [
+        Field("given_name", "name"),
+        Field("surname", "name"),
+        Field("date_of_birth", "date"),
+        Field("sex", "categorical"),
+        Field("postcode", "text"),
+    ]
+)
+SECRET = b"a shared secret of 32 bytes, ok!"
+
+
+def people() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "given_name": ["Anna", "José", "Lukas", None],
+            "surname": ["Smith", "García", "Krüger", "Nowak"],
+            "date_of_birth": ["19800101", "19751231", None, "20000229"],
+            "sex": ["F", "M", "M", "F"],
+            "postcode": ["10115", "20095", "80331", "50667"],
+        },
+        index=["r1", "r2", "r3", "r4"],
+    )
+
+
+def test_known_answer_same_input_and_secret_same_bits() -> None:
+    one, two = encode(people(), SCHEMA, secret=SECRET), encode(people(), SCHEMA, secret=SECRET)
+    np.testing.assert_array_equal(one.words, two.words)
+    assert one.fingerprint == two.fingerprint
+    assert list(one.index) == ["r1", "r2", "r3", "r4"]
+    assert one.words.shape == (4, 16) and one.words.dtype == np.uint64
+    other = encode(people(), SCHEMA, secret=secrets.token_bytes(32))
+    assert other.fingerprint != one.fingerprint
+    shared = np.bitwise_count(one.words & other.words).sum(axis=1)
+    expected = one.popcounts() * other.popcounts() / 1024  # unrelated filters: chance overlap
+    assert np.all(np.abs(shared - expected) < 6 * np.sqrt(expected) + 5)
+
+
+def test_normalisation_makes_accents_case_and_spacing_irrelevant() -> None:
+    variant = people().assign(
+        given_name=["ANNA", "Jose", "lukas", None],
+        surname=[" smith", "Garcia", "Kruger", "NOWAK"],
+        postcode=["10115 ", "20095", "80331", "50667"],
+    )
+    a = encode(people(), SCHEMA, secret=SECRET)
+    b = encode(variant, SCHEMA, secret=SECRET)
+    np.testing.assert_array_equal(a.words, b.words)
+
+
+def naive_dice(x: np.ndarray, y: np.ndarray) -> float:
+    inter = sum(bin(int(u) & int(v)).count("1") for u, v in zip(x, y, strict=True))
+    total = sum(bin(int(u)).count("1") for u in x) + sum(bin(int(v)).count("1") for v in y)
+    return 2 * inter / total
+
+
+def test_dice_matches_a_naive_reference_and_the_length_filter_drops_nothing_it_should_keep() -> (
+    None
+):
+    lab, imaging, _ = make_lab_imaging_cohort(300, overlap=0.5, typo_rate=0.3, random_state=4)
+    a, b = encode(lab, SCHEMA, secret=SECRET), encode(imaging, SCHEMA, secret=SECRET)
+    ia, ib, scores, best = dice_pairs(a, b, floor=0.0, chunk=64)
+    full = np.zeros((len(a), len(b)))
+    full[ia, ib] = scores
+    rng = np.random.default_rng(0)
+    for i, j in zip(rng.integers(0, len(a), 200), rng.integers(0, len(b), 200), strict=True):
+        assert full[i, j] == pytest.approx(naive_dice(a.words[i], b.words[j]), abs=1e-12)
+    np.testing.assert_allclose(best[:, 0], full.max(axis=1))
+    for floor in (0.6, 0.8):
+        fa, fb, fs, _ = dice_pairs(a, b, floor=floor, chunk=64)
+        expected = {(i, j) for i, j in zip(*np.nonzero(full >= floor), strict=True)}
+        assert set(zip(fa.tolist(), fb.tolist(), strict=True)) == expected
+        assert np.all(fs >= floor)
+
+
+def test_matching_is_one_to_one_and_finds_the_true_pairs() -> None:
+    lab, imaging, truth = make_lab_imaging_cohort(1500, overlap=0.6, typo_rate=0.2, random_state=5)
+    a, b = encode(lab, SCHEMA, secret=SECRET), encode(imaging, SCHEMA, secret=SECRET)
+    links = match(a, b, threshold=0.8)
+    assert links["a"].is_unique and links["b"].is_unique
+    assert links["score"].is_monotonic_decreasing and (links["score"] >= 0.8).all()
+    quality = evaluate(links.rename(columns={"a": "lab", "b": "imaging"}), truth)
+    assert quality["precision"] > 0.97 and quality["recall"] > 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("typo_rate", [0.1, 0.2])
+def test_the_automatic_threshold_is_close_to_the_best(typo_rate: float) -> None:
+    lab, imaging, truth = make_lab_imaging_cohort(
+        6000, overlap=0.6, typo_rate=typo_rate, random_state=6
+    )
+    a, b = encode(lab, SCHEMA, secret=SECRET), encode(imaging, SCHEMA, secret=SECRET)
+    auto = match(a, b)
+    f1_auto = evaluate(auto, truth)["f1"]
+    f1_best = max(
+        evaluate(match(a, b, threshold=t), truth)["f1"] for t in np.arange(0.7, 0.98, 0.01)
+    )
+    assert 0.5 < auto.attrs["threshold"] < 1.0
+    assert f1_auto >= f1_best - 0.01
+
+
+def test_encodings_from_another_schema_or_secret_are_refused() -> None:
+    a = encode(people(), SCHEMA, secret=SECRET)
+    b = encode(people(), SCHEMA, secret=b"another secret of 32 bytes......")
+    with pytest.raises(ValueError, match="different schemas or secrets"):
+        match(a, b, threshold=0.8)
+    c = encode(people(), Schema([*SCHEMA.fields[:4]]), secret=SECRET)
+    with pytest.raises(ValueError, match="different schemas or secrets"):
+        dice_pairs(a, c)
+
+
+def test_bad_input_gets_clear_errors() -> None:
+    frame = people()
+    with pytest.raises(ValueError, match=r"columns \['sex'\] of the schema are not in the frame"):
+        encode(frame.drop(columns="sex"), SCHEMA, secret=SECRET)
+    with pytest.raises(ValueError, match=r"do not parse as '%Y%m%d', e.g. row 'r2': '31/12/1975'"):
+        encode(
+            frame.assign(date_of_birth=["19800101", "31/12/1975", None, None]),
+            SCHEMA,
+            secret=SECRET,
+        )
+    with pytest.raises(
+        ValueError, match=r"1 rows have every identity field missing \(e.g. \['r4'\]\)"
+    ):
+        encode(
+            frame.assign(**{c: [*frame[c][:3], None] for c in SCHEMA.columns}),
+            SCHEMA,
+            secret=SECRET,
+        )
+    with pytest.raises(ValueError, match="empty frame"):
+        encode(frame.iloc[:0], SCHEMA, secret=SECRET)
+    with pytest.raises(ValueError, match="index must be unique"):
+        encode(frame.set_axis(["r1", "r1", "r2", "r3"]), SCHEMA, secret=SECRET)
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        encode(frame, SCHEMA, secret=b"short")
+    with pytest.raises(ValueError, match=r"missing values .* missing='error'"):
+        encode(frame, Schema([Field("given_name", "name", missing="error")]), secret=SECRET)
+
+
+def test_schema_checks_and_json_round_trip() -> None:
+    assert Schema.from_json(SCHEMA.to_json()) == SCHEMA
+    with pytest.raises(ValueError, match="invalid linkage schema") as info:
+        Schema([Field("a", "colour"), Field("a", "name", q=9), Field("b", weight=0)], bits=1000)
+    message = str(info.value)
+    for problem in (
+        "unknown kind 'colour'",
+        "q must be 1..5",
+        "weight must be 1..200",
+        "duplicate field names ['a']",
+        "multiple of 64",
+    ):
+        assert problem in message  # every problem at once
+    with pytest.raises(ValueError, match="not a linkage schema"):
+        Schema.from_json("{}")
+    assert isinstance(encode(people(), SCHEMA, secret=SECRET), Encodings)
