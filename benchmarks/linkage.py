@@ -25,25 +25,15 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import numpy as np  # noqa: E402
 
 from linkage import (  # noqa: E402
-    Field,
-    Schema,
     dice_pairs,
     encode,
     evaluate,
     match,
     psi_intersection,
 )
-from vfl.datasets import make_lab_imaging_cohort  # noqa: E402
+from vfl.datasets import identity_schema, make_lab_imaging_cohort  # noqa: E402
 
-SCHEMA = Schema(
-    [
-        Field("given_name", "name"),
-        Field("surname", "name"),
-        Field("date_of_birth", "date"),
-        Field("sex", "categorical"),
-        Field("postcode", "text"),
-    ]
-)
+SCHEMA = identity_schema()
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ Sub-packages:
 
 * :mod:`vfl.federation` -- the :class:`~vfl.federation.Federation` interface every protocol is
   written against, the in-process :class:`~vfl.federation.LocalFederation`, and the wire format;
+* :mod:`vfl.crypto` -- Paillier encryption on whole numpy vectors, compatible with phe;
 * :mod:`vfl.datasets` -- synthetic cohorts (the lab network + imaging centre scenario).
 """
 

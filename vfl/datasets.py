@@ -20,6 +20,7 @@ __all__ = [
     "LABEL",
     "LAB_FEATURES",
     "LabImagingCohort",
+    "identity_schema",
     "make_lab_imaging_cohort",
 ]
 
@@ -157,6 +158,23 @@ for _r, _row in enumerate(_KEYBOARD_ROWS):
         _NEIGHBOURS[_ch] = "".join(_near)
 
 _CORRUPTIONS = ("typo", "typo", "swap", "nickname", "missing", "moved", "dob")
+
+
+def identity_schema() -> Any:
+    """The :class:`linkage.Schema` of the cohort's fuzzy identity fields (not the exact ID):
+    given name and surname (``name``), date of birth (``date``), sex (``categorical``) and
+    postcode (``text``), with the defaults of each kind."""
+    from linkage import Field, Schema
+
+    return Schema(
+        [
+            Field("given_name", "name"),
+            Field("surname", "name"),
+            Field("date_of_birth", "date"),
+            Field("sex", "categorical"),
+            Field("postcode", "text"),
+        ]
+    )
 
 
 class LabImagingCohort(NamedTuple):

@@ -11,17 +11,9 @@ import pytest
 from linkage.encoding import Encodings, encode
 from linkage.matching import dice_pairs, evaluate, match
 from linkage.schema import Field, Schema
-from vfl.datasets import make_lab_imaging_cohort
+from vfl.datasets import identity_schema, make_lab_imaging_cohort
 
-SCHEMA = Schema(
-    [
-        Field("given_name", "name"),
-        Field("surname", "name"),
-        Field("date_of_birth", "date"),
-        Field("sex", "categorical"),
-        Field("postcode", "text"),
-    ]
-)
+SCHEMA = identity_schema()
 SECRET = b"a shared secret of 32 bytes, ok!"
 
 

@@ -92,24 +92,30 @@ def _shutdown() -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _map(
+    pool: Callable[[int], Executor],
+    fn: Callable[..., T],
+    argument_tuples: Sequence[tuple[Any, ...]],
+    workers: int,
+) -> list[T]:
+    if workers <= 1 or len(argument_tuples) <= 1:
+        return [fn(*args) for args in argument_tuples]
+    executor = pool(workers)
+    return [f.result() for f in [executor.submit(fn, *args) for args in argument_tuples]]
+
+
 def map_processes(
     fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]], workers: int
 ) -> list[T]:
     """``[fn(*args) for args in argument_tuples]`` on ``workers`` processes (in order)."""
-    if workers <= 1 or len(argument_tuples) <= 1:
-        return [fn(*args) for args in argument_tuples]
-    pool = _process_pool(workers)
-    return [f.result() for f in [pool.submit(fn, *args) for args in argument_tuples]]
+    return _map(_process_pool, fn, argument_tuples, workers)
 
 
 def map_threads(
     fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]], workers: int
 ) -> list[T]:
     """Like :func:`map_processes`, on threads (for work that releases the interpreter lock)."""
-    if workers <= 1 or len(argument_tuples) <= 1:
-        return [fn(*args) for args in argument_tuples]
-    pool = _thread_pool(workers)
-    return [f.result() for f in [pool.submit(fn, *args) for args in argument_tuples]]
+    return _map(_thread_pool, fn, argument_tuples, workers)
 
 
 # -- worker-side functions (top level, so that worker processes can import them) ---------------
