@@ -151,7 +151,7 @@ class EncryptedVector:
         shape = _broadcast_shape(self.shape, arr.shape)
         pk = self.public_key
         encoded = fixedpoint.encode(
-            np.broadcast_to(arr.astype(np.float64), shape),
+            np.broadcast_to(arr, shape),
             self.exponent,
             int(pk.n),
             int(pk.max_int),
