@@ -56,7 +56,7 @@ def dice_pairs(
     order_b = np.argsort(pop_b, kind="stable")
     sorted_pop_b = pop_b[order_b]
     bits_b = b.bit_matrix()[order_b].astype(np.float32)
-    bits_a = a.bit_matrix()
+    bits_a = a.bit_matrix().astype(np.float32)
     order_a = np.argsort(pop_a, kind="stable")
     out_a, out_b, out_s = [], [], []
     best = np.zeros((len(a), 2))  # best and second-best score of each A record
@@ -74,22 +74,43 @@ def dice_pairs(
             lo, hi = 0, len(b)
         if hi <= lo:
             continue
-        # counts up to the filter length are exact in float32; the ratio is taken in float64
-        inter = (bits_a[rows].astype(np.float32) @ bits_b[lo:hi].T).astype(np.float64)
-        denom = (pa[:, None] + sorted_pop_b[None, lo:hi]).astype(np.float64)
-        scores = np.divide(2.0 * inter, denom, out=np.zeros_like(inter), where=denom > 0)
-        if scores.shape[1] >= 2:
-            best[rows] = np.partition(scores, -2, axis=1)[:, -2:][:, ::-1]
+        # float32 is exact for the counts (<= filter length); scores are screened in float32 and
+        # the kept ones recomputed exactly in float64
+        inter = bits_a[rows] @ bits_b[lo:hi].T
+        denom = pa[:, None].astype(np.float32) + sorted_pop_b[None, lo:hi].astype(np.float32)
+        approx = np.divide(2.0 * inter, denom, out=inter)  # in place: inter is not needed again
+        if approx.shape[1] >= 2:
+            best[rows] = np.partition(approx, -2, axis=1)[:, -2:][:, ::-1]
         else:
-            best[rows, 0] = scores[:, 0]
-        r, c = np.nonzero(scores >= floor) if floor > 0 else np.nonzero(scores > 0)
-        out_a.append(rows[r])
-        out_b.append(order_b[lo + c])
-        out_s.append(scores[r, c].astype(np.float64))
+            best[rows, 0] = approx[:, 0]
+        r, c = np.nonzero(
+            approx >= np.float32(floor) - np.float32(1e-6) if floor > 0 else approx > 0
+        )
+        i_a, i_b = rows[r], order_b[lo + c]
+        exact = 2.0 * _intersections(a.words, b.words, i_a, i_b) / (pop_a[i_a] + pop_b[i_b])
+        keep = exact >= floor
+        out_a.append(i_a[keep])
+        out_b.append(i_b[keep])
+        out_s.append(exact[keep])
     if not out_a:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, np.zeros(0), best
     return np.concatenate(out_a), np.concatenate(out_b), np.concatenate(out_s), best
+
+
+def _intersections(
+    words_a: np.ndarray[Any, Any],
+    words_b: np.ndarray[Any, Any],
+    ia: np.ndarray[Any, Any],
+    ib: np.ndarray[Any, Any],
+) -> np.ndarray[Any, Any]:
+    """``|A_i & B_j|`` for the given pairs, exactly, from the packed words."""
+    out = np.empty(len(ia), dtype=np.float64)
+    for start in range(0, len(ia), 65536):
+        stop = start + 65536
+        both = words_a[ia[start:stop]] & words_b[ib[start:stop]]
+        out[start:stop] = np.bitwise_count(both).sum(axis=1)
+    return out
 
 
 def auto_threshold(best: np.ndarray[Any, Any], second: np.ndarray[Any, Any]) -> float:
