@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from linkage.encoding import Encodings
 
@@ -27,6 +29,8 @@ __all__ = ["auto_threshold", "dice_pairs", "evaluate", "match"]
 logger = logging.getLogger(__name__)
 
 _CHUNK = 2048
+PROGRESS_MIN_PAIRS = 500_000_000
+"""Comparisons from which :func:`dice_pairs` shows a progress bar (VFLINK_PROGRESS=0 hides it)."""
 
 
 def _check_compatible(a: Encodings, b: Encodings) -> None:
@@ -60,7 +64,9 @@ def dice_pairs(
     order_a = np.argsort(pop_a, kind="stable")
     out_a, out_b, out_s = [], [], []
     best = np.zeros((len(a), 2))  # best and second-best score of each A record
-    for start in range(0, len(a), chunk):
+    starts = range(0, len(a), chunk)
+    show = len(a) * len(b) >= PROGRESS_MIN_PAIRS and os.environ.get("VFLINK_PROGRESS", "1") != "0"
+    for start in tqdm(starts, desc="comparing encodings", leave=False, disable=not show):
         rows = order_a[start : start + chunk]
         pa = pop_a[rows]
         if floor > 0:

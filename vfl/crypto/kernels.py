@@ -23,6 +23,8 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
+from vfl.progress import progress
+
 __all__ = [
     "FixedBaseTable",
     "batch_invert",
@@ -86,10 +88,11 @@ class FixedBaseTable:
         out: list[list[int]] = digits.tolist()
         return out
 
-    def random_powers(self, count: int) -> list[Any]:
+    def random_powers(self, count: int, *, show_progress: bool = False) -> list[Any]:
         """``base**a`` for ``count`` independent uniformly random ``a`` of ``rows*w`` bits."""
         out: list[Any] = []
-        for start in range(0, count, 1024):  # bounded temporary memory for the digits
+        starts = range(0, count, 1024)  # bounded temporary memory for the digits
+        for start in progress(starts, total=len(starts), desc="encrypting", show=show_progress):
             out += [self.pow_digits(d) for d in self.random_digits(min(1024, count - start))]
         return out
 
@@ -180,7 +183,11 @@ def multiexp(bases: Sequence[Int], exponents: np.ndarray[Any, Any], modulus: Int
 
 
 def multiexp_rows(
-    bases: Sequence[Int], rows: Sequence[np.ndarray[Any, Any]], modulus: Int
+    bases: Sequence[Int],
+    rows: Sequence[np.ndarray[Any, Any]],
+    modulus: Int,
+    *,
+    show_progress: bool = False,
 ) -> list[Any]:
     """``prod_i bases[i] ** rows[k][i] mod modulus`` for each row of signed int64 exponents.
 
@@ -189,7 +196,7 @@ def multiexp_rows(
     """
     inverses: list[Any] | None = None
     out = []
-    for row in rows:
+    for row in progress(rows, total=len(rows), desc="matrix @ ciphertexts", show=show_progress):
         exps = np.asarray(row, dtype=np.int64)
         negative = exps < 0
         if negative.any():

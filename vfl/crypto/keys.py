@@ -55,6 +55,7 @@ MIN_SECURE_BITS = 2048
 """Smallest modulus, in bits, accepted without ``insecure=True``."""
 
 _PARALLEL_MIN = 64  # fewer values than this stay in the calling process
+PROGRESS_MIN_VALUES = 5000  # encryptions from which a progress bar is shown (a few seconds)
 
 
 class SecurityWarning(UserWarning):
@@ -127,7 +128,7 @@ class _Obfuscator:
             for part in parallel.map_processes(parallel.random_powers_worker, args, workers):
                 out += part
         elif missing > 0:
-            out += self.table.random_powers(missing)
+            out += self.table.random_powers(missing, show_progress=missing >= PROGRESS_MIN_VALUES)
         return out
 
     def start_pool(self, size: int) -> None:

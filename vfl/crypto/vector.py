@@ -42,11 +42,14 @@ import numpy as np
 from gmpy2 import mpz
 
 from vfl.crypto import fixedpoint, parallel
-from vfl.crypto.kernels import batch_invert
+from vfl.crypto.kernels import batch_invert, multiexp_rows
 from vfl.crypto.keys import PaillierPublicKey
 from vfl.federation.wire import CiphertextBlock
 
-__all__ = ["EncryptedVector", "concatenate"]
+__all__ = ["EncryptedVector", "concatenate", "matvec"]
+
+PROGRESS_MIN_TERMS = 100_000
+"""``matrix @ vector`` products from which a progress bar is shown (a few seconds)."""
 
 
 class EncryptedVector:
@@ -390,7 +393,9 @@ def matvec(
         parts = parallel.map_processes(parallel.multiexp_rows_worker, args, n_workers)
         products = [c for part in parts for c in part]
     else:
-        products = parallel.multiexp_rows_worker(vector.ciphertexts, signed_rows, nsq)
+        products = multiexp_rows(
+            vector.ciphertexts, signed_rows, nsq, show_progress=arr.size >= PROGRESS_MIN_TERMS
+        )
     target = min(exps, default=0)
     out = []
     for c, exp in zip(products, exps, strict=True):
