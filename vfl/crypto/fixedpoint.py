@@ -25,6 +25,7 @@ __all__ = [
     "ints_to_floats",
     "scale_to_int64",
     "scale_to_ints",
+    "to_signed",
 ]
 
 DEFAULT_PRECISION = 2.0**-32
@@ -127,7 +128,12 @@ def encode(
 
 
 def decode(plaintexts: list[int], exponent: int, n: int, max_int: int) -> np.ndarray[Any, Any]:
-    """Signed reals from decrypted integers in ``[0, n)``.
+    """Signed reals from decrypted integers in ``[0, n)`` (see :func:`to_signed`)."""
+    return ints_to_floats(to_signed(plaintexts, n, max_int), exponent)
+
+
+def to_signed(plaintexts: list[int], n: int, max_int: int) -> list[int]:
+    """Signed integers from decrypted integers in ``[0, n)``.
 
     Raises
     ------
@@ -147,7 +153,7 @@ def decode(plaintexts: list[int], exponent: int, n: int, max_int: int) -> np.nda
                 "computation exceeded the plaintext space (use a smaller precision or scale "
                 "the inputs down)"
             )
-    return ints_to_floats(signed, exponent)
+    return signed
 
 
 def ints_to_floats(ints: list[int], exponent: int) -> np.ndarray[Any, Any]:

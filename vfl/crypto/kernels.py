@@ -29,7 +29,6 @@ __all__ = [
     "FixedBaseTable",
     "batch_invert",
     "crt_combine",
-    "mul_list",
     "multiexp",
     "multiexp_rows",
     "pippenger_window",
@@ -95,11 +94,6 @@ class FixedBaseTable:
         for start in progress(starts, total=len(starts), desc="encrypting", show=show_progress):
             out += [self.pow_digits(d) for d in self.random_digits(min(1024, count - start))]
         return out
-
-
-def mul_list(a: Sequence[Int], b: Sequence[Int], modulus: Int) -> list[Any]:
-    """Elementwise ``a[i] * b[i] mod modulus``."""
-    return [x * y % modulus for x, y in zip(a, b, strict=True)]
 
 
 def batch_invert(values: Sequence[Int], modulus: Int) -> list[Any]:

@@ -94,6 +94,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pools_in_child)
 
 
+def _warn_short_exponent(bits: int, default_bits: int, *, stacklevel: int) -> None:
+    warnings.warn(
+        f"obfuscation_bits={bits} is below n_length/2={default_bits}: encryption is faster but "
+        "its security rests on a short-exponent assumption",
+        SecurityWarning,
+        stacklevel=stacklevel,
+    )
+
+
 class _Obfuscator:
     """Draws ``h_s**a mod M`` for random ``a`` of ``bits`` bits, optionally from a refilled pool."""
 
@@ -192,12 +201,7 @@ class PaillierPublicKey:
                 f"obfuscation_bits must be between 128 and {n.bit_length()}, got {bits}"
             )
         if bits < default_bits:
-            warnings.warn(
-                f"obfuscation_bits={bits} is below n_length/2={default_bits}: encryption is faster "
-                "but its security rests on a short-exponent assumption",
-                SecurityWarning,
-                stacklevel=2,
-            )
+            _warn_short_exponent(bits, default_bits, stacklevel=3)
         self.obfuscation_bits = bits
         self.fingerprint = hashlib.sha256(
             b"vflink/paillier/public-key/v1:" + int(n).to_bytes((n.bit_length() + 7) // 8, "big")
@@ -410,16 +414,10 @@ class PaillierPrivateKey:
     def decrypt_integers(self, vector: EncryptedVector) -> list[int]:
         """The signed fixed-point integers of a vector, exactly (scaled by ``vector.exponent``)."""
         self._check_vector(vector)
-        n, max_int = int(self.public_key.n), int(self.public_key.max_int)
-        out = []
-        for i, m in enumerate(self.raw_decrypt(vector.ciphertexts)):
-            m = int(m)
-            if max_int < m < n - max_int:
-                raise fixedpoint.FixedPointOverflowError(
-                    f"decrypted value at index {i} lies in the overflow band"
-                )
-            out.append(m if m <= max_int else m - n)
-        return out
+        pk = self.public_key
+        return fixedpoint.to_signed(
+            self.raw_decrypt(vector.ciphertexts), int(pk.n), int(pk.max_int)
+        )
 
     def decrypt_packed(
         self, vector: EncryptedVector, layout: Any, *, workers: int | None = None
@@ -534,13 +532,8 @@ def generate_paillier_keypair(
         if p != q and (p * q).bit_length() == n_length:
             break
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SecurityWarning)  # already warned above
+        warnings.simplefilter("ignore", SecurityWarning)  # warned here, at the caller's line
         public = PaillierPublicKey(int(p * q), obfuscation_bits=obfuscation_bits, insecure=insecure)
-    if obfuscation_bits is not None and obfuscation_bits < (n_length + 1) // 2:
-        warnings.warn(
-            f"obfuscation_bits={obfuscation_bits} is below n_length/2: encryption is faster but "
-            "its security rests on a short-exponent assumption",
-            SecurityWarning,
-            stacklevel=2,
-        )
+    if public.obfuscation_bits < half:
+        _warn_short_exponent(public.obfuscation_bits, half, stacklevel=3)
     return public, PaillierPrivateKey(public, int(p), int(q))

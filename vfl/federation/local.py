@@ -409,10 +409,7 @@ class LocalFederation:
         primary = {
             n: f for n, f in failures.items() if not isinstance(f[0], FederationAbortedError)
         }
-        if not primary:  # only possible when the caller was interrupted
-            primary = dict(failures)
-        if not primary:
-            return PartyFailedError("?", FederationAbortedError("aborted"), "", {})
+        # the run is aborted only by a party that failed on its own, after recording it
         name, (exc, tb) = next(iter(primary.items()))
         others = {n: f"{type(e).__name__}: {e}" for n, (e, _) in primary.items() if n != name}
         for thread_name in still_running:
