@@ -6,36 +6,54 @@ chosen by keyed BLAKE2b under a key derived for its field from the shared secret
 The positions of a token are independent outputs of a keyed pseudo-random function, not the
 double-hashing construction ``h1 + i*h2`` that Kroll and Steinmetzer (2015) exploited.
 
-Vectorised: normalisation runs on whole columns, every distinct value of a field is tokenised
-and hashed once (names repeat a lot), and a record's filter is the OR of its values' filters,
-packed in ``uint64`` words.
+Vectorised: each column is factorised first, so that every distinct raw value is normalised
+once, every distinct normalised value tokenised once and every distinct token hashed once
+(names and dates repeat a lot); the filters of the distinct values are set in one boolean
+matrix and packed, and a record's filter is the OR of its values' filters, in ``uint64`` words.
+The per-record work is a handful of numpy gathers, so encoding runs in one process: on two
+cores, shipping a frame to a second process costs more than it saves.
+
+Hardening (:class:`~linkage.schema.Schema`'s ``salt``, ``balance``, ``xor_fold``,
+``blip_epsilon``) and keyed blocking keys (``blocking_keys``) are applied here; their costs in
+linkage quality are measured by ``benchmarks/linkage.py``.
 
 .. warning::
    Bloom-filter encodings are not encryption. Someone who holds encodings and knows the
    frequency of names in the population can re-identify frequent values by frequency analysis
    of bit patterns (Kuzu et al. 2011; Christen et al. 2018), more easily with fewer fields per
-   filter. The linkage unit that compares them must not also hold the secret or the plaintexts,
-   and encodings should be deleted after linkage.
+   filter; keyed hashing (not double hashing) stops the attacks that need the hash functions,
+   not those that need only frequencies. Salting with a stable attribute, balancing,
+   XOR-folding and BLIP noise each make pattern mining harder at some cost in linkage quality;
+   none makes an encoding safe to publish. Blocking keys reveal which records share a key (and
+   how many do), which is itself frequency information. The linkage unit that compares
+   encodings must not also hold the secret or the plaintexts, and encodings should be deleted
+   after linkage.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from linkage.schema import Field, Schema
 
-__all__ = ["Encodings", "derive_key", "encode"]
+__all__ = ["PROGRESS_MIN_RECORDS", "Encodings", "derive_key", "encode", "soundex"]
 
 logger = logging.getLogger(__name__)
+
+PROGRESS_MIN_RECORDS = 500_000
+"""Records from which :func:`encode` shows a progress bar (VFLINK_PROGRESS=0 hides it)."""
+_CHUNK_ROWS = 16_384
 
 
 def derive_key(secret: bytes | str, purpose: str) -> bytes:
@@ -66,11 +84,21 @@ class Encodings:
     fingerprint : bytes
         Keyed check value of the schema and secret (:meth:`Schema.fingerprint`); matching
         refuses encodings whose fingerprints differ.
+    block_keys : numpy.ndarray
+        ``(n_records, n_keys)`` uint64: a keyed 64-bit hash of each of the schema's blocking
+        keys, 0 where the record lacks a part of the key.
     """
 
     index: pd.Index
     words: np.ndarray[Any, np.dtype[np.uint64]]
     fingerprint: bytes
+    block_keys: np.ndarray[Any, np.dtype[np.uint64]] = field(
+        default_factory=lambda: np.zeros((0, 0), dtype=np.uint64)
+    )
+
+    def __post_init__(self) -> None:
+        if self.block_keys.shape[0] != len(self.index):
+            object.__setattr__(self, "block_keys", np.zeros((len(self.index), 0), dtype=np.uint64))
 
     def __len__(self) -> int:
         return len(self.index)
@@ -87,12 +115,24 @@ class Encodings:
 
     def bit_matrix(self) -> np.ndarray[Any, Any]:
         """The filters as an ``(n, bits)`` uint8 matrix of 0/1 (bit ``i`` in column ``i``)."""
-        as_bytes = self.words.astype("<u8").view(np.uint8)
-        return np.unpackbits(as_bytes, axis=1, bitorder="little")
+        return _unpack(self.words)
+
+
+def _unpack(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    as_bytes = np.ascontiguousarray(words).astype("<u8", copy=False).view(np.uint8)
+    return np.unpackbits(as_bytes, axis=1, bitorder="little")
+
+
+def _pack(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    packed = np.packbits(bits, axis=1, bitorder="little")
+    return packed.view("<u8").astype(np.uint64, copy=False)
 
 
 def encode(frame: pd.DataFrame, schema: Schema, *, secret: bytes | str) -> Encodings:
     """Encode the schema's columns of ``frame`` into Bloom filters indexed like ``frame``.
+
+    The same frame, schema and secret give the same bits (unless ``schema.blip_epsilon`` adds
+    fresh noise each time); another secret gives unrelated bits.
 
     Raises
     ------
@@ -118,39 +158,83 @@ def encode(frame: pd.DataFrame, schema: Schema, *, secret: bytes | str) -> Encod
             f"columns {missing_columns} of the schema are not in the frame; "
             f"it has {list(frame.columns)}"
         )
-    n_words = schema.bits // 64
-    words = np.zeros((len(frame), n_words), dtype=np.uint64)
+    show = len(frame) >= PROGRESS_MIN_RECORDS and os.environ.get("VFLINK_PROGRESS", "1") != "0"
+    steps = tqdm(total=len(schema.fields) + 1, desc="encoding", leave=False, disable=not show)
+    values = {spec.name: _normalised_codes(frame, spec) for spec in schema.fields}
+    if schema.salt is not None:
+        salt_codes, salt_values = _part(values, schema, schema.salt)
+    else:
+        salt_codes, salt_values = np.full(len(frame), -1, dtype=np.int64), np.array([""])
+    words = np.zeros((len(frame), schema.bits // 64), dtype=np.uint64)
     any_value = np.zeros(len(frame), dtype=bool)
     for spec in schema.fields:
-        values = _normalise(frame[spec.name], spec)
-        present = values.notna().to_numpy()
+        codes, uniques = values[spec.name]
+        present = codes >= 0
         if spec.missing == "error" and not present.all():
             rows = frame.index[~present][:5].tolist()
             raise ValueError(
                 f"column {spec.name!r} has missing values (rows {rows}) and its field says "
                 "missing='error'"
             )
-        codes, uniques = pd.factorize(values)
+        # one filter per distinct (salt, value) combination present
+        combo = (salt_codes[present] + 1) * len(uniques) + codes[present]
+        combo_codes, combos = pd.factorize(combo)
+        salts = np.append(salt_values, "")[combos // len(uniques) - 1]
+        token_lists = [
+            [salt + "\x1f" + token for token in _tokens(str(uniques[v]), spec)]
+            for salt, v in zip(salts.tolist(), (combos % len(uniques)).tolist(), strict=True)
+        ]
         key = derive_key(secret, f"field/{spec.name}")
-        filters = np.zeros((len(uniques) + 1, n_words), dtype=np.uint64)  # last row: missing
-        for u, value in enumerate(uniques):
-            filters[u] = _token_filter(_tokens(str(value), spec), key, spec.hash_count, schema.bits)
-        words |= filters[np.where(codes >= 0, codes, len(uniques))]
+        filters = _filters(token_lists, key, spec.hash_count, schema.bits)
+        words[present] |= filters[combo_codes]
         any_value |= present
+        steps.update()
     if not any_value.all():
         rows = frame.index[~any_value][:10].tolist()
         raise ValueError(
             f"{int((~any_value).sum())} rows have every identity field missing (e.g. {rows}); "
             "they cannot be linked: drop them before encoding"
         )
+    words = _harden(words, schema, secret)
+    block_keys = np.zeros((len(frame), len(schema.blocking_keys)), dtype=np.uint64)
+    block_secret = derive_key(secret, "blocking-keys")
+    for k, parts in enumerate(schema.blocking_keys):
+        block_keys[:, k] = _blocking_key(values, schema, parts, block_secret, k)
+    steps.update()
+    steps.close()
     return Encodings(
-        frame.index.copy(), words, schema.fingerprint(derive_key(secret, "fingerprint"))
+        frame.index.copy(),
+        words,
+        schema.fingerprint(derive_key(secret, "fingerprint")),
+        block_keys,
     )
 
 
-def _normalise(column: pd.Series, spec: Field) -> pd.Series:
-    """The column's values normalised for tokenising; missing values as NA."""
-    text = column.astype("string")
+def _normalised_codes(
+    frame: pd.DataFrame, spec: Field
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Each row's code into the distinct normalised values of a column (-1: missing)."""
+    column = frame[spec.name]
+    raw_codes, raw_uniques = pd.factorize(column, use_na_sentinel=True)
+    normalised, bad = _normalise(pd.Series(raw_uniques, dtype=object), spec)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        row = frame.index[int(np.argmax(raw_codes == first))]
+        what = f"do not parse as {spec.date_format!r}" if spec.kind == "date" else "are not numbers"
+        fix = "set the field's date_format" if spec.kind == "date" else "clean the column"
+        raise ValueError(
+            f"column {spec.name!r}: {int(bad.sum())} distinct values {what}, "
+            f"e.g. row {row!r}: {column[row]!r}; fix them, or {fix}"
+        )
+    norm_codes, uniques = pd.factorize(normalised, use_na_sentinel=True)
+    codes = np.where(raw_codes >= 0, np.append(norm_codes, -1)[raw_codes], -1).astype(np.int64)
+    return codes, np.asarray(uniques, dtype=object)
+
+
+def _normalise(values: pd.Series, spec: Field) -> tuple[pd.Series, np.ndarray[Any, Any]]:
+    """Distinct raw values normalised for tokenising (NA where empty), and which failed to parse."""
+    text = values.astype("string")
+    bad = np.zeros(len(values), dtype=bool)
     if spec.kind in ("name", "text"):
         folded = text.map(_fold, na_action="ignore").astype("string")
         pattern = r"[^a-z]" if spec.kind == "name" else r"[^a-z0-9]"
@@ -162,25 +246,13 @@ def _normalise(column: pd.Series, spec: Field) -> pd.Series:
     elif spec.kind == "date":
         stripped = text.str.strip()
         parsed = pd.to_datetime(stripped, format=spec.date_format, errors="coerce")
-        bad = stripped.notna() & (stripped != "") & parsed.isna()
-        if bad.any():
-            row = column.index[bad.to_numpy()][0]
-            raise ValueError(
-                f"column {spec.name!r}: {int(bad.sum())} values do not parse as "
-                f"{spec.date_format!r}, "
-                f"e.g. row {row!r}: {column[row]!r}; fix them, or set the field's date_format"
-            )
+        bad = (stripped.notna() & (stripped != "") & parsed.isna()).to_numpy(dtype=bool)
         out = parsed.dt.strftime("%Y-%m-%d").astype("string")
     else:  # number
-        numbers = pd.to_numeric(column, errors="coerce")
-        bad = column.notna() & numbers.isna()
-        if bad.any():
-            row = column.index[bad.to_numpy()][0]
-            raise ValueError(
-                f"column {spec.name!r}: row {row!r} holds {column[row]!r}, not a number"
-            )
+        numbers = pd.to_numeric(values, errors="coerce")
+        bad = (values.notna() & numbers.isna()).to_numpy(dtype=bool)
         out = numbers.round(spec.decimals).astype("string")
-    return out.mask(out == "")
+    return out.mask(out == ""), bad
 
 
 def _fold(value: str) -> str:
@@ -203,24 +275,146 @@ def _tokens(value: str, spec: Field) -> list[str]:
     return [value]
 
 
-def _token_filter(tokens: list[str], key: bytes, k: int, bits: int) -> np.ndarray[Any, Any]:
-    """The filter bits a value's tokens set: ``k`` keyed-BLAKE2b positions per token."""
-    positions = []
-    for token in dict.fromkeys(tokens):
-        digest = hashlib.blake2b(
-            token.encode("utf-8"), key=key, digest_size=min(64, 4 * k)
-        ).digest()
+def _filters(token_lists: list[list[str]], key: bytes, k: int, bits: int) -> np.ndarray[Any, Any]:
+    """One filter per token list: ``k`` keyed-BLAKE2b positions per distinct token, each token
+    hashed once however many lists hold it."""
+    token_ids: dict[str, int] = {}
+    rows: list[int] = []
+    cols: list[int] = []
+    for row, tokens in enumerate(token_lists):
+        for token in dict.fromkeys(tokens):
+            rows.append(row)
+            cols.append(token_ids.setdefault(token, len(token_ids)))
+    positions = _positions(list(token_ids), key, k, bits)
+    row_of, col_of = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+    out = np.zeros((len(token_lists), bits // 64), dtype=np.uint64)
+    for start in range(0, len(token_lists), _CHUNK_ROWS):
+        stop = min(start + _CHUNK_ROWS, len(token_lists))
+        lo, hi = np.searchsorted(row_of, [start, stop])
+        matrix = np.zeros((stop - start, bits), dtype=bool)
+        matrix[np.repeat(row_of[lo:hi] - start, k), positions[col_of[lo:hi]].ravel()] = True
+        out[start:stop] = _pack(matrix)
+    return out
+
+
+def _positions(tokens: list[str], key: bytes, k: int, bits: int) -> np.ndarray[Any, Any]:
+    """``(len(tokens), k)`` bit positions: independent outputs of keyed BLAKE2b."""
+    digests = []
+    for token in tokens:
+        data = token.encode("utf-8")
+        digest = hashlib.blake2b(data, key=key, digest_size=min(64, 4 * k)).digest()
         while len(digest) < 4 * k:  # more than 16 positions: extend with a counter
             digest += hashlib.blake2b(
-                token.encode("utf-8") + len(digest).to_bytes(4, "big"), key=key, digest_size=64
+                data + len(digest).to_bytes(4, "big"), key=key, digest_size=64
             ).digest()
-        positions.append(np.frombuffer(digest[: 4 * k], dtype="<u4") % bits)
-    filt = np.zeros(bits // 64, dtype=np.uint64)
-    if positions:
-        pos = np.concatenate(positions).astype(np.uint64)
-        np.bitwise_or.at(
-            filt,
-            (pos >> np.uint64(6)).astype(np.intp),
-            np.left_shift(np.uint64(1), pos & np.uint64(63)),
-        )
-    return filt
+        digests.append(digest[: 4 * k])
+    raw = np.frombuffer(b"".join(digests), dtype="<u4").reshape(len(tokens), k)
+    return (raw % bits).astype(np.intp)
+
+
+def _harden(words: np.ndarray[Any, Any], schema: Schema, secret: bytes | str) -> Any:
+    """Balancing, XOR-folding and BLIP noise, in this order, as the schema asks."""
+    if schema.balance:
+        scores = [
+            hashlib.blake2b(
+                i.to_bytes(4, "big"), key=derive_key(secret, "balance"), digest_size=8
+            ).digest()
+            for i in range(2 * schema.bits)
+        ]
+        permutation = np.argsort(np.array(scores, dtype="S8"), kind="stable")
+        balanced = np.empty((len(words), words.shape[1] * 2), dtype=np.uint64)
+        for start in range(0, len(words), _CHUNK_ROWS):
+            bits = _unpack(words[start : start + _CHUNK_ROWS])
+            both = np.concatenate([bits, 1 - bits], axis=1)
+            balanced[start : start + _CHUNK_ROWS] = _pack(both[:, permutation])
+        words = balanced
+    if schema.xor_fold:
+        half = words.shape[1] // 2
+        words = words[:, :half] ^ words[:, half:]
+    if schema.blip_epsilon is not None:
+        flip = 1.0 / (1.0 + np.exp(schema.blip_epsilon))
+        cut = np.uint32(round(flip * 2**32))
+        length = words.shape[1] * 64
+        for start in range(0, len(words), _CHUNK_ROWS):
+            rows = len(words[start : start + _CHUNK_ROWS])
+            draws = np.frombuffer(os.urandom(rows * length * 4), dtype="<u4").reshape(rows, length)
+            words[start : start + _CHUNK_ROWS] ^= _pack(draws < cut)
+    return words
+
+
+def _part(
+    values: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]],
+    schema: Schema,
+    part: str,
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Each row's code into the distinct values of a part (``"column:transform"``), and those."""
+    name, _, transform = part.partition(":")
+    codes, uniques = values[name]
+    if not transform:
+        return codes, uniques
+    kind = next(f.kind for f in schema.fields if f.name == name)
+    texts = [str(v) for v in uniques]
+    if transform in ("year", "month", "day"):
+        position = ("year", "month", "day").index(transform)
+        out = [t.split("-")[position] for t in texts]
+    elif transform == "soundex":
+        out = [
+            soundex(t) if kind == "name" else soundex("".join(filter(str.isalpha, t)))
+            for t in texts
+        ]
+    else:  # prefixN
+        out = [t[: int(transform[len("prefix") :])] for t in texts]
+    part_codes, part_uniques = pd.factorize(np.array(out, dtype=object))
+    mapped = np.append(part_codes, -1)[codes]
+    if transform == "soundex":  # values without letters have no code
+        empty = np.flatnonzero(np.asarray(part_uniques) == "")
+        if len(empty):
+            mapped[mapped == empty[0]] = -1
+    return mapped.astype(np.int64), np.asarray(part_uniques, dtype=object)
+
+
+def _blocking_key(
+    values: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]],
+    schema: Schema,
+    parts: tuple[str, ...],
+    secret: bytes,
+    number: int,
+) -> np.ndarray[Any, Any]:
+    """A keyed 64-bit hash of the parts' combined values per row (0 where a part is missing)."""
+    combined = np.zeros(len(next(iter(values.values()))[0]), dtype=np.int64)
+    texts: list[np.ndarray[Any, Any]] = []
+    missing = np.zeros(len(combined), dtype=bool)
+    for part in parts:
+        codes, uniques = _part(values, schema, part)
+        missing |= codes < 0
+        combined = pd.factorize(combined * (len(uniques) + 1) + codes + 1)[0].astype(np.int64)
+        texts.append(np.append(uniques, "")[codes])
+    first_row = np.unique(combined, return_index=True)[1]
+    hashes = np.empty(len(first_row), dtype=np.uint64)
+    for code, row in enumerate(first_row.tolist()):
+        message = "\x1f".join([str(number), *(str(t[row]) for t in texts)]).encode("utf-8")
+        digest = hashlib.blake2b(message, key=secret, digest_size=8).digest()
+        hashes[code] = max(int.from_bytes(digest, "little"), 1)
+    out = hashes[combined]
+    out[missing] = 0
+    return out
+
+
+def soundex(name: str) -> str:
+    """American Soundex of a normalised name (``"robert"`` -> ``"R163"``); ``""`` if no letter."""
+    letters = [c for c in name.lower() if "a" <= c <= "z"]
+    if not letters:
+        return ""
+    codes = {
+        c: str(d)
+        for d, group in enumerate(["aeiouyhw", "bfpv", "cgjkqsxz", "dt", "l", "mn", "r"])
+        for c in group
+    }
+    out, last = letters[0].upper(), codes[letters[0]]
+    for c in letters[1:]:
+        code = codes[c]
+        if code != "0" and code != last:
+            out += code
+        if c not in "hw":
+            last = code
+    return (out + "000")[:4]

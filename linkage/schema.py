@@ -19,6 +19,15 @@ kind            tokens                                                          
 ``weight`` is the number of bit positions each token sets (hash functions per token); a
 missing value contributes no tokens (``missing="skip"``, the default) or raises
 (``missing="error"``).
+
+A schema also names the **hardening** applied to every filter (all off by default; each is
+part of the schema, so both data holders must agree on it) and the **blocking keys** sent
+beside the filters (see :class:`Schema`). Parts of a record used for salting and blocking are
+written ``"column"`` or ``"column:transform"``, with the transforms
+
+* ``year``, ``month``, ``day`` -- of a ``date`` field;
+* ``soundex`` -- the Soundex code of a ``name`` or ``text`` field;
+* ``prefix1`` ... ``prefix9`` -- the first characters of a normalised value.
 """
 
 from __future__ import annotations
@@ -29,9 +38,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["KINDS", "SCHEMA_VERSION", "Field", "Schema"]
+__all__ = ["KINDS", "SCHEMA_VERSION", "TRANSFORMS", "Field", "Schema"]
 
 SCHEMA_VERSION = 1
+TRANSFORMS = ("year", "month", "day", "soundex", *(f"prefix{n}" for n in range(1, 10)))
 KINDS = ("name", "text", "date", "categorical", "number", "id")
 _DEFAULT_Q = {"name": 2, "text": 2, "id": 2}
 _DEFAULT_WEIGHT = {"name": 20, "text": 10, "date": 15, "categorical": 10, "number": 10, "id": 10}
@@ -103,7 +113,7 @@ class Field:
 
 @dataclass(frozen=True)
 class Schema:
-    """Fields and Bloom-filter size of an encoding; JSON round trip with a version.
+    """Fields, Bloom-filter size, hardening and blocking keys of an encoding; JSON round trip.
 
     Parameters
     ----------
@@ -111,20 +121,71 @@ class Schema:
         The identity columns.
     bits : int
         Bloom-filter length, a multiple of 64 (default 1024).
+    salt : str, optional
+        A stable part of the record (``"date_of_birth:year"``) mixed into every token's hash,
+        so that the same name sets different bits for people born in different years. Makes
+        frequency attacks much harder (a name's bit pattern splits into one pattern per salt
+        value); costs recall where the salt itself has a typo, since those records then share
+        almost nothing. Records without a salt value are salted with the empty string.
+    balance : bool
+        Append each filter's complement and shuffle the ``2 * bits`` positions by a permutation
+        keyed by the secret (Schnell 2016): every filter then has exactly ``bits`` ones, so
+        the number of set bits no longer hints at the length of names. Doubles the filter
+        length (and comparison time) and makes the length filter useless.
+    xor_fold : bool
+        Fold each filter in half by XOR of its halves (Schnell, Borgs and Encarnação 2016):
+        half the length, and a set bit no longer points to one token; similarity gets noisier.
+        ``bits`` must then be a multiple of 128.
+    blip_epsilon : float, optional
+        Randomised response (BLIP; Alaggan et al. 2012, Schnell and Borgs 2016): each bit is
+        flipped independently with probability ``1 / (1 + exp(blip_epsilon))``, drawn from OS
+        randomness, so each single bit is ``blip_epsilon``-differentially private (a token
+        sets up to ``weight`` bits, so a token is ``weight * blip_epsilon``-DP). Smaller
+        epsilon, more noise, lower similarity between true pairs.
+    blocking_keys : list of list of str
+        Each inner list names the parts (``"surname:soundex"``, ``"date_of_birth:year"``)
+        whose combination is one blocking key; :func:`linkage.encode` sends a keyed hash of
+        each key beside the filter, and records that share a key become candidates
+        (:func:`linkage.block`). A record missing a part has no value for that key.
 
     Raises
     ------
     ValueError
-        Listing every problem at once (unknown kinds, duplicate names, bad sizes).
+        Listing every problem at once (unknown kinds, duplicate names, bad sizes, unknown
+        parts).
     """
 
     fields: tuple[Field, ...]
     bits: int = 1024
+    salt: str | None = None
+    balance: bool = False
+    xor_fold: bool = False
+    blip_epsilon: float | None = None
+    blocking_keys: tuple[tuple[str, ...], ...] = ()
     version: int = field(default=SCHEMA_VERSION)
 
-    def __init__(self, fields: Any, bits: int = 1024, version: int = SCHEMA_VERSION) -> None:
+    def __init__(
+        self,
+        fields: Any,
+        bits: int = 1024,
+        *,
+        salt: str | None = None,
+        balance: bool = False,
+        xor_fold: bool = False,
+        blip_epsilon: float | None = None,
+        blocking_keys: Any = (),
+        version: int = SCHEMA_VERSION,
+    ) -> None:
         object.__setattr__(self, "fields", tuple(fields))
         object.__setattr__(self, "bits", bits)
+        object.__setattr__(self, "salt", salt)
+        object.__setattr__(self, "balance", balance)
+        object.__setattr__(self, "xor_fold", xor_fold)
+        object.__setattr__(self, "blip_epsilon", blip_epsilon)
+        keys: Any = blocking_keys
+        if isinstance(keys, (list, tuple)):
+            keys = tuple((k,) if isinstance(k, str) else tuple(k) for k in keys)
+        object.__setattr__(self, "blocking_keys", keys)
         object.__setattr__(self, "version", version)
         problems: list[str] = []
         if not self.fields:
@@ -141,10 +202,51 @@ class Schema:
             problems.append(f"duplicate field names {duplicates}")
         if not isinstance(bits, int) or bits < 64 or bits % 64 or bits > 2**16:
             problems.append(f"bits must be a multiple of 64 between 64 and 65536, got {bits!r}")
+        elif xor_fold and bits % 128:
+            problems.append(f"xor_fold needs bits to be a multiple of 128, got {bits}")
+        if salt is not None:
+            problems += self._part_problems(salt, "salt")
+        for flag, name in ((balance, "balance"), (xor_fold, "xor_fold")):
+            if not isinstance(flag, bool):
+                problems.append(f"{name} must be True or False, got {flag!r}")
+        if blip_epsilon is not None and not (
+            isinstance(blip_epsilon, (int, float)) and 0 < blip_epsilon <= 20
+        ):
+            problems.append(f"blip_epsilon must be a number in (0, 20], got {blip_epsilon!r}")
+        if not isinstance(keys, tuple):
+            problems.append(f"blocking_keys must be a list of lists of parts, got {keys!r}")
+        else:
+            for key in keys:
+                if not key:
+                    problems.append("a blocking key needs at least one part")
+                for part in key:
+                    problems += self._part_problems(part, "blocking key")
         if version != SCHEMA_VERSION:
             problems.append(f"schema version {version} is not supported (this is {SCHEMA_VERSION})")
         if problems:
             raise ValueError("invalid linkage schema:\n  " + "\n  ".join(problems))
+
+    def _part_problems(self, part: Any, role: str) -> list[str]:
+        if not isinstance(part, str):
+            return [f"{role} part {part!r} must be a string like 'surname' or 'surname:soundex'"]
+        name, _, transform = part.partition(":")
+        kinds = {f.name: f.kind for f in self.fields if isinstance(f, Field)}
+        if name not in kinds:
+            return [f"{role} part {part!r}: {name!r} is not a field of the schema"]
+        if not transform:
+            return []
+        if transform not in TRANSFORMS:
+            return [f"{role} part {part!r}: unknown transform; valid: {list(TRANSFORMS)}"]
+        if transform in ("year", "month", "day") and kinds[name] != "date":
+            return [f"{role} part {part!r}: {transform!r} needs a date field"]
+        if transform == "soundex" and kinds[name] not in ("name", "text"):
+            return [f"{role} part {part!r}: soundex needs a name or text field"]
+        return []
+
+    @property
+    def encoded_bits(self) -> int:
+        """Length of the encodings after hardening (``balance`` doubles, ``xor_fold`` halves)."""
+        return self.bits * (2 if self.balance else 1) // (2 if self.xor_fold else 1)
 
     @property
     def columns(self) -> list[str]:
@@ -158,6 +260,11 @@ class Schema:
                 "version": self.version,
                 "bits": self.bits,
                 "fields": [asdict(f) for f in self.fields],
+                "salt": self.salt,
+                "balance": self.balance,
+                "xor_fold": self.xor_fold,
+                "blip_epsilon": self.blip_epsilon,
+                "blocking_keys": [list(k) for k in self.blocking_keys],
             },
             sort_keys=True,
             separators=(",", ":"),
@@ -169,7 +276,12 @@ class Schema:
         try:
             data = json.loads(text)
             fields = [Field(**f) for f in data["fields"]]
-            return cls(fields, bits=data["bits"], version=data["version"])
+            options = {
+                k: data[k]
+                for k in ("salt", "balance", "xor_fold", "blip_epsilon", "blocking_keys")
+                if k in data
+            }
+            return cls(fields, bits=data["bits"], version=data["version"], **options)
         except (KeyError, TypeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a linkage schema in JSON: {exc}") from None
 
