@@ -6,27 +6,42 @@ data holder or a linkage unit runs, for protocols to drive.
 * :mod:`linkage.schema` -- :class:`Schema` and :class:`Field`: which identity columns, of which
   kind, tokenised how;
 * :mod:`linkage.encoding` -- :func:`encode`: record-level Bloom filters keyed by a shared secret;
+* :mod:`linkage.blocking` -- candidate pairs without all pairs: Hamming LSH
+  (:class:`LshBlocking`) or keyed blocking keys (:class:`KeyBlocking`), :func:`block`;
 * :mod:`linkage.matching` -- exact Dice similarity with a length filter, one-to-one
-  :func:`match` with an automatic threshold, :func:`link`, :func:`evaluate`;
+  :func:`match` (greedy or optimal) with an automatic threshold, :func:`link`,
+  :func:`evaluate`, :func:`plot_scores`;
 * :mod:`linkage.psi` -- private set intersection on exact IDs (ECDH over X25519, or a keyed-hash
   join), :func:`psi_intersection`.
 
-Still to come (issue 4): blocking (LSH, keyed blocking keys), hardening options (salting,
-balancing, XOR-folding, BLIP), optimal one-to-one assignment, score plots.
 """
 
+from linkage.blocking import Candidates, KeyBlocking, LshBlocking, block
 from linkage.encoding import Encodings, encode
-from linkage.matching import auto_threshold, dice_pairs, evaluate, link, match
+from linkage.matching import (
+    auto_threshold,
+    dice_pairs,
+    dice_scores,
+    evaluate,
+    link,
+    match,
+    plot_scores,
+)
 from linkage.psi import EcdhPsiParty, hmac_tokens, intersect, normalize_ids, psi_intersection
 from linkage.schema import Field, Schema
 
 __all__ = [
+    "Candidates",
     "EcdhPsiParty",
     "Encodings",
     "Field",
+    "KeyBlocking",
+    "LshBlocking",
     "Schema",
     "auto_threshold",
+    "block",
     "dice_pairs",
+    "dice_scores",
     "encode",
     "evaluate",
     "hmac_tokens",
@@ -34,5 +49,6 @@ __all__ = [
     "link",
     "match",
     "normalize_ids",
+    "plot_scores",
     "psi_intersection",
 ]

@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from tqdm import tqdm
 
 from linkage.schema import Field, Schema
 
@@ -184,7 +184,7 @@ def encode(frame: pd.DataFrame, schema: Schema, *, secret: bytes | str) -> Encod
             [salt + "\x1f" + token for token in _tokens(str(uniques[v]), spec)]
             for salt, v in zip(salts.tolist(), (combos % len(uniques)).tolist(), strict=True)
         ]
-        key = derive_key(secret, f"field/{spec.name}")
+        key = derive_key(secret, spec.key_purpose)
         filters = _filters(token_lists, key, spec.hash_count, schema.bits)
         words[present] |= filters[combo_codes]
         any_value |= present

@@ -5,9 +5,11 @@
   the intersections of a chunk of A with a slice of B come from one matrix product (BLAS, both
   cores). B is sorted by popcount and each chunk of A compares only with the slice that the
   length filter admits (``Dice >= t`` needs ``2 min(|A|,|B|) / (|A|+|B|) >= t``).
-* :func:`match` links one-to-one, greedily by score (as anonlink does), above a threshold that
-  it chooses from the score distribution alone when none is given (:func:`auto_threshold`;
-  the value is reported in ``DataFrame.attrs["threshold"]`` and logged).
+* :func:`match` links one-to-one, greedily by score (as anonlink does) or by an optimal
+  assignment, above a threshold that it chooses from the score distribution alone when none
+  is given (:func:`auto_threshold`; the value is reported in ``DataFrame.attrs["threshold"]``
+  and logged); large inputs are blocked first (:mod:`linkage.blocking`).
+* :func:`plot_scores` draws the score histogram with the threshold.
 * :func:`evaluate` scores linked pairs against known true pairs.
 """
 
@@ -24,7 +26,16 @@ from tqdm import tqdm
 
 from linkage.encoding import Encodings
 
-__all__ = ["auto_threshold", "dice_pairs", "evaluate", "match"]
+__all__ = [
+    "AUTO_BLOCKING_PAIRS",
+    "auto_threshold",
+    "dice_pairs",
+    "dice_scores",
+    "evaluate",
+    "link",
+    "match",
+    "plot_scores",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -172,8 +183,19 @@ def _otsu(scores: np.ndarray[Any, Any]) -> float:
     return float(edges[int(np.argmax(between)) + 1])
 
 
+AUTO_BLOCKING_PAIRS = 50_000_000
+"""With ``blocking="auto"``, :func:`match` compares all pairs up to this many (a couple of
+seconds here) and uses :class:`~linkage.blocking.LshBlocking` beyond."""
+
+
 def match(
-    a: Encodings, b: Encodings, *, threshold: float | None = None, floor: float = 0.5
+    a: Encodings,
+    b: Encodings,
+    *,
+    threshold: float | None = None,
+    floor: float = 0.5,
+    blocking: Any = "auto",
+    method: str = "greedy",
 ) -> pd.DataFrame:
     """Link the records of two encodings one-to-one.
 
@@ -186,35 +208,187 @@ def match(
         (:func:`auto_threshold`).
     floor : float
         Pairs below this score are never compared in detail (length filter) nor linked.
+    blocking : "auto", None, "lsh", "keys", LshBlocking or KeyBlocking
+        How candidate pairs are found (:mod:`linkage.blocking`): None compares all pairs
+        (exact, with the length filter); ``"auto"`` does so up to
+        :data:`AUTO_BLOCKING_PAIRS` pairs and uses LSH beyond.
+    method : {"greedy", "optimal"}
+        ``"greedy"`` links the best-scoring pair first, then the best among the rest, as
+        anonlink does; ``"optimal"`` maximises the total score of the links (an assignment
+        problem, solved per connected group of candidate pairs with SciPy).
 
     Returns
     -------
     pandas.DataFrame
-        Columns ``a``, ``b`` (row labels of the two inputs) and ``score``, best first; the
-        threshold used is in ``result.attrs["threshold"]``.
+        Columns ``a``, ``b`` (row labels of the two inputs) and ``score``, best first.
+        ``result.attrs`` holds ``threshold`` (the one used), ``blocking`` (what found the
+        candidates), ``compared`` (pairs scored), ``reduction_ratio`` (share of all pairs not
+        compared) and ``best_scores`` (each ``a`` record's best score, for
+        :func:`plot_scores`).
     """
     if threshold is not None and not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    ia, ib, scores, best = dice_pairs(a, b, floor=min(floor, threshold or floor))
+    if method not in ("greedy", "optimal"):
+        raise ValueError(f"method must be 'greedy' or 'optimal', got {method!r}")
+    _check_compatible(a, b)
+    low = min(floor, threshold or floor)
+    if blocking == "auto":
+        blocking = None if len(a) * len(b) <= AUTO_BLOCKING_PAIRS else "lsh"
+    if blocking is None:
+        ia, ib, scores, best = dice_pairs(a, b, floor=low)
+        compared, how = len(a) * len(b), "all pairs"
+    else:
+        from linkage.blocking import block
+
+        candidates = block(a, b, blocking)
+        scores = dice_scores(a, b, candidates.ia, candidates.ib)
+        best = _top_two(candidates.ia, scores, len(a))
+        keep = scores >= low
+        ia, ib, scores = candidates.ia[keep], candidates.ib[keep], scores[keep]
+        compared, how = len(candidates), candidates.method
     if threshold is None:
         threshold = max(auto_threshold(best[:, 0], best[:, 1]), floor)
         logger.info("chose the match threshold %.3f from the score distribution", threshold)
     keep = scores >= threshold
     ia, ib, scores = ia[keep], ib[keep], scores[keep]
-    order = np.lexsort((ib, ia, -scores))  # best first, ties broken by position
-    used_a, used_b = np.zeros(len(a), dtype=bool), np.zeros(len(b), dtype=bool)
-    chosen = []
-    for k in order.tolist():
-        i, j = ia[k], ib[k]
-        if not used_a[i] and not used_b[j]:
-            used_a[i] = used_b[j] = True
-            chosen.append(k)
+    chosen = _greedy(ia, ib, scores) if method == "greedy" else _optimal(ia, ib, scores)
+    chosen = chosen[np.lexsort((ib[chosen], ia[chosen], -scores[chosen]))]
     result: pd.DataFrame = pd.DataFrame(
         {"a": a.index[ia[chosen]], "b": b.index[ib[chosen]], "score": scores[chosen]},
         columns=["a", "b", "score"],
     )
-    result.attrs["threshold"] = float(threshold)
+    result.attrs.update(
+        threshold=float(threshold),
+        blocking=how,
+        compared=int(compared),
+        reduction_ratio=1.0 - compared / (len(a) * len(b)),
+        best_scores=best[:, 0].copy(),
+    )
     return result
+
+
+def dice_scores(
+    a: Encodings, b: Encodings, ia: np.ndarray[Any, Any], ib: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """Exact Dice scores of the pairs ``(a[ia[k]], b[ib[k]])`` (positions), e.g. candidates."""
+    _check_compatible(a, b)
+    pop_a, pop_b = a.popcounts(), b.popcounts()
+    denom = (pop_a[ia] + pop_b[ib]).astype(np.float64)
+    scores: np.ndarray[Any, Any] = 2.0 * _intersections(a.words, b.words, ia, ib) / denom
+    return scores
+
+
+def _top_two(
+    ia: np.ndarray[Any, Any], scores: np.ndarray[Any, Any], n_a: int
+) -> np.ndarray[Any, Any]:
+    """Each ``a`` record's best and second-best score among the pairs (0 where none)."""
+    best = np.zeros((n_a, 2))
+    if not len(ia):
+        return best
+    order = np.lexsort((-scores, ia))
+    rows, ranked = ia[order], scores[order]
+    first = np.concatenate([[True], rows[1:] != rows[:-1]])
+    best[rows[first], 0] = ranked[first]
+    second = np.flatnonzero(~first)
+    second = second[first[second - 1]]  # right after a group's first: its second-best
+    best[rows[second], 1] = ranked[second]
+    return best
+
+
+def _greedy(
+    ia: np.ndarray[Any, Any], ib: np.ndarray[Any, Any], scores: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """Positions of the pairs linked greedily: best score first, ties broken by position."""
+    order = np.lexsort((ib, ia, -scores))
+    used_a: set[int] = set()
+    used_b: set[int] = set()
+    chosen = []
+    for k, i, j in zip(order.tolist(), ia[order].tolist(), ib[order].tolist(), strict=True):
+        if i not in used_a and j not in used_b:
+            used_a.add(i)
+            used_b.add(j)
+            chosen.append(k)
+    return np.asarray(chosen, dtype=np.int64)
+
+
+MAX_ASSIGNMENT_GROUP = 5_000
+"""Largest connected group of candidate pairs (records on one side) that ``method="optimal"``
+solves exactly; beyond it, raise the threshold."""
+
+
+def _optimal(
+    ia: np.ndarray[Any, Any], ib: np.ndarray[Any, Any], scores: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """Positions of the pairs of a maximum-total-score one-to-one assignment, solved per
+    connected group of the candidate graph (groups of one pair are taken as they are)."""
+    from scipy.optimize import linear_sum_assignment
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    if not len(ia):
+        return np.zeros(0, dtype=np.int64)
+    rows, cols = np.unique(ia, return_inverse=True)[1], np.unique(ib, return_inverse=True)[1]
+    n_rows, n_cols = int(rows.max()) + 1, int(cols.max()) + 1
+    graph = coo_matrix((np.ones(len(ia)), (rows, n_rows + cols)), shape=(n_rows + n_cols,) * 2)
+    _, label = connected_components(graph, directed=False)
+    group = label[rows]
+    order = np.argsort(group, kind="stable")
+    bounds = np.flatnonzero(np.diff(np.concatenate([[-1], group[order], [-2]])))
+    chosen: list[np.ndarray[Any, Any]] = []
+    for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        pairs = order[start:stop]
+        if len(pairs) == 1:
+            chosen.append(pairs)
+            continue
+        r_ids, r = np.unique(rows[pairs], return_inverse=True)
+        c_ids, c = np.unique(cols[pairs], return_inverse=True)
+        if max(len(r_ids), len(c_ids)) > MAX_ASSIGNMENT_GROUP:
+            raise ValueError(
+                f"{len(r_ids)} x {len(c_ids)} records are connected by candidate pairs above "
+                "the threshold: too many for method='optimal'; raise the threshold or use "
+                "method='greedy'"
+            )
+        weights = np.zeros((len(r_ids), len(c_ids)))
+        slot = np.full((len(r_ids), len(c_ids)), -1, dtype=np.int64)
+        weights[r, c] = scores[pairs]
+        slot[r, c] = pairs
+        got_r, got_c = linear_sum_assignment(weights, maximize=True)
+        picked = slot[got_r, got_c]
+        chosen.append(picked[picked >= 0])
+    return np.concatenate(chosen)
+
+
+def plot_scores(
+    scores: Any, threshold: float | None = None, *, ax: Any = None, bins: int = 100
+) -> Any:
+    """Histogram of match scores with the threshold marked (needs matplotlib: the ``plot``
+    extra).
+
+    ``scores`` is a :func:`match` result (its records' best scores and its threshold are
+    used) or any array of scores. Returns the matplotlib Axes.
+    """
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ImportError("plot_scores needs matplotlib: pip install 'vflink[plot]'") from None
+    if isinstance(scores, pd.DataFrame):
+        if threshold is None:
+            threshold = scores.attrs.get("threshold")
+        if "best_scores" not in scores.attrs:
+            raise ValueError("this frame has no best_scores in attrs: pass match()'s result")
+        values = np.asarray(scores.attrs["best_scores"], dtype=float)
+    else:
+        values = np.asarray(scores, dtype=float).ravel()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5))
+    ax.hist(values[values > 0], bins=bins, range=(0.0, 1.0), color="#4477aa")
+    ax.set_yscale("log")
+    ax.set_xlabel("best Dice score of each record")
+    ax.set_ylabel("records")
+    if threshold is not None:
+        ax.axvline(threshold, color="#cc3311", linestyle="--", label=f"threshold {threshold:.3f}")
+        ax.legend()
+    return ax
 
 
 def evaluate(pairs: pd.DataFrame, true_pairs: pd.DataFrame) -> dict[str, float]:
@@ -239,13 +413,18 @@ def link(
     *,
     secret: bytes | str,
     threshold: float | None = None,
+    blocking: Any = "auto",
+    method: str = "greedy",
 ) -> pd.DataFrame:
     """Encode both frames and :func:`match` them in one call (a simulation of both data holders
-    and the linkage unit in one process)."""
+    and the linkage unit in one process); the arguments are those of :func:`encode` and
+    :func:`match`."""
     from linkage.encoding import encode
 
     return match(
         encode(frame_a, schema, secret=secret),
         encode(frame_b, schema, secret=secret),
         threshold=threshold,
+        blocking=blocking,
+        method=method,
     )

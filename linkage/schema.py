@@ -67,6 +67,10 @@ class Field:
         Rounding of ``number`` fields.
     missing : {"skip", "error"}
         What a missing value does.
+    hash_group : str, optional
+        Fields with the same group hash their tokens under the same key, so that a value moved
+        between them (given name and surname swapped) still sets the same bits. Fields of
+        different groups, or without one, use keys of their own.
     """
 
     name: str
@@ -76,6 +80,7 @@ class Field:
     date_format: str = "%Y%m%d"
     decimals: int = 0
     missing: str = "skip"
+    hash_group: str | None = None
 
     def problems(self) -> list[str]:
         """Everything wrong with this field (empty when it is valid)."""
@@ -94,6 +99,10 @@ class Field:
             out.append(
                 f"field {self.name!r}: weight must be 1..200 hash functions, got {self.weight!r}"
             )
+        if self.hash_group is not None and not (
+            isinstance(self.hash_group, str) and self.hash_group
+        ):
+            out.append(f"field {self.name!r}: hash_group must be a non-empty string or None")
         if self.missing not in ("skip", "error"):
             out.append(
                 f"field {self.name!r}: missing must be 'skip' or 'error', got {self.missing!r}"
@@ -104,6 +113,11 @@ class Field:
     def q_size(self) -> int:
         """The q-gram size in use."""
         return self.q if self.q is not None else _DEFAULT_Q.get(self.kind, 2)
+
+    @property
+    def key_purpose(self) -> str:
+        """What this field's hashing key is derived for (shared within a ``hash_group``)."""
+        return f"group/{self.hash_group}" if self.hash_group else f"field/{self.name}"
 
     @property
     def hash_count(self) -> int:
@@ -206,7 +220,8 @@ class Schema:
             problems.append(f"xor_fold needs bits to be a multiple of 128, got {bits}")
         if salt is not None:
             problems += self._part_problems(salt, "salt")
-        for flag, name in ((balance, "balance"), (xor_fold, "xor_fold")):
+        flags: tuple[tuple[Any, str], ...] = ((balance, "balance"), (xor_fold, "xor_fold"))
+        for flag, name in flags:
             if not isinstance(flag, bool):
                 problems.append(f"{name} must be True or False, got {flag!r}")
         if blip_epsilon is not None and not (

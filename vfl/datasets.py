@@ -162,14 +162,15 @@ _CORRUPTIONS = ("typo", "typo", "swap", "nickname", "missing", "moved", "dob")
 
 def identity_schema() -> Any:
     """The :class:`linkage.Schema` of the cohort's fuzzy identity fields (not the exact ID):
-    given name and surname (``name``), date of birth (``date``), sex (``categorical``) and
+    given name and surname (``name``, sharing a hash group so that swapped names still
+    match), date of birth (``date``), sex (``categorical``) and
     postcode (``text``), with the defaults of each kind."""
     from linkage import Field, Schema
 
     return Schema(
         [
-            Field("given_name", "name"),
-            Field("surname", "name"),
+            Field("given_name", "name", hash_group="names"),
+            Field("surname", "name", hash_group="names"),
             Field("date_of_birth", "date"),
             Field("sex", "categorical"),
             Field("postcode", "text"),
