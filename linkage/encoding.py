@@ -125,7 +125,7 @@ def _unpack(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 
 def _pack(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     packed = np.packbits(bits, axis=1, bitorder="little")
-    return packed.view("<u8").astype(np.uint64, copy=False)
+    return np.ascontiguousarray(packed).view("<u8").astype(np.uint64, copy=False)
 
 
 def encode(frame: pd.DataFrame, schema: Schema, *, secret: bytes | str) -> Encodings:

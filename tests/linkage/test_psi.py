@@ -97,3 +97,17 @@ def test_hmac_tokens_depend_on_the_key() -> None:
     key1, key2 = secrets.token_bytes(32), secrets.token_bytes(32)
     assert hmac_tokens(["A1"], key1) == hmac_tokens(["A1"], key1)
     assert hmac_tokens(["A1"], key1) != hmac_tokens(["A1"], key2)
+
+
+def test_worker_processes_give_the_same_intersection(monkeypatch: pytest.MonkeyPatch) -> None:
+    import linkage.psi
+
+    monkeypatch.setattr(linkage.psi, "PARALLEL_MIN_POINTS", 10)
+    a, b, common = random_sets(300, 250, 0.5, seed=9)
+    pairs = psi_intersection(a, b, method="ecdh", workers=2)
+    assert set(a[pairs["a"]]) == common
+    assert (a[pairs["a"]].to_numpy() == b[pairs["b"]].to_numpy()).all()
+    party = EcdhPsiParty(workers=2)
+    points = party.blind([f"ID{i}" for i in range(40)])
+    with pytest.raises(ValueError, match="position 33 is a low-order point"):
+        party.reblind(points[:33] + [bytes(32)] + points[34:])

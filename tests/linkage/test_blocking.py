@@ -1,0 +1,215 @@
+"""Blocking: LSH recall and its model, keyed blocking keys against a plaintext join, the join,
+matching on candidates (greedy and optimal), the score plot."""
+
+from __future__ import annotations
+
+import itertools
+import unicodedata
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+from linkage import (
+    KeyBlocking,
+    LshBlocking,
+    Schema,
+    block,
+    dice_scores,
+    encode,
+    evaluate,
+    match,
+    plot_scores,
+)
+from linkage.blocking import _join
+from linkage.encoding import soundex
+from linkage.matching import _greedy, _optimal
+from vfl.datasets import identity_schema, make_lab_imaging_cohort
+
+matplotlib.use("Agg")
+
+SECRET = b"a shared secret of 32 bytes, ok!"
+KEYS = [["surname:soundex", "date_of_birth:year"], ["given_name:prefix2", "date_of_birth"]]
+SCHEMA = Schema(identity_schema().fields, blocking_keys=KEYS)
+
+
+@pytest.fixture(scope="module")
+def cohort() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, object, object]:
+    lab, imaging, truth = make_lab_imaging_cohort(4000, overlap=0.6, typo_rate=0.2, random_state=7)
+    return (
+        lab,
+        imaging,
+        truth,
+        encode(lab, SCHEMA, secret=SECRET),
+        encode(imaging, SCHEMA, secret=SECRET),
+    )
+
+
+def true_positions(a, b, truth):  # type: ignore[no-untyped-def]
+    return a.index.get_indexer(truth["lab"]), b.index.get_indexer(truth["imaging"])
+
+
+def test_lsh_keeps_the_true_pairs_and_drops_most_others(cohort) -> None:  # type: ignore[no-untyped-def]
+    _, _, truth, a, b = cohort
+    candidates = LshBlocking().candidates(a, b)
+    assert candidates.pair_completeness(a, b, truth) >= 0.99
+    assert candidates.reduction_ratio > 0.95
+    flat = candidates.ia * len(b) + candidates.ib
+    assert np.all(np.diff(flat) > 0)  # unique and sorted
+    assert candidates.ia.max() < len(a) and candidates.ib.max() < len(b)
+
+
+def test_lsh_recall_meets_its_model(cohort) -> None:  # type: ignore[no-untyped-def]
+    _, _, truth, a, b = cohort
+    blocking = LshBlocking(band_bits=24, bands=12, random_state=1)
+    plan = blocking.plan(a, b)
+    candidates = blocking.candidates(a, b)
+    pa, pb = true_positions(a, b, truth)
+    scores = dice_scores(a, b, pa, pb)
+    found = np.isin(pa * len(b) + pb, candidates.ia * len(b) + candidates.ib)
+    for score, predicted in plan["recall_at"].items():
+        near = np.abs(scores - score) < 0.025  # pairs scoring about this much
+        if near.sum() >= 50:
+            observed = found[near].mean()
+            tolerance = 3 * np.sqrt(predicted * (1 - predicted) / near.sum()) + 0.05
+            assert observed >= predicted - tolerance, (score, observed, predicted)
+    exact = scores == 1.0
+    assert found[exact].all()  # identical filters agree on every band
+    more = LshBlocking(band_bits=24, bands=40, random_state=1).candidates(a, b)
+    assert set((candidates.ia * len(b) + candidates.ib).tolist()) <= set(
+        (more.ia * len(b) + more.ib).tolist()
+    )  # more bands of the same rounds only add candidates
+
+
+def test_lsh_plan_follows_the_target(cohort) -> None:  # type: ignore[no-untyped-def]
+    _, _, _, a, b = cohort
+    loose = LshBlocking(target_recall=0.5).plan(a, b)
+    tight = LshBlocking(target_recall=0.99).plan(a, b)
+    assert loose["recall"] >= 0.5 and tight["recall"] >= 0.99
+    assert tight["recall_at"][0.9] >= tight["recall"]
+    with pytest.raises(ValueError, match="target_recall"):
+        LshBlocking(target_recall=1.0)
+    with pytest.raises(ValueError, match="both band_bits and bands"):
+        LshBlocking(band_bits=20)
+
+
+def test_key_blocking_equals_a_plaintext_join(cohort) -> None:  # type: ignore[no-untyped-def]
+    lab, imaging, _, a, b = cohort
+
+    def letters(name: object) -> str:
+        if not isinstance(name, str):
+            return ""
+        decomposed = unicodedata.normalize("NFKD", name.lower())
+        return "".join(c for c in decomposed if "a" <= c <= "z")
+
+    def plain_keys(frame: pd.DataFrame) -> list[set[str]]:
+        out = []
+        for given, surname, dob in zip(
+            frame["given_name"], frame["surname"], frame["date_of_birth"], strict=True
+        ):
+            keys = set()
+            if letters(surname) and isinstance(dob, str):
+                keys.add(f"0|{soundex(letters(surname))}|{dob[:4]}")
+            if letters(given) and isinstance(dob, str):
+                keys.add(f"1|{letters(given)[:2]}|{dob}")
+            out.append(keys)
+        return out
+
+    keys_a, keys_b = plain_keys(lab), plain_keys(imaging)
+    index: dict[str, list[int]] = {}
+    for j, keys in enumerate(keys_b):
+        for key in keys:
+            index.setdefault(key, []).append(j)
+    expected = {(i, j) for i, keys in enumerate(keys_a) for key in keys for j in index.get(key, [])}
+    candidates = block(a, b, "keys")
+    assert set(zip(candidates.ia.tolist(), candidates.ib.tolist(), strict=True)) == expected
+    only_first = KeyBlocking(keys=(0,)).candidates(a, b)
+    assert len(only_first) < len(candidates)
+
+
+def test_join_against_a_naive_join() -> None:
+    rng = np.random.default_rng(3)
+    keys_a = rng.integers(0, 6, size=(3, 40)).astype(np.uint64)
+    keys_b = rng.integers(0, 6, size=(3, 30)).astype(np.uint64)  # 0: no key
+    ia, ib = _join(keys_a, keys_b, 30)
+    expected = {
+        (i, j)
+        for k in range(3)
+        for i in range(40)
+        for j in range(30)
+        if keys_a[k, i] == keys_b[k, j] != 0
+    }
+    assert set(zip(ia.tolist(), ib.tolist(), strict=True)) == expected
+    assert len(ia) == len(expected)
+
+
+def test_blocking_refusals(cohort) -> None:  # type: ignore[no-untyped-def]
+    lab, _, _, a, _ = cohort
+    plain = encode(lab, identity_schema(), secret=SECRET)
+    with pytest.raises(ValueError, match="different schemas or secrets"):
+        block(a, plain)
+    with pytest.raises(ValueError, match="carry no blocking keys"):
+        block(plain, plain, "keys")
+    with pytest.raises(ValueError, match="unknown blocking 'sorted'"):
+        block(a, a, "sorted")
+    with pytest.raises(ValueError, match="blocking key 5 does not exist"):
+        KeyBlocking(keys=(5,)).candidates(a, a)
+
+
+def test_blocked_matching_is_one_to_one_and_as_good(cohort) -> None:  # type: ignore[no-untyped-def]
+    _, _, truth, a, b = cohort
+    truth = truth.set_axis(["a", "b"], axis=1)
+    full = match(a, b, blocking=None)
+    blocked = match(a, b, blocking=LshBlocking(random_state=0))
+    for links in (full, blocked):
+        assert links["a"].is_unique and links["b"].is_unique
+    assert blocked.attrs["reduction_ratio"] > 0.95 and full.attrs["reduction_ratio"] == 0.0
+    assert evaluate(blocked, truth)["f1"] >= evaluate(full, truth)["f1"] - 0.005
+    keyed = match(a, b, blocking="keys", threshold=0.8)
+    assert evaluate(keyed, truth)["precision"] > 0.97
+
+
+def brute_force_best_total(ia, ib, scores) -> float:  # type: ignore[no-untyped-def]
+    best = 0.0
+    pairs = list(range(len(ia)))
+    for size in range(len(pairs) + 1):
+        for subset in itertools.combinations(pairs, size):
+            rows = [ia[k] for k in subset]
+            cols = [ib[k] for k in subset]
+            if len(set(rows)) == size and len(set(cols)) == size:
+                best = max(best, float(sum(scores[k] for k in subset)))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_optimal_assignment_maximises_the_total_score(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    flat = rng.choice(5 * 5, size=9, replace=False)
+    ia, ib = flat // 5, flat % 5
+    scores = rng.uniform(0.8, 1.0, size=9)
+    chosen = _optimal(ia, ib, scores)
+    assert len(set(ia[chosen])) == len(chosen) == len(set(ib[chosen]))
+    assert scores[chosen].sum() == pytest.approx(brute_force_best_total(ia, ib, scores))
+    greedy = _greedy(ia, ib, scores)
+    assert scores[greedy].sum() <= scores[chosen].sum() + 1e-12
+
+
+def test_optimal_beats_greedy_where_greedy_is_myopic() -> None:
+    ia, ib = np.array([0, 0, 1]), np.array([0, 1, 0])
+    scores = np.array([0.9, 0.85, 0.85])
+    assert sorted(_greedy(ia, ib, scores).tolist()) == [0]
+    assert sorted(_optimal(ia, ib, scores).tolist()) == [1, 2]
+
+
+def test_score_plot_marks_the_threshold(cohort) -> None:  # type: ignore[no-untyped-def]
+    _, _, _, a, b = cohort
+    links = match(a, b, threshold=0.83)
+    ax = plot_scores(links)
+    assert any(
+        np.allclose(line.get_xdata(), [0.83, 0.83]) for line in ax.get_lines()
+    )  # the threshold line
+    heights = sum(patch.get_height() for patch in ax.patches)
+    assert heights == (links.attrs["best_scores"] > 0).sum()
+    with pytest.raises(ValueError, match="no best_scores"):
+        plot_scores(pd.DataFrame({"a": [1]}))
