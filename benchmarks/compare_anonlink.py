@@ -12,11 +12,14 @@ Run by ``linkage.py``; by hand::
 
 from __future__ import annotations
 
+import array
 import csv
 import json
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 
 def _schema(clkhash_schema, names):  # type: ignore[no-untyped-def]
@@ -93,29 +96,26 @@ def main() -> None:
     ids_b = [r[0] for r in tables["b"][1]]
     with open(folder / "truth.csv", newline="") as handle:
         truth = {(r[0], r[1]) for r in list(csv.reader(handle))[1:]}
-    scores = candidates[0]
+    scores = np.frombuffer(candidates[0], dtype=candidates[0].typecode)
+    codes = [x.typecode for x in (*candidates[1], *candidates[2])]
+    columns = [np.frombuffer(x, dtype=x.typecode) for x in (*candidates[1], *candidates[2])]
     best = (0.0, 0.0)
     for step in range(70, 98):
-        threshold = step / 100
-        keep = [k for k in range(len(scores)) if scores[k] >= threshold]
+        keep = scores >= step / 100
+        parts = [array.array(c, x[keep].tolist()) for c, x in zip(codes, columns, strict=True)]
         subset = (
-            scores.__class__(scores.typecode, [scores[k] for k in keep]),
-            tuple(
-                array.__class__(array.typecode, [array[k] for k in keep]) for array in candidates[1]
-            ),
-            tuple(
-                array.__class__(array.typecode, [array[k] for k in keep]) for array in candidates[2]
-            ),
+            array.array(candidates[0].typecode, scores[keep].tolist()),
+            tuple(parts[:2]),
+            tuple(parts[2:]),
         )
-        groups = anonlink.solving.greedy_solve(subset)
         links = set()
-        for group in groups:
+        for group in anonlink.solving.greedy_solve(subset):
             ends = dict(group)
             if 0 in ends and 1 in ends:
                 links.add((ids_a[ends[0]], ids_b[ends[1]]))
         hits = len(links & truth)
         f1 = 2 * hits / (len(links) + len(truth)) if links else 0.0
-        best = max(best, (f1, threshold))
+        best = max(best, (f1, step / 100))
     print(
         json.dumps(
             {

@@ -270,7 +270,7 @@ def main() -> None:
     print(
         f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
-    speed_and_quality(5_000 if args.quick else 20_000, args.compare_python)
+    speed_and_quality(5_000 if args.quick else 12_000, args.compare_python)
     automatic_threshold_gaps(3_000 if args.quick else 10_000)
     hardening_costs(2_000 if args.quick else 6_000)
     blocked_end_to_end(25_000 if args.quick else 125_000)
