@@ -109,6 +109,18 @@ class PackingMasks:
     exponent: int
     masks: tuple[int, ...]  # offset + r per value
 
+    def unmask_integers(self, slots: list[int]) -> list[int]:
+        """The original signed fixed-point integers (scaled by ``2**exponent``), exactly."""
+        if len(slots) != self.layout.count:
+            raise ValueError(f"expected {self.layout.count} slots, got {len(slots)}")
+        half = 1 << (self.layout.value_bits - 1)
+        values = [int(s) - m for s, m in zip(slots, self.masks, strict=True)]
+        if any(not -half <= v < half for v in values):
+            raise fixedpoint.FixedPointOverflowError(
+                "a packed value exceeded the bound given to pack_masked; pack with a larger bound"
+            )
+        return values
+
     def unmask(self, slots: list[int]) -> np.ndarray[Any, Any]:
         """The original values (float64) from the key holder's slots.
 
