@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt | $(PY)
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/cohort_federation.py
+	$(PY) examples/lab_imaging.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check linkage vfl transfer horizontal tests examples benchmarks

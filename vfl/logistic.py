@@ -257,6 +257,8 @@ class VerticalLogisticRegression(ClassifierMixin, BaseEstimator):  # type: ignor
                 f"{self.coordinator!r} is both a data party and the coordinator's name; pass "
                 "coordinator='...' with another name"
             )
+        for name, frame in frames.items():  # check every party's data before starting
+            _prepare_part(name, frame, self.standardize, None, name == label_party)
         roles: dict[str, Any] = {}
         for name, frame in frames.items():
             roles[name] = lambda fed, frame=frame, name=name: self._fit_role(
@@ -299,6 +301,8 @@ class VerticalLogisticRegression(ClassifierMixin, BaseEstimator):  # type: ignor
                 f"predict needs the parties the model was fitted with: missing {missing}, "
                 f"unknown {extra}"
             )
+        for name, frame in frames.items():  # check the columns before starting
+            self.parts_[name].design(frame)
         roles: dict[str, Any] = {
             name: (lambda fed, name=name: self._predict_role(fed, frames[name])) for name in frames
         }

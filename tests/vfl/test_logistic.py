@@ -1,0 +1,171 @@
+"""Vertical logistic regression: encrypted equals plaintext, accuracy against scikit-learn,
+the transcript carries no plaintext features or labels, bad input, persistence."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import load_breast_cancer
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+from vfl.crypto import SecurityWarning
+from vfl.crypto.fixedpoint import DEFAULT_PRECISION
+from vfl.federation.wire import CiphertextBlock
+from vfl.logistic import FEATURE_BITS, VerticalLogisticRegression, plaintext_reference
+
+pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.SecurityWarning")
+
+
+def small(**params: object) -> VerticalLogisticRegression:
+    base: dict[str, object] = {"key_bits": 1024, "insecure": True, "random_state": 0}
+    base.update(params)
+    return VerticalLogisticRegression(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def breast() -> tuple[dict[str, pd.DataFrame], pd.Series, dict[str, pd.DataFrame], pd.Series]:
+    x, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.3, random_state=0, stratify=y)
+    cols = list(x.columns)
+
+    def split(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+        return {"imaging": frame[cols[:10]], "lab": frame[cols[10:]]}
+
+    return split(x_tr), y_tr, split(x_te), y_te
+
+
+@pytest.mark.parametrize("protocol", ["coordinator", "two_party"])
+def test_encrypted_training_equals_the_plaintext_protocol(breast, protocol: str) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = breast
+    est = small(protocol=protocol, max_iter=2, batch_size=100, tol=None)
+    est.fit(parts, y, label_party="imaging")
+    weights, curve = plaintext_reference(est, parts, y, label_party="imaging")
+    np.testing.assert_allclose(est.parts_["lab"].coef, weights["lab"], atol=1e-6)
+    np.testing.assert_allclose(est.parts_["imaging"].coef, weights["imaging"][:-1], atol=1e-6)
+    assert est.intercept_[0] == pytest.approx(weights["imaging"][-1], abs=1e-6)
+    np.testing.assert_allclose(est.loss_curve_, curve, rtol=1e-6)
+    assert est.n_iter_ == 2
+
+
+def sensitive_windows(values: np.ndarray, scales: list[float]) -> set[tuple[float, ...]]:
+    out = set()
+    for scale in scales:
+        scaled = np.round(values * scale, 9) if scale != 1 else np.round(values, 9)
+        for column in scaled.T if scaled.ndim == 2 else [scaled]:
+            for k in range(len(column) - 4):
+                out.add(tuple(column[k : k + 5].tolist()))
+    return out
+
+
+def payload_numbers(payload: object) -> list[np.ndarray]:
+    if isinstance(payload, CiphertextBlock):
+        return []  # encrypted
+    if isinstance(payload, np.ndarray):
+        return [payload.astype(float).ravel()]
+    if isinstance(payload, dict):
+        return [a for v in payload.values() for a in payload_numbers(v)]
+    if isinstance(payload, list):
+        if payload and all(isinstance(v, (int, float)) for v in payload):
+            return [np.array([float(v) for v in payload])]
+        return [a for v in payload for a in payload_numbers(v)]
+    return []
+
+
+@pytest.mark.parametrize("protocol", ["coordinator", "two_party"])
+def test_no_plaintext_feature_or_label_crosses_a_party_boundary(breast, protocol: str) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = breast
+    est = small(protocol=protocol, max_iter=1, batch_size=128, tol=None)
+    est.fit(parts, y, label_party="imaging")
+    secrets_of: dict[str, set[tuple[float, ...]]] = {}
+    for name, frame in parts.items():
+        raw = frame.to_numpy(dtype=float)
+        std = est.parts_[name].design(frame)
+        secrets_of[name] = sensitive_windows(raw, [1.0]) | sensitive_windows(
+            std, [1.0, 2.0**FEATURE_BITS, 1 / DEFAULT_PRECISION]
+        )
+    labels = y.to_numpy(dtype=float)
+    secrets_of["imaging"] |= sensitive_windows(labels, [1.0]) | sensitive_windows(
+        2 * labels - 1, [1.0]
+    )
+    records = est.transcript_.records
+    assert records, "the transcript is empty"
+    decryptor_inputs = 0
+    for record in records:
+        for array in payload_numbers(record.payload()):
+            windows = {tuple(np.round(array[k : k + 5], 9).tolist()) for k in range(len(array) - 4)}
+            leaked = windows & secrets_of.get(record.sender, set())
+            assert not leaked, f"{record.sender} -> {record.receiver} [{record.tag}] leaks"
+        if record.tag.endswith("-req"):
+            decryptor_inputs += 1
+            assert isinstance(record.payload()["data"], CiphertextBlock)
+    assert decryptor_inputs > 0
+    if protocol == "coordinator":
+        to_coordinator = [r for r in records if r.receiver == "coordinator"]
+        assert {r.tag for r in to_coordinator} <= {"epoch", "grad-req", "loss-req"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["coordinator", "two_party"])
+def test_auc_close_to_scikit_learn_and_beats_one_party(breast, protocol: str) -> None:  # type: ignore[no-untyped-def]
+    parts, y, test_parts, y_test = breast
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = small(protocol=protocol).fit(parts, y, label_party="imaging")
+    auc = roc_auc_score(y_test, est.predict_proba(test_parts)[:, 1])
+    train = pd.concat(parts.values(), axis=1)
+    test = pd.concat(test_parts.values(), axis=1)
+    scaler = StandardScaler().fit(train)
+    reference = LogisticRegression().fit(scaler.transform(train), y)
+    auc_sklearn = roc_auc_score(y_test, reference.predict_proba(scaler.transform(test))[:, 1])
+    assert auc >= auc_sklearn - 0.01
+    assert est.score(test_parts, y_test) > 0.9
+
+
+def test_saved_parts_predict_the_same(breast, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    parts, y, test_parts, _ = breast
+    est = small(max_iter=1, tol=None).fit(parts, y, label_party="imaging")
+    paths = est.save(tmp_path)
+    assert sorted(p.name for p in paths) == ["imaging.json", "lab.json"]
+    assert "coef" in paths[0].read_text() and "key" not in paths[0].read_text().lower()
+    loaded = small().load(*paths, label_party="imaging")
+    np.testing.assert_allclose(
+        loaded.decision_function(test_parts), est.decision_function(test_parts), atol=1e-6
+    )
+
+
+def test_bad_input_gets_clear_errors(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = breast
+    est = small(max_iter=1)
+    with pytest.raises(ValueError, match="label party 'clinic' is not among"):
+        est.fit(parts, y, label_party="clinic")
+    shifted = {**parts, "lab": parts["lab"].iloc[::-1]}
+    with pytest.raises(ValueError, match="party 'lab': rows do not align"):
+        est.fit(shifted, y, label_party="imaging")
+    nan = parts["lab"].copy()
+    nan.iloc[3, 2] = np.nan
+    with pytest.raises(ValueError, match=r"party 'lab': column '.*' has NaN or inf"):
+        est.fit({**parts, "lab": nan}, y, label_party="imaging")
+    text = parts["lab"].assign(**{parts["lab"].columns[0]: "x"})
+    with pytest.raises(ValueError, match="is not numeric"):
+        est.fit({**parts, "lab": text}, y, label_party="imaging")
+    constant = parts["lab"].assign(**{parts["lab"].columns[1]: 1.0})
+    with pytest.raises(ValueError, match="are constant"):
+        est.fit({**parts, "lab": constant}, y, label_party="imaging")
+    with pytest.raises(ValueError, match="must be binary 0/1"):
+        est.fit(parts, y * 2, label_party="imaging")
+    with pytest.raises(ValueError, match="party 'lab' has no columns"):
+        est.fit({**parts, "lab": parts["lab"].iloc[:, :0]}, y, label_party="imaging")
+    with pytest.raises(ValueError, match="needs exactly two data parties"):
+        small(protocol="two_party").fit({**parts, "x": parts["lab"]}, y, label_party="imaging")
+    fitted = small(max_iter=1, tol=None).fit(parts, y, label_party="imaging")
+    renamed = {**parts, "lab": parts["lab"].rename(columns=lambda c: c + "!")}
+    with pytest.raises(ValueError, match="party 'lab': the columns differ from those fitted"):
+        fitted.predict_proba(renamed)
+    with pytest.raises(ValueError, match="not fitted"):
+        small().predict(parts)
