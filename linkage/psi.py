@@ -47,13 +47,13 @@ import hmac
 import multiprocessing
 import os
 import secrets
-import unicodedata
 import warnings
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
@@ -83,22 +83,26 @@ def normalize_ids(ids: Iterable[Any], *, what: str = "ids") -> list[str]:
         A missing or empty ID (its position), or two rows whose IDs normalise alike (duplicates
         make the pairing ambiguous: deduplicate first, e.g. ``df.drop_duplicates("patient_id")``).
     """
-    out: list[str] = []
-    first_seen: dict[str, int] = {}
-    for position, raw in enumerate(ids):
-        if raw is None or (isinstance(raw, float) and raw != raw) or raw is pd.NA:
-            raise ValueError(f"{what}: the ID at position {position} is missing; drop or fill it")
-        text = unicodedata.normalize("NFKC", str(raw)).upper()
-        norm = "".join(ch for ch in text if not ch.isspace() and ch not in "-./")
-        if not norm:
-            raise ValueError(f"{what}: the ID at position {position} ({raw!r}) is empty")
-        if norm in first_seen:
-            raise ValueError(
-                f"{what}: the IDs at positions {first_seen[norm]} and {position} are the same "
-                f"({norm!r}); PSI needs unique IDs, deduplicate first"
-            )
-        first_seen[norm] = position
-        out.append(norm)
+    raw = pd.Series(list(ids), dtype=object)
+    missing = raw.isna().to_numpy()
+    if missing.any():
+        position = int(np.flatnonzero(missing)[0])
+        raise ValueError(f"{what}: the ID at position {position} is missing; drop or fill it")
+    norm = (
+        raw.astype(str).str.normalize("NFKC").str.upper().str.replace(r"[\s\-./]", "", regex=True)
+    )
+    empty = (norm == "").to_numpy()
+    if empty.any():
+        position = int(np.flatnonzero(empty)[0])
+        raise ValueError(f"{what}: the ID at position {position} ({raw[position]!r}) is empty")
+    repeated = norm.duplicated(keep=False).to_numpy()
+    if repeated.any():
+        first, second = np.flatnonzero(norm == norm[int(np.flatnonzero(repeated)[0])])[:2]
+        raise ValueError(
+            f"{what}: the IDs at positions {first} and {second} are the same "
+            f"({norm[first]!r}); PSI needs unique IDs, deduplicate first"
+        )
+    out: list[str] = norm.tolist()
     return out
 
 
@@ -213,7 +217,7 @@ def hmac_tokens(ids: Sequence[str], key: bytes) -> list[bytes]:
     """``HMAC-SHA256(key, id)`` for each normalised ID (see the module's warning)."""
     if not isinstance(key, bytes) or len(key) < 16:
         raise ValueError("the HMAC key must be at least 16 random bytes shared by the parties")
-    return [hmac.new(key, _DOMAIN + i.encode("utf-8"), hashlib.sha256).digest() for i in ids]
+    return [hmac.digest(key, _DOMAIN + i.encode("utf-8"), "sha256") for i in ids]
 
 
 def psi_intersection(
