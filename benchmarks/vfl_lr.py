@@ -69,11 +69,10 @@ def vflink_epoch_seconds(
     parts: dict[str, pd.DataFrame], y: pd.Series, batch: int, workers: int
 ) -> float:
     est = VerticalLogisticRegression(
-        max_iter=1, tol=None, batch_size=batch, workers=workers, random_state=0
+        max_iter=2, tol=None, batch_size=batch, workers=workers, random_state=0
     )
-    started = time.perf_counter()
     est.fit(parts, y, label_party="active")
-    return time.perf_counter() - started
+    return float(np.mean(est.epoch_seconds_))
 
 
 def main() -> None:
@@ -83,7 +82,10 @@ def main() -> None:
     load = os.getloadavg()
     cores = os.cpu_count() or 1
     print(f"machine: {cores} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print("2048-bit keys; per-epoch seconds include key generation and all parties' work\n")
+    print(
+        "2048-bit keys; seconds per epoch at the label party (all parties' work, key "
+        "generation excluded), mean of 2 epochs\n"
+    )
     x, y = load_breast_cancer(return_X_y=True, as_frame=True)
     x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.3, random_state=0, stratify=y)
     scaler = StandardScaler().fit(x_tr)

@@ -42,6 +42,7 @@ second) but weaker:
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import hmac
 import multiprocessing
@@ -166,15 +167,13 @@ class EcdhPsiParty:
             return step(raw, items, 0)  # type: ignore[no-any-return]
         size = -(-len(items) // (4 * self.workers))  # a few chunks per worker
         starts = range(0, len(items), size)
-        methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
         try:
-            with ProcessPoolExecutor(self.workers, mp_context=context) as pool:
-                parts = pool.map(
-                    step, [raw] * len(starts), [items[i : i + size] for i in starts], starts
-                )
-                return [point for part in parts for point in part]
+            parts = _pool(self.workers).map(
+                step, [raw] * len(starts), [items[i : i + size] for i in starts], starts
+            )
+            return [point for part in parts for point in part]
         except BrokenProcessPool:
+            _POOLS.pop(self.workers, None)
             warnings.warn(
                 "PSI worker processes failed to start (a script that starts processes needs "
                 "`if __name__ == '__main__':`); continuing in this process",
@@ -182,6 +181,26 @@ class EcdhPsiParty:
                 stacklevel=3,
             )
             return step(raw, items, 0)  # type: ignore[no-any-return]
+
+
+_POOLS: dict[int, ProcessPoolExecutor] = {}
+_POOL_PID = os.getpid()
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool kept for the life of the process (starting one costs about a second),
+    never shared with a forked child. Workers get the party's scalar with each task and keep
+    nothing between tasks."""
+    global _POOL_PID
+    if os.getpid() != _POOL_PID:  # a forked child must not use its parent's pools
+        _POOLS.clear()
+        _POOL_PID = os.getpid()
+    if workers not in _POOLS:
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+        _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=context)
+        atexit.register(_POOLS[workers].shutdown, wait=False, cancel_futures=True)
+    return _POOLS[workers]
 
 
 def _blind_chunk(raw: bytes, ids: list[str], offset: int) -> list[bytes]:

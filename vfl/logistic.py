@@ -53,8 +53,9 @@ import logging
 import math
 import os
 import secrets
+import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,7 @@ class _Config:
     insecure: bool
     workers: int
     seed: int | None
+    epoch_seconds: list[float] = field(default_factory=list)
 
 
 # -- the estimator -----------------------------------------------------------------------------
@@ -189,9 +191,10 @@ class VerticalLogisticRegression(ClassifierMixin, BaseEstimator):  # type: ignor
     ----------
     parts_ : dict of str to PartyModel
         Each party's fitted part (in deployment, only this party's).
-    classes_, n_iter_, loss_curve_, label_party_, transcript_
+    classes_, n_iter_, loss_curve_, epoch_seconds_, label_party_, transcript_
         The classes (0, 1), epochs run, training loss per epoch (the active party's view), the
-        label party, and the message transcript of the last simulated ``fit``.
+        wall time of each epoch at the label party, the label party, and the message
+        transcript of the last simulated ``fit``.
     """
 
     def __init__(
@@ -435,6 +438,7 @@ class VerticalLogisticRegression(ClassifierMixin, BaseEstimator):  # type: ignor
                 w, curve = _active_coordinator(fed, x, labels, w0, passives, decryptor, cfg)
             else:
                 w, curve = _active_two_party(fed, x, labels, w0, passives[0], cfg)
+            self.epoch_seconds_ = list(cfg.epoch_seconds)
             self._last_loss_curve = curve
             self._last_n_iter = len(curve)
             part.coef, part.intercept = w[:-1], float(w[-1])
@@ -544,7 +548,8 @@ def _check_labels(y: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:
         )
     if len(classes) < 2:
         raise ValueError(f"labels of party {party!r} hold one class only")
-    return values.astype(float)
+    out: np.ndarray[Any, Any] = values.astype(float)
+    return out
 
 
 def _numeric(frame: pd.DataFrame, party: str, columns: list[str]) -> np.ndarray[Any, Any]:
@@ -571,7 +576,8 @@ def _numeric(frame: pd.DataFrame, party: str, columns: list[str]) -> np.ndarray[
             f"party {party!r}: column {columns[col]!r} has NaN or inf (e.g. row "
             f"{frame.index[row]!r}); impute or drop them first"
         )
-    return values
+    out: np.ndarray[Any, Any] = values
+    return out
 
 
 def _prepare_part(
@@ -740,7 +746,9 @@ def _active_coordinator(
     curve: list[float] = []
     stopped = False
     epochs = _epochs(fed, [*passives, coordinator], len(x), cfg)
+    cfg.epoch_seconds.clear()
     for epoch, batches in epochs:
+        began = time.perf_counter()
         total = 0.0
         for rows in batches:
             xb = x[rows]
@@ -772,6 +780,7 @@ def _active_coordinator(
             total += float(_masked_decrypt(fed, coordinator, loss8, 2.0**60, "loss")[0])
             w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, True), epoch)
         curve.append(total / 8.0 / len(x))
+        cfg.epoch_seconds.append(time.perf_counter() - began)
         logger.info("epoch %d: training loss %.6f", epoch + 1, curve[-1])
         if _converged(curve, cfg.tol):
             stopped = True
@@ -885,7 +894,9 @@ def _active_two_party(
     curve: list[float] = []
     stopped = False
     epochs = _epochs(fed, [other], len(x), cfg)
+    cfg.epoch_seconds.clear()
     for epoch, batches in epochs:
+        began = time.perf_counter()
         total = 0.0
         for rows in batches:
             xb = x[rows]
@@ -916,6 +927,7 @@ def _active_two_party(
             total += float(_masked_decrypt(fed, other, loss8, 2.0**60, "loss")[0])
             w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, True), epoch)
         curve.append(total / 8.0 / len(x))
+        cfg.epoch_seconds.append(time.perf_counter() - began)
         logger.info("epoch %d: training loss %.6f", epoch + 1, curve[-1])
         if _converged(curve, cfg.tol):
             stopped = True

@@ -169,3 +169,34 @@ def test_bad_input_gets_clear_errors(breast) -> None:  # type: ignore[no-untyped
         fitted.predict_proba(renamed)
     with pytest.raises(ValueError, match="not fitted"):
         small().predict(parts)
+
+
+def test_deployment_roles_train_the_same_model(breast) -> None:  # type: ignore[no-untyped-def]
+    from vfl.federation import LocalFederation
+
+    parts, y, _, _ = breast
+    simulated = small(max_iter=1, tol=None, batch_size=100).fit(parts, y, label_party="imaging")
+    estimators = {name: small(max_iter=1, tol=None, batch_size=100) for name in parts}
+    coordinator = small(max_iter=1, tol=None, batch_size=100)
+    roles = {
+        name: (
+            lambda fed, name=name: estimators[name].fit_party(
+                fed,
+                parts[name],
+                y if name == "imaging" else None,
+                label_party="imaging",
+                data_parties=list(parts),
+            )
+        )
+        for name in parts
+    }
+    roles["coordinator"] = lambda fed: coordinator.fit_party(
+        fed, None, label_party="imaging", data_parties=list(parts)
+    )
+    LocalFederation().run(roles)
+    assert set(estimators["lab"].parts_) == {"lab"}  # each party holds only its own part
+    for name in parts:
+        np.testing.assert_allclose(
+            estimators[name].parts_[name].coef, simulated.parts_[name].coef, atol=1e-6
+        )
+    assert estimators["imaging"].loss_curve_ == pytest.approx(simulated.loss_curve_, rel=1e-6)

@@ -1,0 +1,214 @@
+"""Aligning the parties' rows to their common patients, over a federation.
+
+Two ways, each written once as the code every role runs:
+
+* ``method="psi"`` -- ECDH private set intersection on an exact ID column between two data
+  parties (:mod:`linkage.psi`): each learns which of its own rows are common and their common
+  order, nothing about the other's other IDs;
+* ``method="bloom"`` -- the data parties encode their identity columns into Bloom filters with
+  a secret they share (:func:`linkage.encode`) and send the encodings, without row labels, to a
+  linkage unit (the coordinator), which never has the secret; it links every other party to the
+  first one (:func:`linkage.match`), keeps the patients linked across all parties, and returns
+  to each party only the positions of its own rows in the common order -- no scores, nothing of
+  the other parties.
+
+Each party ends with its own frame reordered to the common patients, indexed
+``0 .. n_common - 1`` (``common_row``), its original row labels in
+``frame.attrs["source_rows"]``. :func:`align` runs every role in one process (simulation);
+:func:`align_party` runs one party's role on its own federation (deployment).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import linkage
+from vfl.federation import Federation, LocalFederation
+
+__all__ = ["align", "align_party"]
+
+
+def align(
+    frames: dict[str, pd.DataFrame],
+    *,
+    method: str = "psi",
+    id_column: str | None = None,
+    schema: Any = None,
+    secret: bytes | str | None = None,
+    threshold: float | None = None,
+    linkage_unit: str = "coordinator",
+) -> dict[str, pd.DataFrame]:
+    """Align ``frames`` (party name -> its table) to their common rows; every role simulated
+    in this process. See :func:`align_party` for the parameters."""
+    if not isinstance(frames, dict) or len(frames) < 2:
+        raise ValueError("align needs a dict of at least two parties' frames")
+    parties = list(frames)
+    roles: dict[str, Any] = {
+        name: (
+            lambda fed, name=name: align_party(
+                fed,
+                frames[name],
+                method=method,
+                id_column=id_column,
+                schema=schema,
+                secret=secret,
+                parties=parties,
+                threshold=threshold,
+                linkage_unit=linkage_unit,
+            )
+        )
+        for name in parties
+    }
+    if method == "bloom":
+        roles[linkage_unit] = lambda fed: align_party(
+            fed,
+            None,
+            method=method,
+            parties=parties,
+            threshold=threshold,
+            linkage_unit=linkage_unit,
+        )
+    results = LocalFederation().run(roles)
+    return {name: results[name] for name in parties}
+
+
+def align_party(
+    federation: Federation,
+    frame: pd.DataFrame | None,
+    *,
+    method: str = "psi",
+    id_column: str | None = None,
+    schema: Any = None,
+    secret: bytes | str | None = None,
+    parties: list[str],
+    threshold: float | None = None,
+    linkage_unit: str = "coordinator",
+) -> Any:
+    """This party's role in aligning (deployment).
+
+    Parameters
+    ----------
+    federation : Federation
+        This party's channel to the others.
+    frame : DataFrame or None
+        This party's table (None for the linkage unit).
+    method : {"psi", "bloom"}
+        See the module docstring.
+    id_column : str
+        The exact ID column (``"psi"``).
+    schema, secret
+        The :class:`linkage.Schema` and the data parties' shared secret (``"bloom"``).
+    parties : list of str
+        The data parties, the same list at every party.
+    threshold : float, optional
+        Match threshold (``"bloom"``); chosen from the scores when None.
+    linkage_unit : str
+        The party that links encodings (``"bloom"``).
+
+    Returns
+    -------
+    DataFrame or None
+        This party's rows of the common patients, in the common order (None for the linkage
+        unit).
+    """
+    me = federation.name
+    if method not in ("psi", "bloom"):
+        raise ValueError(f"method must be 'psi' or 'bloom', got {method!r}")
+    if method == "psi":
+        if len(parties) != 2:
+            raise ValueError(
+                f"PSI alignment runs between two data parties, got {parties}; use "
+                "method='bloom' with a linkage unit for more"
+            )
+        if frame is None or id_column is None or id_column not in frame.columns:
+            raise ValueError(f"party {me!r}: PSI alignment needs its frame and its id_column")
+        other = next(p for p in parties if p != me)
+        ids = linkage.normalize_ids(frame[id_column], what=f"party {me!r}'s {id_column}")
+        party = linkage.EcdhPsiParty()
+        federation.send(other, "psi-blinded", _points(party.blind(ids)))
+        theirs = _unpoint(federation.recv(other, "psi-blinded"), other)
+        their_double = party.reblind(theirs)
+        federation.send(other, "psi-double", _points(their_double))
+        own_double = _unpoint(federation.recv(other, "psi-double"), other)
+        if len(own_double) != len(ids):
+            raise ValueError(f"party {other!r} returned {len(own_double)} points for {len(ids)}")
+        # both now hold both sides' doubly blinded points; the common order sorts by them
+        common = sorted(set(own_double) & set(their_double))
+        position = {point: k for k, point in enumerate(own_double)}
+        rows = party.own_rows(position[p] for p in common)
+        return _reorder(frame, rows, me)
+    if frame is None:  # the linkage unit
+        if me != linkage_unit:
+            raise ValueError(f"party {me!r} has no frame but is not the linkage unit")
+        _link_encodings(federation, parties, threshold)
+        return None
+    if schema is None or secret is None:
+        raise ValueError(f"party {me!r}: Bloom-filter alignment needs the schema and the secret")
+    encodings = linkage.encode(frame, schema, secret=secret)
+    federation.send(
+        linkage_unit,
+        "encodings",
+        {"words": encodings.words, "fingerprint": encodings.fingerprint},
+    )
+    rows = federation.recv(linkage_unit, "rows")
+    if not isinstance(rows, np.ndarray) or rows.dtype.kind not in "iu":
+        raise ValueError(f"the linkage unit {linkage_unit!r} sent malformed row positions")
+    if len(rows) and (rows.min() < 0 or rows.max() >= len(frame)):
+        raise ValueError(f"the linkage unit {linkage_unit!r} sent row positions out of range")
+    return _reorder(frame, rows.tolist(), me)
+
+
+def _points(points: list[bytes]) -> bytes:
+    return b"".join(points)
+
+
+def _unpoint(blob: Any, sender: str) -> list[bytes]:
+    if not isinstance(blob, bytes) or len(blob) % 32:
+        raise ValueError(f"party {sender!r} sent malformed PSI points")
+    return [blob[i : i + 32] for i in range(0, len(blob), 32)]
+
+
+def _reorder(frame: pd.DataFrame, rows: list[int], party: str) -> pd.DataFrame:
+    if not rows:
+        raise ValueError(f"party {party!r}: no common rows with the other parties")
+    out: pd.DataFrame = frame.iloc[rows].copy()
+    source = out.index
+    out.index = pd.RangeIndex(len(out), name="common_row")
+    out.attrs["source_rows"] = list(source)
+    return out
+
+
+def _link_encodings(federation: Federation, parties: list[str], threshold: float | None) -> None:
+    encodings = {}
+    for party in parties:
+        message = federation.recv(party, "encodings")
+        if (
+            not isinstance(message, dict)
+            or not isinstance(message.get("words"), np.ndarray)
+            or message["words"].dtype != np.uint64
+            or message["words"].ndim != 2
+            or not isinstance(message.get("fingerprint"), bytes)
+        ):
+            raise ValueError(f"party {party!r} sent malformed encodings")
+        words = message["words"]
+        encodings[party] = linkage.Encodings(
+            pd.RangeIndex(len(words)), words, message["fingerprint"]
+        )
+    anchor, *others = parties
+    # rows of the anchor linked to every other party, and the partner position in each
+    partner: dict[str, dict[int, int]] = {}
+    for party in others:
+        try:
+            links = linkage.match(encodings[anchor], encodings[party], threshold=threshold)
+        except ValueError as exc:
+            raise ValueError(f"linking {anchor!r} with {party!r}: {exc}") from None
+        partner[party] = dict(zip(links["a"].tolist(), links["b"].tolist(), strict=True))
+    common = sorted(set.intersection(*(set(p) for p in partner.values())))
+    federation.send(anchor, "rows", np.asarray(common, dtype=np.int64))
+    for party in others:
+        federation.send(
+            party, "rows", np.asarray([partner[party][a] for a in common], dtype=np.int64)
+        )
