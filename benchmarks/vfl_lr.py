@@ -20,19 +20,24 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import sys
 import time
 import warnings
+from pathlib import Path
 
-import numpy as np
-import pandas as pd
-import phe
-from sklearn.datasets import load_breast_cancer
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
+# benchmarks/linkage.py would shadow the linkage package: keep this folder off the import path
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from vfl.logistic import VerticalLogisticRegression
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import phe  # noqa: E402
+from sklearn.datasets import load_breast_cancer  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
+from sklearn.metrics import roc_auc_score  # noqa: E402
+from sklearn.model_selection import train_test_split  # noqa: E402
+from sklearn.preprocessing import StandardScaler  # noqa: E402
+
+from vfl.logistic import VerticalLogisticRegression  # noqa: E402
 
 
 def phe_epoch_seconds(
