@@ -45,6 +45,16 @@ def align(
     in this process. See :func:`align_party` for the parameters."""
     if not isinstance(frames, dict) or len(frames) < 2:
         raise ValueError("align needs a dict of at least two parties' frames")
+    if method not in ("psi", "bloom"):
+        raise ValueError(f"method must be 'psi' or 'bloom', got {method!r}")
+    for name, frame in frames.items():  # checked at the door, before any party starts
+        if not isinstance(frame, pd.DataFrame):
+            raise TypeError(f"party {name!r}: expected a DataFrame, got {type(frame).__name__}")
+        if method == "psi" and (id_column is None or id_column not in frame.columns):
+            raise ValueError(
+                f"party {name!r}: PSI alignment needs its frame and its id_column "
+                f"({id_column!r} is not one of its columns)"
+            )
     parties = list(frames)
     roles: dict[str, Any] = {
         name: (

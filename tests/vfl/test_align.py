@@ -97,5 +97,5 @@ def test_alignment_refusals(cohort) -> None:  # type: ignore[no-untyped-def]
         align({"lab": lab, "imaging": imaging}, method="soundex")
     with pytest.raises(ValueError, match="at least two"):
         align({"lab": lab})
-    with pytest.raises(Exception, match="needs its frame and its id_column"):
+    with pytest.raises(ValueError, match="needs its frame and its id_column"):
         align({"lab": lab, "imaging": imaging}, method="psi", id_column="nhs_number")
