@@ -110,4 +110,4 @@ def test_worker_processes_give_the_same_intersection(monkeypatch: pytest.MonkeyP
     party = EcdhPsiParty(workers=2)
     points = party.blind([f"ID{i}" for i in range(40)])
     with pytest.raises(ValueError, match="position 33 is a low-order point"):
-        party.reblind(points[:33] + [bytes(32)] + points[34:])
+        party.reblind([*points[:33], bytes(32), *points[34:]])

@@ -81,7 +81,7 @@ def payload_numbers(payload: object) -> list[np.ndarray]:
 def test_no_plaintext_feature_or_label_crosses_a_party_boundary(breast, protocol: str) -> None:  # type: ignore[no-untyped-def]
     parts, y, _, _ = breast
     est = small(protocol=protocol, max_iter=1, batch_size=128, tol=None)
-    est.fit(parts, y, label_party="imaging")
+    est.fit(parts, y, label_party="imaging", keep_payloads=True)
     secrets_of: dict[str, set[tuple[float, ...]]] = {}
     for name, frame in parts.items():
         raw = frame.to_numpy(dtype=float)
@@ -200,3 +200,46 @@ def test_deployment_roles_train_the_same_model(breast) -> None:  # type: ignore[
             estimators[name].parts_[name].coef, simulated.parts_[name].coef, atol=1e-6
         )
     assert estimators["imaging"].loss_curve_ == pytest.approx(simulated.loss_curve_, rel=1e-6)
+
+
+def test_what_the_key_holder_decrypts_is_masked(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = breast
+    est = small(max_iter=1, batch_size=128, tol=None)
+    est.fit(parts, y, label_party="imaging", keep_payloads=True)
+    records = est.transcript_.records
+    requests: dict[tuple[str, str, str], list] = {}  # type: ignore[type-arg]
+    answers: dict[tuple[str, str, str], list] = {}  # type: ignore[type-arg]
+    for r in records:
+        if r.tag.endswith("-req"):
+            requests.setdefault((r.sender, r.receiver, r.tag[:-4]), []).append(r)
+        elif r.tag.endswith("-plain"):
+            answers.setdefault((r.receiver, r.sender, r.tag[:-6]), []).append(r)
+    assert requests and set(requests) == set(answers)
+    pairs = [pair for key in requests for pair in zip(requests[key], answers[key], strict=True)]
+    for request, answer in pairs:
+        layout = request.payload()["layout"]
+        slots = answer.payload()
+        assert len(slots) == layout["count"]
+        # each slot is value + offset + a uniform mask of value_bits + kappa bits: far above
+        # any value it hides (a fraction 2**-8 of masks could be smaller by chance)
+        floor = 2 ** (layout["value_bits"] + layout["kappa"] - 8)
+        assert sum(s < floor for s in slots) <= max(1, len(slots) // 20)
+
+
+def test_foreign_ciphertexts_and_keys_are_refused_naming_the_sender() -> None:
+    from vfl.crypto import generate_paillier_keypair
+    from vfl.logistic import _Config, _public_key_from, _vector_from
+
+    key_a, _ = generate_paillier_keypair(1024, insecure=True)
+    key_b, _ = generate_paillier_keypair(1024, insecure=True)
+    block = key_a.encrypt(np.arange(3.0)).to_wire()
+    with pytest.raises(ValueError, match="party 'lab' sent an unusable ciphertext message"):
+        _vector_from(key_b, block, "lab")
+    with pytest.raises(ValueError, match="party 'lab' sent an unusable ciphertext message"):
+        _vector_from(key_b, {"not": "a block"}, "lab")
+    cfg = _Config(1, 1, None, 0.1, "adam", 0.0, 2048, False, 1, None)
+    small_key = {"n": int(key_a.n).to_bytes(128, "big")}
+    with pytest.raises(ValueError, match="party 'coordinator' sent a 1024-bit public key"):
+        _public_key_from(small_key, "coordinator", cfg)
+    with pytest.raises(ValueError, match="party 'coordinator' sent a malformed public key"):
+        _public_key_from([1, 2], "coordinator", cfg)
