@@ -285,13 +285,21 @@ def _top_two(
     best = np.zeros((n_a, 2))
     if not len(ia):
         return best
-    order = np.lexsort((-scores, ia))
-    rows, ranked = ia[order], scores[order]
-    first = np.concatenate([[True], rows[1:] != rows[:-1]])
-    best[rows[first], 0] = ranked[first]
-    second = np.flatnonzero(~first)
-    second = second[first[second - 1]]  # right after a group's first: its second-best
-    best[rows[second], 1] = ranked[second]
+    if np.any(ia[1:] < ia[:-1]):  # blocking returns pairs sorted by ia; others may not be
+        order = np.argsort(ia, kind="stable")
+        ia, scores = ia[order], scores[order]
+    starts = np.flatnonzero(np.concatenate([[True], ia[1:] != ia[:-1]]))
+    rows = ia[starts]
+    top = np.maximum.reduceat(scores, starts)
+    sizes = np.diff(np.append(starts, len(ia)))
+    is_top = np.flatnonzero(scores == np.repeat(top, sizes))
+    group = np.repeat(np.arange(len(starts)), sizes)[is_top]
+    first = is_top[np.concatenate([[True], group[1:] != group[:-1]])]  # one top per group
+    rest = scores.copy()
+    rest[first] = -np.inf
+    second = np.maximum.reduceat(rest, starts)
+    best[rows, 0] = top
+    best[rows, 1] = np.where(np.isfinite(second), second, 0.0)
     return best
 
 

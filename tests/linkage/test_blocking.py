@@ -213,3 +213,16 @@ def test_score_plot_marks_the_threshold(cohort) -> None:  # type: ignore[no-unty
     assert heights == (links.attrs["best_scores"] > 0).sum()
     with pytest.raises(ValueError, match="no best_scores"):
         plot_scores(pd.DataFrame({"a": [1]}))
+
+
+def test_best_and_second_best_scores_against_a_naive_reference() -> None:
+    from linkage.matching import _top_two
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        n = int(rng.integers(1, 40))
+        ia, scores = rng.integers(0, 10, n), np.round(rng.random(n), 1)  # ties included
+        got = _top_two(ia, scores, 10)
+        for row in range(10):
+            expected = [*sorted(scores[ia == row], reverse=True), 0.0, 0.0]
+            assert got[row].tolist() == expected[:2]
