@@ -13,11 +13,13 @@ Two protocols, each written once as the code every role runs over a
 
 1. every passive party ``k`` sends ``[[u_k]]`` (under the coordinator's key) and
    ``[[sum u_k^2]]`` to the active party;
-2. the active party forms ``[[4d]] = sum_k [[u_k]] + u_A - 2y'`` and sends it to the passives;
+2. the active party forms ``[[4d]] = sum_k [[u_k]] + u_A - 2y'`` and sends it to the passives,
+   re-randomised (a passive knows its own ciphertexts and could otherwise divide them out);
 3. every data party computes ``[[X_j^T 4d]]`` (a multi-exponentiation), adds random masks
    with 40 bits of statistical hiding, packs them and asks the coordinator to decrypt; it
    removes its masks from the answer and updates its own weights;
-4. the active party assembles the encrypted batch loss the same way (masked) and learns it.
+4. the active party adds up the encrypted loss of the epoch's batches and learns it, masked,
+   once per epoch.
 
 ``protocol="two_party"`` (no third party; each data party owns a key pair; exactly two
 parties), per mini-batch:
@@ -29,13 +31,17 @@ parties), per mini-batch:
    a random mask with 40 bits of hiding above any plausible ``|4d|``), which ``B`` decrypts,
    and ``[[rho]]_A`` under its own key; ``B`` computes ``X_B^T (4d - rho)`` in the clear and
    ``[[X_B^T rho]]_A`` homomorphically, masks the latter and has ``A`` decrypt it;
-4. the batch loss reaches ``A`` through a masked decryption by ``B``.
+4. the epoch's loss reaches ``A`` through one masked decryption by ``B``.
 
 **What each role learns** (honest-but-curious parties, no collusion): every data party learns
-its own weights and gradients and the number of rows; the active party learns the training
-loss per epoch (``loss_curve_``) and, at prediction, the scores of the predicted rows -- with a
-single passive party that is also the passive party's partial score of each predicted row,
-which any protocol that gives the active party the score reveals. The coordinator, or in
+its own weights and its own gradient of each mini-batch -- an aggregate ``X_j^T (u - 2y')``
+over the batch, which is the known leakage of gradient-based vertical LR (Hardy et al.; FATE):
+to keep a single batch from being solved for per-row values, every batch must have more rows
+than the party has columns (checked; a short last batch joins the one before). The active
+party learns the training loss per epoch (``loss_curve_``) and, at prediction, the scores of
+the predicted rows -- with a single passive party that is also the passive party's partial
+score of each predicted row, which any protocol that gives the active party the score
+reveals. The coordinator, or in
 ``two_party`` the other data party, decrypts only masked values. No party sees another's
 features, labels, partial scores, residuals or gradients; ``tests/vfl/test_logistic.py``
 checks every message of a run for them.
@@ -272,6 +278,8 @@ class VerticalLogisticRegression(ClassifierMixin, BaseEstimator):  # type: ignor
             )
         for name, frame in frames.items():  # check every party's data before starting
             _prepare_part(name, frame, self.standardize, None, name == label_party)
+            columns = frame.shape[1] + (1 if name == label_party else 0)
+            _check_batch_size(name, len(frame), columns, self._config().batch_size)
         roles: dict[str, Any] = {}
         for name, frame in frames.items():
             roles[name] = lambda fed, frame=frame, name=name: self._fit_role(
@@ -445,6 +453,7 @@ class VerticalLogisticRegression(ClassifierMixin, BaseEstimator):  # type: ignor
         x = part.design(frame)
         if me == label_party:
             x = np.column_stack([x, np.ones(len(x))])
+        _check_batch_size(me, len(x), x.shape[1], cfg.batch_size)
         w0 = np.append(part.coef, part.intercept) if me == label_party else part.coef.copy()
         if me == label_party:
             assert labels is not None
@@ -730,14 +739,44 @@ def _gradient_bound(x: np.ndarray[Any, Any]) -> float:
     return float(np.abs(x).sum(axis=0).max() + 1.0) * (SCORE_BOUND + 2.0)
 
 
+def _batches(order: np.ndarray[Any, Any], batch_size: int) -> list[np.ndarray[Any, Any]]:
+    """Mini-batches of an epoch's row order; a last batch smaller than half a batch joins the
+    one before, so that every batch has at least ``batch_size // 2`` rows (or all of them)."""
+    batches = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+    if len(batches) > 1 and len(batches[-1]) < batch_size // 2:
+        batches[-2] = np.concatenate([batches[-2], batches.pop()])
+    return batches
+
+
+def _check_batch_size(party: str, n_rows: int, n_columns: int, batch_size: int) -> None:
+    """Each batch's gradient is an aggregate that the key holder's partner learns; it must
+    cover more rows than the party has columns, or one batch could be solved for per-row
+    values (partial scores, residuals, labels)."""
+    smallest = min(len(b) for b in _batches(np.arange(n_rows), batch_size))
+    if smallest <= n_columns + 1:
+        raise ValueError(
+            f"party {party!r}: mini-batches of {smallest} rows would reveal per-row values "
+            f"through the gradient of its {n_columns} columns; use batch_size of at least "
+            f"{2 * (n_columns + 2)} (and at least that many rows)"
+        )
+
+
 def _epochs(fed: Federation, targets: list[str], n: int, cfg: _Config) -> Any:
     """The active party's epoch loop: yields (epoch, batches) after telling ``targets``."""
     rng = np.random.default_rng(cfg.seed)
     for epoch in range(cfg.max_iter):
         order = rng.permutation(n).astype(np.int64)
         fed.broadcast("epoch", {"stop": False, "order": order}, to=targets)
-        yield epoch, [order[s : s + cfg.batch_size] for s in range(0, n, cfg.batch_size)]
+        yield epoch, _batches(order, cfg.batch_size)
     fed.broadcast("epoch", {"stop": True}, to=targets)
+
+
+def _check_scores(u: np.ndarray[Any, Any], party: str) -> None:
+    if u.size and float(np.max(np.abs(u))) > SCORE_BOUND:
+        raise FloatingPointError(
+            f"party {party!r}: partial scores beyond {SCORE_BOUND:g}; training diverged "
+            "(lower learning_rate, raise alpha, or standardize the features)"
+        )
 
 
 def _converged(curve: list[float], tol: float | None) -> bool:
@@ -763,36 +802,43 @@ def _active_coordinator(
     cfg.epoch_seconds.clear()
     for epoch, batches in epochs:
         began = time.perf_counter()
-        total = 0.0
+        loss8: Any = None  # 8 * the epoch's Taylor loss, encrypted, decrypted once per epoch
         for rows in batches:
             xb = x[rows]
             u_a = xb @ w
+            _check_scores(u_a, fed.name)
             shares = {p: _vector_from(key, fed.recv(p, "u"), p) for p in passives}
             squares = {p: _vector_from(key, fed.recv(p, "u2"), p) for p in passives}
+            for p in passives:
+                if shares[p].shape != (len(rows),) or squares[p].size != 1:
+                    raise ValueError(
+                        f"party {p!r} sent {shares[p].shape} scores for a batch of {len(rows)}"
+                    )
             u_p = shares[passives[0]]
             for p in passives[1:]:
                 u_p = u_p + shares[p]
             d4 = u_p + (u_a - 2.0 * y2[rows])
-            wire = d4.to_wire(be_secure=False)  # the passives hold no key
-            fed.broadcast("d", wire, to=passives)
+            # re-randomised: a passive party knows its own share's ciphertext and could
+            # otherwise divide it out and read u_a - 2y'
+            fed.broadcast("d", d4.to_wire(), to=passives)
             g_enc = matvec(xb.T, d4, precision_bits=bits, workers=cfg.workers)
             grad = _masked_decrypt(fed, coordinator, g_enc, _gradient_bound(xb), "grad")
-            # the batch loss, 8 * sum(log 2 - y'u/2 + u^2/8), encrypted
-            both = matvec(np.vstack([y2[rows], u_a]), u_p, precision_bits=40)
-            loss8 = (
+            both = matvec(np.vstack([y2[rows], u_a]), u_p, precision_bits=32)
+            batch8 = (
                 both[1] * 2
                 - both[0] * 4
                 + float(8 * len(rows) * math.log(2) + u_a @ u_a - 4 * (y2[rows] @ u_a))
             )
             for p in passives:
-                loss8 = loss8 + squares[p]
+                batch8 = batch8 + squares[p]
             for k, p in enumerate(passives):  # cross terms between passive parties
                 if k:
-                    fed.send(p, "cross", [shares[q].to_wire(be_secure=False) for q in passives[:k]])
+                    fed.send(p, "cross", [shares[q].to_wire() for q in passives[:k]])
                     for cross in fed.recv(p, "cross-sum"):
-                        loss8 = loss8 + _vector_from(key, cross, p) * 2
-            total += float(_masked_decrypt(fed, coordinator, loss8, 2.0**60, "loss")[0])
+                        batch8 = batch8 + _vector_from(key, cross, p) * 2
+            loss8 = batch8 if loss8 is None else loss8 + batch8
             w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, True), epoch)
+        total = float(_masked_decrypt(fed, coordinator, loss8, 2.0**70, "loss")[0])
         curve.append(total / 8.0 / len(x))
         cfg.epoch_seconds.append(time.perf_counter() - began)
         logger.info("epoch %d: training loss %.6f", epoch + 1, curve[-1])
@@ -829,20 +875,21 @@ def _passive_coordinator(
         if control.get("stop"):
             return w
         order = _order(control, len(x), active)
-        for start in range(0, len(x), cfg.batch_size):
-            rows = order[start : start + cfg.batch_size]
+        for rows in _batches(order, cfg.batch_size):
             xb = x[rows]
             u = xb @ w
+            _check_scores(u, fed.name)
             fed.send(active, "u", key.encrypt(u, workers=cfg.workers).to_wire())
             fed.send(active, "u2", key.encrypt(np.array(float(u @ u))).to_wire())
             d4 = _vector_from(key, fed.recv(active, "d"), active)
-            if len(d4) != len(rows):
+            if d4.shape != (len(rows),):
                 raise ValueError(f"party {active!r} sent {len(d4)} residuals for {len(rows)} rows")
             g_enc = matvec(xb.T, d4, precision_bits=bits, workers=cfg.workers)
             grad = _masked_decrypt(fed, coordinator, g_enc, _gradient_bound(xb), "grad")
             if position:  # cross terms of the loss with the passives listed before this one
                 others = [_vector_from(key, c, active) for c in fed.recv(active, "cross")]
-                fed.send(active, "cross-sum", [(u @ o).to_wire() for o in others])
+                sums = [matvec(u[None, :], o, precision_bits=32)[0] for o in others]
+                fed.send(active, "cross-sum", [v.to_wire() for v in sums])
             w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, False), epoch)
         epoch += 1
 
@@ -866,12 +913,12 @@ def _serve_coordinator(fed: Federation, active: str, passives: list[str], cfg: _
         control = fed.recv(active, "epoch")
         if control.get("stop"):
             return
-        n = len(control["order"])
-        for _ in range(0, n, cfg.batch_size):
+        order = _order(control, len(control.get("order", [])), active)
+        for _ in _batches(order, cfg.batch_size):
             _answer(fed, active, "grad", private_key)
             for p in passives:
                 _answer(fed, p, "grad", private_key)
-            _answer(fed, active, "loss", private_key)
+        _answer(fed, active, "loss", private_key)
 
 
 def _mask_bits(vector: EncryptedVector) -> int:
@@ -911,19 +958,20 @@ def _active_two_party(
     cfg.epoch_seconds.clear()
     for epoch, batches in epochs:
         began = time.perf_counter()
-        total = 0.0
+        loss8: Any = None
         for rows in batches:
             xb = x[rows]
             u_a = xb @ w
+            _check_scores(u_a, fed.name)
             u_b = _vector_from(key, fed.recv(other, "u"), other)
             squares = _vector_from(key, fed.recv(other, "u2"), other)
-            if len(u_b) != len(rows):
+            if u_b.shape != (len(rows),) or squares.size != 1:
                 raise ValueError(f"party {other!r} sent {len(u_b)} scores for {len(rows)} rows")
             d4 = u_b + (u_a - 2.0 * y2[rows])
             g_enc = matvec(xb.T, d4, precision_bits=bits, workers=cfg.workers)
             grad = _masked_decrypt(fed, other, g_enc, _gradient_bound(xb), "grad")
-            # shares of 4d for the other party's gradient: it decrypts 4d - rho, and gets rho
-            # under our key
+            # shares of 4d for the other party's gradient: it decrypts 4d - rho (re-randomised
+            # on the wire), and gets rho under our key
             rho = [secrets.randbits(_mask_bits(d4)) for _ in range(len(rows))]
             fed.send(other, "e", _add_integers(d4, [-r for r in rho]).to_wire())
             rho_enc = EncryptedVector(
@@ -931,15 +979,16 @@ def _active_two_party(
             )
             fed.send(other, "rho", rho_enc.to_wire(be_secure=False))  # fresh encryptions
             _answer(fed, other, "grad-b", own_secret)
-            both = matvec(np.vstack([y2[rows], u_a]), u_b, precision_bits=40)
-            loss8 = (
+            both = matvec(np.vstack([y2[rows], u_a]), u_b, precision_bits=32)
+            batch8 = (
                 both[1] * 2
                 - both[0] * 4
                 + float(8 * len(rows) * math.log(2) + u_a @ u_a - 4 * (y2[rows] @ u_a))
             )
-            loss8 = loss8 + squares
-            total += float(_masked_decrypt(fed, other, loss8, 2.0**60, "loss")[0])
+            batch8 = batch8 + squares
+            loss8 = batch8 if loss8 is None else loss8 + batch8
             w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, True), epoch)
+        total = float(_masked_decrypt(fed, other, loss8, 2.0**70, "loss")[0])
         curve.append(total / 8.0 / len(x))
         cfg.epoch_seconds.append(time.perf_counter() - began)
         logger.info("epoch %d: training loss %.6f", epoch + 1, curve[-1])
@@ -977,16 +1026,16 @@ def _passive_two_party(
         if control.get("stop"):
             return w
         order = _order(control, len(x), active)
-        for start in range(0, len(x), cfg.batch_size):
-            rows = order[start : start + cfg.batch_size]
+        for rows in _batches(order, cfg.batch_size):
             xb = x[rows]
             u = xb @ w
+            _check_scores(u, fed.name)
             fed.send(active, "u", own_key.encrypt(u, workers=cfg.workers).to_wire())
             fed.send(active, "u2", own_key.encrypt(np.array(float(u @ u))).to_wire())
             _answer(fed, active, "grad", own_secret)
             share = _vector_from(own_key, fed.recv(active, "e"), active)
             rho = _vector_from(key, fed.recv(active, "rho"), active)
-            if len(share) != len(rows) or len(rho) != len(rows):
+            if share.shape != (len(rows),) or rho.shape != (len(rows),):
                 raise ValueError(f"party {active!r} sent shares of the wrong length")
             e_int = own_secret.decrypt_integers(share)
             plain_part = [
@@ -1006,8 +1055,8 @@ def _passive_two_party(
             slots = fed.recv(active, "grad-b-plain")
             rho_part = masks.unmask_integers(slots)
             grad = _exact_sum(plain_part, share.exponent - FEATURE_BITS, rho_part, g_enc.exponent)
-            _answer(fed, active, "loss", own_secret)
             w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, False), epoch)
+        _answer(fed, active, "loss", own_secret)
         epoch += 1
 
 
@@ -1048,8 +1097,7 @@ def plaintext_reference(
     for epoch in range(cfg.max_iter):
         order = rng.permutation(n)
         total = 0.0
-        for start in range(0, n, cfg.batch_size):
-            rows = order[start : start + cfg.batch_size]
+        for rows in _batches(order, cfg.batch_size):
             u = sum(xs[p][rows] @ ws[p] for p in xs)
             d4 = u - 2.0 * y2[rows]
             total += float(np.sum(8 * math.log(2) - 4 * y2[rows] * u + u * u))

@@ -243,3 +243,52 @@ def test_foreign_ciphertexts_and_keys_are_refused_naming_the_sender() -> None:
         _public_key_from(small_key, "coordinator", cfg)
     with pytest.raises(ValueError, match="party 'coordinator' sent a malformed public key"):
         _public_key_from([1, 2], "coordinator", cfg)
+
+
+def test_small_batches_that_would_reveal_rows_are_refused(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = breast
+    with pytest.raises(ValueError, match=r"party .lab.: mini-batches of \d+ rows would reveal"):
+        small(batch_size=16).fit(parts, y, label_party="imaging")
+
+
+def test_three_parties_with_a_coordinator_equal_the_plaintext_protocol(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = breast
+    cols = list(parts["lab"].columns)
+    three = {
+        "imaging": parts["imaging"],
+        "lab": parts["lab"][cols[:10]],
+        "genomics": parts["lab"][cols[10:]],
+    }
+    est = small(max_iter=2, batch_size=100, tol=None).fit(three, y, label_party="imaging")
+    weights, curve = plaintext_reference(est, three, y, label_party="imaging")
+    for name in ("lab", "genomics"):
+        np.testing.assert_allclose(est.parts_[name].coef, weights[name], atol=1e-6)
+    np.testing.assert_allclose(est.loss_curve_, curve, rtol=1e-6)  # cross terms included
+
+
+def test_a_passive_party_cannot_strip_its_share_from_the_residuals(breast) -> None:  # type: ignore[no-untyped-def]
+    """A passive party knows its own ciphertexts of u_p. If [[4d]] = [[u_p]] * (1 + n m) came to
+    it unchanged, c_d / c_u = 1 + n (u_a - 2y') mod n^2 would show u_a - 2y' (the labels at
+    the first batch). Re-randomisation must break that: the quotient is not 1 mod n."""
+    parts, y, _, _ = breast
+    est = small(max_iter=1, batch_size=100, tol=None)
+    est.fit(parts, y, label_party="imaging", keep_payloads=True)
+    records = est.transcript_.records
+    key = next(r.payload() for r in records if r.tag == "key" and r.receiver == "lab")
+    n = int.from_bytes(key["n"], "big")
+    n_sq = n * n
+
+    def values(block) -> list[int]:  # type: ignore[no-untyped-def]
+        width = block.width
+        return [
+            int.from_bytes(block.data[k : k + width], "big")
+            for k in range(0, len(block.data), width)
+        ]
+
+    sent = [values(r.payload()) for r in records if r.sender == "lab" and r.tag == "u"]
+    received = [values(r.payload()) for r in records if r.receiver == "lab" and r.tag == "d"]
+    assert sent and len(sent) == len(received)
+    for mine, theirs in zip(sent, received, strict=True):
+        for c_u, c_d in zip(mine, theirs, strict=True):
+            quotient = c_d * pow(c_u, -1, n_sq) % n_sq
+            assert (quotient - 1) % n != 0
