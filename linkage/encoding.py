@@ -251,7 +251,10 @@ def _normalise(values: pd.Series, spec: Field) -> tuple[pd.Series, np.ndarray[An
     else:  # number
         numbers = pd.to_numeric(values, errors="coerce")
         bad = (values.notna() & numbers.isna()).to_numpy(dtype=bool)
-        out = numbers.round(spec.decimals).astype("string")
+        # canonical text, so that 45 from an integer column and 45.0 from a float one agree
+        out = numbers.map(
+            lambda v: f"{round(float(v), spec.decimals):.{spec.decimals}f}", na_action="ignore"
+        ).astype("string")
     return out.mask(out == ""), bad
 
 
@@ -315,10 +318,9 @@ def _positions(tokens: list[str], key: bytes, k: int, bits: int) -> np.ndarray[A
 def _harden(words: np.ndarray[Any, Any], schema: Schema, secret: bytes | str) -> Any:
     """Balancing, XOR-folding and BLIP noise, in this order, as the schema asks."""
     if schema.balance:
+        balance_key = derive_key(secret, "balance")
         scores = [
-            hashlib.blake2b(
-                i.to_bytes(4, "big"), key=derive_key(secret, "balance"), digest_size=8
-            ).digest()
+            hashlib.blake2b(i.to_bytes(4, "big"), key=balance_key, digest_size=8).digest()
             for i in range(2 * schema.bits)
         ]
         permutation = np.argsort(np.array(scores, dtype="S8"), kind="stable")

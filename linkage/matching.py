@@ -81,11 +81,12 @@ def dice_pairs(
         rows = order_a[start : start + chunk]
         pa = pop_a[rows]
         if floor > 0:
+            # the bounds with a little slack: float rounding must not drop a pair at the floor
             lo = np.searchsorted(
-                sorted_pop_b, math.ceil(floor * pa.min() / (2 - floor)), side="left"
+                sorted_pop_b, math.ceil(floor * pa.min() / (2 - floor) - 1e-9), side="left"
             )
             hi = np.searchsorted(
-                sorted_pop_b, math.floor(pa.max() * (2 - floor) / floor), side="right"
+                sorted_pop_b, math.floor(pa.max() * (2 - floor) / floor + 1e-9), side="right"
             )
         else:
             lo, hi = 0, len(b)
@@ -185,7 +186,8 @@ def _otsu(scores: np.ndarray[Any, Any]) -> float:
 
 AUTO_BLOCKING_PAIRS = 50_000_000
 """With ``blocking="auto"``, :func:`match` compares all pairs up to this many (a couple of
-seconds here) and uses :class:`~linkage.blocking.LshBlocking` beyond."""
+seconds here; and while ``b`` unpacked as float32 fits in 1 GiB) and uses
+:class:`~linkage.blocking.LshBlocking` beyond."""
 
 
 def match(
@@ -233,7 +235,9 @@ def match(
     _check_compatible(a, b)
     low = min(floor, threshold or floor)
     if blocking == "auto":
-        blocking = None if len(a) * len(b) <= AUTO_BLOCKING_PAIRS else "lsh"
+        # all pairs unpack b into float32 (4 bytes a bit): keep that under 1 GiB too
+        small = len(a) * len(b) <= AUTO_BLOCKING_PAIRS and len(b) * b.bits * 4 <= 2**30
+        blocking = None if small else "lsh"
     if blocking is None:
         ia, ib, scores, best = dice_pairs(a, b, floor=low)
         compared, how = len(a) * len(b), "all pairs"

@@ -8,8 +8,9 @@ other the IDs outside the intersection.
 protocol over a federation drives, each party running them on its own data:
 
 1. each party normalises its IDs (:func:`normalize_ids`), maps each to a point of Curve25519
-   (a domain-separated BLAKE2b hash read as an X25519 u-coordinate; X25519 is defined, and
-   twist-secure, on every u) and *blinds* it with its secret scalar: ``[a]H(x)``
+   (a domain-separated BLAKE2b hash with a counter, read as an X25519 u-coordinate and retried
+   until it lies on the curve rather than its twist) and *blinds* it with its secret scalar:
+   ``[a]H(x)``
    (:meth:`EcdhPsiParty.blind`); the blinded points go to the other party in a random order;
 2. each party *re-blinds* what it received with its own scalar, ``[b][a]H(x) = [a][b]H(x)``
    (:meth:`EcdhPsiParty.reblind`), and sends it back in the same order;
@@ -48,12 +49,14 @@ import hmac
 import multiprocessing
 import os
 import secrets
+import threading
 import warnings
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+import gmpy2
 import numpy as np
 import pandas as pd
 from cryptography.hazmat.primitives import serialization
@@ -76,7 +79,9 @@ PARALLEL_MIN_POINTS = 20_000
 def normalize_ids(ids: Iterable[Any], *, what: str = "ids") -> list[str]:
     """Canonical form of exact IDs: Unicode NFKC, upper case, no spaces, dashes, dots or slashes.
 
-    ``" p-0012.34 "`` and ``"P001234"`` normalise alike. Integers are written in decimal.
+    ``" p-0012.34 "`` and ``"P001234"`` normalise alike. Integers are written in decimal, and
+    integral floats as the integer (``1234.0`` like ``1234``: a float ID column from pandas
+    must not miss its integer twin); fractional floats are refused.
 
     Raises
     ------
@@ -89,6 +94,17 @@ def normalize_ids(ids: Iterable[Any], *, what: str = "ids") -> list[str]:
     if missing.any():
         position = int(np.flatnonzero(missing)[0])
         raise ValueError(f"{what}: the ID at position {position} is missing; drop or fill it")
+    floats = raw.map(lambda v: isinstance(v, float))
+    if floats.any():
+        bad = raw[floats].map(lambda v: not float(v).is_integer())
+        if bad.any():
+            position = int(np.flatnonzero(floats.to_numpy())[np.flatnonzero(bad.to_numpy())[0]])
+            raise ValueError(
+                f"{what}: the ID at position {position} ({raw[position]!r}) is a fraction; IDs "
+                "must be integers or text"
+            )
+        # 1234.0 and 1234 alike
+        raw = pd.Series([int(v) if isinstance(v, float) else v for v in raw], dtype=object)
     norm = (
         raw.astype(str).str.normalize("NFKC").str.upper().str.replace(r"[\s\-./]", "", regex=True)
     )
@@ -107,11 +123,28 @@ def normalize_ids(ids: Iterable[Any], *, what: str = "ids") -> list[str]:
     return out
 
 
+_P = 2**255 - 19
+_A = 486662
+
+
 def _hash_to_point(identifier: str) -> bytes:
-    digest = hashlib.blake2b(
-        identifier.encode("utf-8"), digest_size=_POINT_BYTES, person=b"vflink-psi-h2p"
-    ).digest()
-    return digest[:-1] + bytes([digest[-1] & 0x7F])  # an X25519 u-coordinate (RFC 7748)
+    """A u-coordinate of a point on Curve25519 itself (not its twist) from the ID.
+
+    Domain-separated BLAKE2b with a counter, retried until ``u^3 + A u^2 + u`` is a non-zero
+    square mod p (two tries on average). Taking any hashed u would put about half the IDs on
+    the twist, and blinding keeps that property, so every point sent would show one bit of
+    ``H(id)`` to a dictionary attacker."""
+    data = identifier.encode("utf-8")
+    for counter in range(256):
+        digest = hashlib.blake2b(
+            data + counter.to_bytes(1, "big"), digest_size=_POINT_BYTES, person=b"vflink-psi-h2c"
+        ).digest()
+        u = int.from_bytes(digest, "little") & ((1 << 255) - 1)
+        if u >= _P:
+            continue
+        if gmpy2.legendre(u * (u * (u + _A) + 1), _P) == 1:
+            return u.to_bytes(_POINT_BYTES, "little")
+    raise AssertionError("no curve point after 256 tries")  # probability 2**-256
 
 
 class EcdhPsiParty:
@@ -175,8 +208,8 @@ class EcdhPsiParty:
         except BrokenProcessPool:
             _POOLS.pop(self.workers, None)
             warnings.warn(
-                "PSI worker processes failed to start (a script that starts processes needs "
-                "`if __name__ == '__main__':`); continuing in this process",
+                "PSI worker processes failed (a script that starts processes needs "
+                "`if __name__ == '__main__':`, or a worker died); continuing in this process",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -185,6 +218,7 @@ class EcdhPsiParty:
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 _POOL_PID = os.getpid()
+_POOL_LOCK = threading.Lock()
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
@@ -192,15 +226,18 @@ def _pool(workers: int) -> ProcessPoolExecutor:
     never shared with a forked child. Workers get the party's scalar with each task and keep
     nothing between tasks."""
     global _POOL_PID
-    if os.getpid() != _POOL_PID:  # a forked child must not use its parent's pools
-        _POOLS.clear()
-        _POOL_PID = os.getpid()
-    if workers not in _POOLS:
-        methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-        _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=context)
-        atexit.register(_POOLS[workers].shutdown, wait=False, cancel_futures=True)
-    return _POOLS[workers]
+    with _POOL_LOCK:  # two parties' threads may ask at once
+        if os.getpid() != _POOL_PID:  # a forked child must not use its parent's pools
+            _POOLS.clear()
+            _POOL_PID = os.getpid()
+        if workers not in _POOLS:
+            methods = multiprocessing.get_all_start_methods()
+            start = "forkserver" if "forkserver" in methods else "spawn"
+            _POOLS[workers] = ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context(start)
+            )
+            atexit.register(_POOLS[workers].shutdown, wait=False, cancel_futures=True)
+        return _POOLS[workers]
 
 
 def _blind_chunk(raw: bytes, ids: list[str], offset: int) -> list[bytes]:

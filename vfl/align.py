@@ -20,6 +20,7 @@ Each party ends with its own frame reordered to the common patients, indexed
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,11 @@ def align(
                 f"({id_column!r} is not one of its columns)"
             )
     parties = list(frames)
+    if method == "bloom" and linkage_unit in frames:
+        raise ValueError(
+            f"{linkage_unit!r} is both a data party and the linkage unit; pass linkage_unit="
+            "'...' with another name (the linkage unit must not hold identities)"
+        )
     roles: dict[str, Any] = {
         name: (
             lambda fed, name=name: align_party(
@@ -158,17 +164,20 @@ def align_party(
     if schema is None or secret is None:
         raise ValueError(f"party {me!r}: Bloom-filter alignment needs the schema and the secret")
     encodings = linkage.encode(frame, schema, secret=secret)
+    # sent in a secret random order, so that positions say nothing about how the table is sorted
+    shuffle = list(range(len(frame)))
+    secrets.SystemRandom().shuffle(shuffle)
     federation.send(
         linkage_unit,
         "encodings",
-        {"words": encodings.words, "fingerprint": encodings.fingerprint},
+        {"words": encodings.words[shuffle], "fingerprint": encodings.fingerprint},
     )
     rows = federation.recv(linkage_unit, "rows")
     if not isinstance(rows, np.ndarray) or rows.dtype.kind not in "iu":
         raise ValueError(f"the linkage unit {linkage_unit!r} sent malformed row positions")
     if len(rows) and (rows.min() < 0 or rows.max() >= len(frame)):
         raise ValueError(f"the linkage unit {linkage_unit!r} sent row positions out of range")
-    return _reorder(frame, rows.tolist(), me)
+    return _reorder(frame, [shuffle[r] for r in rows.tolist()], me)
 
 
 def _points(points: list[bytes]) -> bytes:
@@ -217,6 +226,7 @@ def _link_encodings(federation: Federation, parties: list[str], threshold: float
             raise ValueError(f"linking {anchor!r} with {party!r}: {exc}") from None
         partner[party] = dict(zip(links["a"].tolist(), links["b"].tolist(), strict=True))
     common = sorted(set.intersection(*(set(p) for p in partner.values())))
+    secrets.SystemRandom().shuffle(common)  # the common order reveals no party's order
     federation.send(anchor, "rows", np.asarray(common, dtype=np.int64))
     for party in others:
         federation.send(

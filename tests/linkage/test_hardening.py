@@ -143,3 +143,10 @@ def test_swapped_names_match_within_a_hash_group() -> None:
     separate = encode(pd.concat([people, swapped]), own_keys, secret=SECRET).words
     assert dice(grouped[0], grouped[1]) == 1.0
     assert dice(separate[0], separate[1]) < 0.8
+
+
+def test_numbers_encode_alike_from_integer_and_float_columns() -> None:
+    schema = Schema([Field("age", "number")])
+    ints = encode(pd.DataFrame({"age": [45, 46]}), schema, secret=SECRET).words
+    floats = encode(pd.DataFrame({"age": [45.0, 46.0]}), schema, secret=SECRET).words
+    np.testing.assert_array_equal(ints, floats)

@@ -111,3 +111,24 @@ def test_worker_processes_give_the_same_intersection(monkeypatch: pytest.MonkeyP
     points = party.blind([f"ID{i}" for i in range(40)])
     with pytest.raises(ValueError, match="position 33 is a low-order point"):
         party.reblind([*points[:33], bytes(32), *points[34:]])
+
+
+def test_points_lie_on_the_curve_not_its_twist() -> None:
+    """Hashed IDs that fell on the twist would stay there after blinding: one bit of H(id)
+    per point for a dictionary attacker. Every point sent must be on Curve25519."""
+    import gmpy2
+
+    p, a = 2**255 - 19, 486662
+    party, other = EcdhPsiParty(workers=1), EcdhPsiParty(workers=1)
+    points = party.blind([f"ID{i}" for i in range(500)])
+    for point in points + other.reblind(points):
+        u = int.from_bytes(point, "little")
+        assert gmpy2.legendre(u * (u * (u + a) + 1) % p, p) == 1
+
+
+def test_float_ids_match_their_integer_twins() -> None:
+    assert normalize_ids([1234.0, 17]) == normalize_ids([1234, 17.0]) == ["1234", "17"]
+    with pytest.raises(ValueError, match=r"position 1 \(2.5\) is a fraction"):
+        normalize_ids([1, 2.5])
+    pairs = psi_intersection(pd.Series([1234.0, 99.0]), pd.Series([5, 1234]), method="hmac")
+    assert pairs.values.tolist() == [[0, 1]]

@@ -99,3 +99,15 @@ def test_alignment_refusals(cohort) -> None:  # type: ignore[no-untyped-def]
         align({"lab": lab})
     with pytest.raises(ValueError, match="needs its frame and its id_column"):
         align({"lab": lab, "imaging": imaging}, method="psi", id_column="nhs_number")
+
+
+def test_the_linkage_unit_may_not_be_a_data_party(cohort) -> None:  # type: ignore[no-untyped-def]
+    lab, imaging, _ = cohort
+    with pytest.raises(ValueError, match="both a data party and the linkage unit"):
+        align(
+            {"lab": lab, "imaging": imaging},
+            method="bloom",
+            schema=identity_schema(),
+            secret=SECRET,
+            linkage_unit="lab",
+        )
