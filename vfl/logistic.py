@@ -820,7 +820,7 @@ def _active_coordinator(
             d4 = u_p + (u_a - 2.0 * y2[rows])
             # re-randomised: a passive party knows its own share's ciphertext and could
             # otherwise divide it out and read u_a - 2y'
-            fed.broadcast("d", d4.to_wire(), to=passives)
+            fed.broadcast("d", d4.obfuscate(workers=cfg.workers).to_wire(), to=passives)
             g_enc = matvec(xb.T, d4, precision_bits=bits, workers=cfg.workers)
             grad = _masked_decrypt(fed, coordinator, g_enc, _gradient_bound(xb), "grad")
             both = matvec(np.vstack([y2[rows], u_a]), u_p, precision_bits=32)
@@ -973,7 +973,8 @@ def _active_two_party(
             # shares of 4d for the other party's gradient: it decrypts 4d - rho (re-randomised
             # on the wire), and gets rho under our key
             rho = [secrets.randbits(_mask_bits(d4)) for _ in range(len(rows))]
-            fed.send(other, "e", _add_integers(d4, [-r for r in rho]).to_wire())
+            shares = _add_integers(d4, [-r for r in rho]).obfuscate(workers=cfg.workers)
+            fed.send(other, "e", shares.to_wire())
             rho_enc = EncryptedVector(
                 own_key, own_key.raw_encrypt([r % own_key.n for r in rho]), d4.exponent
             )

@@ -280,9 +280,10 @@ class PaillierPublicKey:
         obfuscators = self._obfuscator.draw(len(plaintexts), parallel.check_workers(workers))
         return [(1 + n * m) * r % nsquare for m, r in zip(plaintexts, obfuscators, strict=True)]
 
-    def obfuscators(self, count: int) -> list[Any]:
-        """``count`` fresh random obfuscators ``h_s**a mod n**2`` (from the pool when filled)."""
-        return self._obfuscator.draw(count)
+    def obfuscators(self, count: int, *, workers: int | None = None) -> list[Any]:
+        """``count`` fresh random obfuscators ``h_s**a mod n**2`` (from the pool when filled;
+        ``workers`` processes share the rest)."""
+        return self._obfuscator.draw(count, parallel.check_workers(workers))
 
     def start_obfuscator_pool(self, size: int = 1024) -> None:
         """Precompute up to ``size`` obfuscators in a background thread.

@@ -271,10 +271,11 @@ class EncryptedVector:
 
     # -- randomness, wire, phe -------------------------------------------------------------------
 
-    def obfuscate(self) -> EncryptedVector:
-        """Re-randomise every ciphertext (same plaintexts, fresh randomness)."""
+    def obfuscate(self, *, workers: int | None = None) -> EncryptedVector:
+        """Re-randomise every ciphertext (same plaintexts, fresh randomness); ``workers``
+        processes share the obfuscators' exponentiations for long vectors."""
         nsq = self.public_key.nsquare
-        rs = self.public_key.obfuscators(self.size)
+        rs = self.public_key.obfuscators(self.size, workers=workers)
         out = self._new(
             [c * r % nsq for c, r in zip(self.ciphertexts, rs, strict=True)],
             self.exponent,
