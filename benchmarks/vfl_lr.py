@@ -139,7 +139,8 @@ def main() -> None:
             scaled = "" if ran * batch >= len(labels) else f" (phe: {ran} batches, scaled)"
             phe_per_row = theirs / len(labels)
         print(
-            f"{name:<42}{ours:>8.2f}s{ours_one:>8.2f}s{theirs:>9.1f}s{theirs / ours:>7.1f}x{scaled}"
+            f"{name:<42}{ours:>8.2f}s{ours_one:>8.2f}s{theirs:>9.1f}s{theirs / ours:>7.1f}x"
+            f"{theirs / ours_one:>7.1f}x{scaled}"
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

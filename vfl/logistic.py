@@ -744,7 +744,8 @@ def _batches(order: np.ndarray[Any, Any], batch_size: int) -> list[np.ndarray[An
     one before, so that every batch has at least ``batch_size // 2`` rows (or all of them)."""
     batches = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
     if len(batches) > 1 and len(batches[-1]) < batch_size // 2:
-        batches[-2] = np.concatenate([batches[-2], batches.pop()])
+        last = batches.pop()
+        batches[-1] = np.concatenate([batches[-1], last])
     return batches
 
 
@@ -783,6 +784,52 @@ def _converged(curve: list[float], tol: float | None) -> bool:
     return tol is not None and len(curve) >= 2 and curve[-2] - curve[-1] < tol
 
 
+def _run_epochs(
+    fed: Federation, targets: list[str], n: int, cfg: _Config, step: Any, epoch_loss: Any
+) -> list[float]:
+    """The active party's epoch loop, shared by both protocols.
+
+    ``step(epoch, rows)`` trains on one batch and returns its encrypted loss times 8;
+    ``epoch_loss(loss8)`` has the sum of an epoch decrypted (masked). Stops when the loss
+    settles within ``tol`` and tells ``targets``; returns the loss curve."""
+    curve: list[float] = []
+    epochs = _epochs(fed, targets, n, cfg)
+    cfg.epoch_seconds.clear()
+    for epoch, batches in epochs:
+        began = time.perf_counter()
+        loss8: Any = None
+        for rows in batches:
+            batch8 = step(epoch, rows)
+            loss8 = batch8 if loss8 is None else loss8 + batch8
+        curve.append(epoch_loss(loss8) / 8.0 / n)
+        cfg.epoch_seconds.append(time.perf_counter() - began)
+        logger.info("epoch %d: training loss %.6f", epoch + 1, curve[-1])
+        if _converged(curve, cfg.tol):
+            epochs.close()
+            fed.broadcast("epoch", {"stop": True}, to=targets)
+            return curve
+    if cfg.tol is not None:
+        warnings.warn(
+            f"stopped after max_iter={cfg.max_iter} epochs before the loss settled within "
+            f"tol={cfg.tol}; raise max_iter",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    return curve
+
+
+def _batch_loss8(
+    u_other: EncryptedVector, squares: list[EncryptedVector], u_a: Any, y2: Any
+) -> EncryptedVector:
+    """``8 * sum(log 2 - y'u/2 + u^2/8)`` over a batch, encrypted, where ``u = u_a + u_other``
+    and ``squares`` hold the encrypted ``sum u_k^2`` (and cross terms) of the others."""
+    both = matvec(np.vstack([y2, u_a]), u_other, precision_bits=32)
+    out = both[1] * 2 - both[0] * 4 + float(8 * len(y2) * math.log(2) + u_a @ u_a - 4 * (y2 @ u_a))
+    for square in squares:
+        out = out + square
+    return out
+
+
 def _active_coordinator(
     fed: Federation,
     x: np.ndarray[Any, Any],
@@ -796,64 +843,40 @@ def _active_coordinator(
     bits = _matvec_bits(x)
     y2 = 2.0 * y - 1.0
     opt = _Optimizer(cfg, len(w))
-    curve: list[float] = []
-    stopped = False
-    epochs = _epochs(fed, [*passives, coordinator], len(x), cfg)
-    cfg.epoch_seconds.clear()
-    for epoch, batches in epochs:
-        began = time.perf_counter()
-        loss8: Any = None  # 8 * the epoch's Taylor loss, encrypted, decrypted once per epoch
-        for rows in batches:
-            xb = x[rows]
-            u_a = xb @ w
-            _check_scores(u_a, fed.name)
-            shares = {p: _vector_from(key, fed.recv(p, "u"), p) for p in passives}
-            squares = {p: _vector_from(key, fed.recv(p, "u2"), p) for p in passives}
-            for p in passives:
-                if shares[p].shape != (len(rows),) or squares[p].size != 1:
-                    raise ValueError(
-                        f"party {p!r} sent {shares[p].shape} scores for a batch of {len(rows)}"
-                    )
-            u_p = shares[passives[0]]
-            for p in passives[1:]:
-                u_p = u_p + shares[p]
-            d4 = u_p + (u_a - 2.0 * y2[rows])
-            # re-randomised: a passive party knows its own share's ciphertext and could
-            # otherwise divide it out and read u_a - 2y'
-            fed.broadcast("d", d4.obfuscate(workers=cfg.workers).to_wire(), to=passives)
-            g_enc = matvec(xb.T, d4, precision_bits=bits, workers=cfg.workers)
-            grad = _masked_decrypt(fed, coordinator, g_enc, _gradient_bound(xb), "grad")
-            both = matvec(np.vstack([y2[rows], u_a]), u_p, precision_bits=32)
-            batch8 = (
-                both[1] * 2
-                - both[0] * 4
-                + float(8 * len(rows) * math.log(2) + u_a @ u_a - 4 * (y2[rows] @ u_a))
-            )
-            for p in passives:
-                batch8 = batch8 + squares[p]
-            for k, p in enumerate(passives):  # cross terms between passive parties
-                if k:
-                    fed.send(p, "cross", [shares[q].to_wire() for q in passives[:k]])
-                    for cross in fed.recv(p, "cross-sum"):
-                        batch8 = batch8 + _vector_from(key, cross, p) * 2
-            loss8 = batch8 if loss8 is None else loss8 + batch8
-            w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, True), epoch)
-        total = float(_masked_decrypt(fed, coordinator, loss8, 2.0**70, "loss")[0])
-        curve.append(total / 8.0 / len(x))
-        cfg.epoch_seconds.append(time.perf_counter() - began)
-        logger.info("epoch %d: training loss %.6f", epoch + 1, curve[-1])
-        if _converged(curve, cfg.tol):
-            stopped = True
-            epochs.close()
-            fed.broadcast("epoch", {"stop": True}, to=[*passives, coordinator])
-            break
-    if not stopped and cfg.tol is not None:
-        warnings.warn(
-            f"stopped after max_iter={cfg.max_iter} epochs before the loss settled within "
-            f"tol={cfg.tol}; raise max_iter",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
+
+    def step(epoch: int, rows: np.ndarray[Any, Any]) -> EncryptedVector:
+        nonlocal w
+        xb = x[rows]
+        u_a = xb @ w
+        _check_scores(u_a, fed.name)
+        shares = {p: _vector_from(key, fed.recv(p, "u"), p) for p in passives}
+        squares = {p: _vector_from(key, fed.recv(p, "u2"), p) for p in passives}
+        for p in passives:
+            if shares[p].shape != (len(rows),) or squares[p].size != 1:
+                raise ValueError(
+                    f"party {p!r} sent {shares[p].shape} scores for a batch of {len(rows)}"
+                )
+        u_p = shares[passives[0]]
+        for p in passives[1:]:
+            u_p = u_p + shares[p]
+        d4 = u_p + (u_a - 2.0 * y2[rows])
+        # re-randomised: a passive party knows its own share's ciphertexts and could
+        # otherwise divide them out and read u_a - 2y'
+        fed.broadcast("d", d4.obfuscate(workers=cfg.workers).to_wire(), to=passives)
+        g_enc = matvec(xb.T, d4, precision_bits=bits, workers=cfg.workers)
+        grad = _masked_decrypt(fed, coordinator, g_enc, _gradient_bound(xb), "grad")
+        extra = list(squares.values())
+        for k, p in enumerate(passives):  # cross terms between passive parties
+            if k:
+                fed.send(p, "cross", [shares[q].to_wire() for q in passives[:k]])
+                extra += [_vector_from(key, c, p) * 2 for c in fed.recv(p, "cross-sum")]
+        w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, True), epoch)
+        return _batch_loss8(u_p, extra, u_a, y2[rows])
+
+    def epoch_loss(loss8: EncryptedVector) -> float:
+        return float(_masked_decrypt(fed, coordinator, loss8, 2.0**70, "loss")[0])
+
+    curve = _run_epochs(fed, [*passives, coordinator], len(x), cfg, step, epoch_loss)
     return w, curve
 
 
@@ -952,59 +975,38 @@ def _active_two_party(
     bits = _matvec_bits(x)
     y2 = 2.0 * y - 1.0
     opt = _Optimizer(cfg, len(w))
-    curve: list[float] = []
-    stopped = False
-    epochs = _epochs(fed, [other], len(x), cfg)
-    cfg.epoch_seconds.clear()
-    for epoch, batches in epochs:
-        began = time.perf_counter()
-        loss8: Any = None
-        for rows in batches:
-            xb = x[rows]
-            u_a = xb @ w
-            _check_scores(u_a, fed.name)
-            u_b = _vector_from(key, fed.recv(other, "u"), other)
-            squares = _vector_from(key, fed.recv(other, "u2"), other)
-            if u_b.shape != (len(rows),) or squares.size != 1:
-                raise ValueError(f"party {other!r} sent {len(u_b)} scores for {len(rows)} rows")
-            d4 = u_b + (u_a - 2.0 * y2[rows])
-            g_enc = matvec(xb.T, d4, precision_bits=bits, workers=cfg.workers)
-            grad = _masked_decrypt(fed, other, g_enc, _gradient_bound(xb), "grad")
-            # shares of 4d for the other party's gradient: it decrypts 4d - rho (re-randomised
-            # on the wire), and gets rho under our key
-            rho = [secrets.randbits(_mask_bits(d4)) for _ in range(len(rows))]
-            shares = _add_integers(d4, [-r for r in rho]).obfuscate(workers=cfg.workers)
-            fed.send(other, "e", shares.to_wire())
-            rho_enc = EncryptedVector(
-                own_key, own_key.raw_encrypt([r % own_key.n for r in rho]), d4.exponent
-            )
-            fed.send(other, "rho", rho_enc.to_wire(be_secure=False))  # fresh encryptions
-            _answer(fed, other, "grad-b", own_secret)
-            both = matvec(np.vstack([y2[rows], u_a]), u_b, precision_bits=32)
-            batch8 = (
-                both[1] * 2
-                - both[0] * 4
-                + float(8 * len(rows) * math.log(2) + u_a @ u_a - 4 * (y2[rows] @ u_a))
-            )
-            batch8 = batch8 + squares
-            loss8 = batch8 if loss8 is None else loss8 + batch8
-            w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, True), epoch)
-        total = float(_masked_decrypt(fed, other, loss8, 2.0**70, "loss")[0])
-        curve.append(total / 8.0 / len(x))
-        cfg.epoch_seconds.append(time.perf_counter() - began)
-        logger.info("epoch %d: training loss %.6f", epoch + 1, curve[-1])
-        if _converged(curve, cfg.tol):
-            stopped = True
-            epochs.close()
-            fed.send(other, "epoch", {"stop": True})
-            break
-    if not stopped and cfg.tol is not None:
-        warnings.warn(
-            f"stopped after max_iter={cfg.max_iter} epochs before the loss settled within "
-            f"tol={cfg.tol}; raise max_iter",
-            ConvergenceWarning,
-            stacklevel=2,
+
+    def step(epoch: int, rows: np.ndarray[Any, Any]) -> EncryptedVector:
+        nonlocal w
+        xb = x[rows]
+        u_a = xb @ w
+        _check_scores(u_a, fed.name)
+        u_b = _vector_from(key, fed.recv(other, "u"), other)
+        squares = _vector_from(key, fed.recv(other, "u2"), other)
+        if u_b.shape != (len(rows),) or squares.size != 1:
+            raise ValueError(f"party {other!r} sent {len(u_b)} scores for {len(rows)} rows")
+        d4 = u_b + (u_a - 2.0 * y2[rows])
+        g_enc = matvec(xb.T, d4, precision_bits=bits, workers=cfg.workers)
+        grad = _masked_decrypt(fed, other, g_enc, _gradient_bound(xb), "grad")
+        # shares of 4d for the other party's gradient: it decrypts 4d - rho (re-randomised),
+        # and gets rho under our key
+        rho = [secrets.randbits(_mask_bits(d4)) for _ in range(len(rows))]
+        masked = _add_integers(d4, [-r for r in rho]).obfuscate(workers=cfg.workers)
+        fed.send(other, "e", masked.to_wire())
+        rho_enc = EncryptedVector(
+            own_key,
+            own_key.raw_encrypt([r % own_key.n for r in rho], workers=cfg.workers),
+            d4.exponent,
         )
+        fed.send(other, "rho", rho_enc.to_wire(be_secure=False))  # fresh encryptions
+        _answer(fed, other, "grad-b", own_secret)
+        w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, True), epoch)
+        return _batch_loss8(u_b, [squares], u_a, y2[rows])
+
+    def epoch_loss(loss8: EncryptedVector) -> float:
+        return float(_masked_decrypt(fed, other, loss8, 2.0**70, "loss")[0])
+
+    curve = _run_epochs(fed, [other], len(x), cfg, step, epoch_loss)
     return w, curve
 
 

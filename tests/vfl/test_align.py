@@ -31,10 +31,7 @@ def test_psi_alignment_gives_both_parties_the_common_patients_in_one_order(cohor
     assert set(a.attrs["source_rows"]) == set(truth["lab"])
 
 
-def test_bloom_alignment_through_a_linkage_unit(cohort) -> None:  # type: ignore[no-untyped-def]
-    lab, imaging, truth = cohort
-    frames = {"lab": lab, "imaging": imaging}
-    federation = LocalFederation(record_payloads=True)
+def bloom_roles(frames: dict, secrets_of: dict) -> dict:  # type: ignore[type-arg]
     parties = list(frames)
     roles = {
         name: (
@@ -43,14 +40,21 @@ def test_bloom_alignment_through_a_linkage_unit(cohort) -> None:  # type: ignore
                 frames[name],
                 method="bloom",
                 schema=identity_schema(),
-                secret=SECRET,
+                secret=secrets_of[name],
                 parties=parties,
             )
         )
         for name in parties
     }
     roles["coordinator"] = lambda fed: align_party(fed, None, method="bloom", parties=parties)
-    results = federation.run(roles)
+    return roles
+
+
+def test_bloom_alignment_through_a_linkage_unit(cohort) -> None:  # type: ignore[no-untyped-def]
+    lab, imaging, truth = cohort
+    frames = {"lab": lab, "imaging": imaging}
+    federation = LocalFederation(record_payloads=True)
+    results = federation.run(bloom_roles(frames, {"lab": SECRET, "imaging": SECRET}))
     a, b = results["lab"], results["imaging"]
     assert len(a) == len(b) > 0.9 * len(truth)
     pairs = set(zip(a.attrs["source_rows"], b.attrs["source_rows"], strict=True))
@@ -71,24 +75,9 @@ def test_bloom_alignment_through_a_linkage_unit(cohort) -> None:  # type: ignore
 def test_bloom_alignment_needs_the_same_secret(cohort) -> None:  # type: ignore[no-untyped-def]
     lab, imaging, _ = cohort
     frames = {"lab": lab, "imaging": imaging}
-    parties = list(frames)
     secrets_of = {"lab": SECRET, "imaging": b"another secret of 32 bytes......"}
-    roles = {
-        name: (
-            lambda fed, name=name: align_party(
-                fed,
-                frames[name],
-                method="bloom",
-                schema=identity_schema(),
-                secret=secrets_of[name],
-                parties=parties,
-            )
-        )
-        for name in parties
-    }
-    roles["coordinator"] = lambda fed: align_party(fed, None, method="bloom", parties=parties)
     with pytest.raises(Exception, match="different schemas or secrets"):
-        LocalFederation().run(roles)
+        LocalFederation().run(bloom_roles(frames, secrets_of))
 
 
 def test_alignment_refusals(cohort) -> None:  # type: ignore[no-untyped-def]

@@ -292,3 +292,59 @@ def test_a_passive_party_cannot_strip_its_share_from_the_residuals(breast) -> No
         for c_u, c_d in zip(mine, theirs, strict=True):
             quotient = c_d * pow(c_u, -1, n_sq) % n_sq
             assert (quotient - 1) % n != 0
+
+
+@pytest.mark.slow
+def test_on_the_cohort_the_federated_model_beats_the_label_party_alone() -> None:
+    from vfl.datasets import IMAGING_FEATURES, LAB_FEATURES, LABEL, make_lab_imaging_cohort
+
+    lab, imaging, truth = make_lab_imaging_cohort(2500, overlap=0.8, random_state=11)
+    lab_rows = lab.loc[truth["lab"], LAB_FEATURES].reset_index(drop=True)
+    img_rows = imaging.loc[truth["imaging"], IMAGING_FEATURES].reset_index(drop=True)
+    y_all = imaging.loc[truth["imaging"], LABEL].reset_index(drop=True).astype(int)
+    train, test = np.arange(len(y_all)) % 3 != 0, np.arange(len(y_all)) % 3 == 0
+    parts = {"imaging": img_rows[train], "lab": lab_rows[train]}
+    test_parts = {"imaging": img_rows[test], "lab": lab_rows[test]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = small().fit(parts, y_all[train], label_party="imaging")
+        federated = roc_auc_score(y_all[test], est.predict_proba(test_parts)[:, 1])
+    scaler = StandardScaler().fit(img_rows[train])
+    alone = LogisticRegression().fit(scaler.transform(img_rows[train]), y_all[train])
+    auc_alone = roc_auc_score(
+        y_all[test], alone.predict_proba(scaler.transform(img_rows[test]))[:, 1]
+    )
+    both = pd.concat([img_rows, lab_rows], axis=1)
+    scaler = StandardScaler().fit(both[train])
+    central = LogisticRegression().fit(scaler.transform(both[train]), y_all[train])
+    auc_central = roc_auc_score(
+        y_all[test], central.predict_proba(scaler.transform(both[test]))[:, 1]
+    )
+    assert federated > auc_alone + 0.03  # clearly better than the label party alone
+    assert federated >= auc_central - 0.01  # and as good as pooling the data
+
+
+def test_deployment_scoring_gives_only_the_label_party_the_scores(breast) -> None:  # type: ignore[no-untyped-def]
+    from vfl.federation import LocalFederation
+
+    parts, y, test_parts, _ = breast
+    fitted = small(max_iter=1, tol=None, batch_size=100).fit(parts, y, label_party="imaging")
+    expected = fitted.decision_function(test_parts)
+    roles = {
+        name: (lambda fed, name=name: fitted.predict_party(fed, test_parts[name]))
+        for name in test_parts
+    }
+    roles["coordinator"] = lambda fed: fitted.predict_party(fed, None)
+    results = LocalFederation().run(roles)
+    np.testing.assert_allclose(results["imaging"], expected, atol=1e-6)
+    assert results["lab"] is None and results["coordinator"] is None
+
+
+@pytest.mark.parametrize(("n", "batch"), [(398, 64), (120, 100), (50, 64), (256, 64)])
+def test_batches_cover_every_row_once(n: int, batch: int) -> None:
+    from vfl.logistic import _batches
+
+    order = np.random.default_rng(0).permutation(n)
+    batches = _batches(order, batch)
+    np.testing.assert_array_equal(np.concatenate(batches), order)  # all rows, once, in order
+    assert min(len(b) for b in batches) >= min(n, batch // 2)
