@@ -687,10 +687,13 @@ def _masked_decrypt(
     """Have ``holder`` (the key owner) decrypt ``vector`` under masks only we know."""
     packed, masks = pack_masked(vector, bound=bound, kappa=KAPPA)
     fed.send(holder, f"{tag}-req", {"data": packed.to_wire(), "layout": masks.layout.to_dict()})
-    slots = fed.recv(holder, f"{tag}-plain")
-    if not isinstance(slots, list) or not all(isinstance(s, int) for s in slots):
+    return masks.unmask(_slots(fed.recv(holder, f"{tag}-plain"), holder))
+
+
+def _slots(payload: Any, holder: str) -> list[int]:
+    if not isinstance(payload, list) or not all(isinstance(s, int) for s in payload):
         raise ValueError(f"party {holder!r} answered a decryption request with a malformed message")
-    return masks.unmask(slots)
+    return payload
 
 
 def _answer(fed: Federation, requester: str, tag: str, private_key: PaillierPrivateKey) -> None:
@@ -880,6 +883,39 @@ def _active_coordinator(
     return w, curve
 
 
+def _passive_epochs(
+    fed: Federation,
+    active: str,
+    x: np.ndarray[Any, Any],
+    w: np.ndarray[Any, Any],
+    cfg: _Config,
+    step: Any,
+    after_epoch: Any = None,
+) -> np.ndarray[Any, Any]:
+    """A passive party's loop, shared by both protocols: follow the active party's epochs;
+    ``step(epoch, rows, w)`` trains on one batch and returns the new weights."""
+    epoch = 0
+    while True:
+        control = fed.recv(active, "epoch")
+        if control.get("stop"):
+            return w
+        for rows in _batches(_order(control, len(x), active), cfg.batch_size):
+            w = step(epoch, rows, w)
+        if after_epoch is not None:
+            after_epoch()
+        epoch += 1
+
+
+def _send_scores(
+    fed: Federation, active: str, key: PaillierPublicKey, u: np.ndarray[Any, Any], cfg: _Config
+) -> None:
+    """A passive party's encrypted partial scores of a batch, and their encrypted sum of
+    squares (for the loss)."""
+    _check_scores(u, fed.name)
+    fed.send(active, "u", key.encrypt(u, workers=cfg.workers).to_wire())
+    fed.send(active, "u2", key.encrypt(np.array(float(u @ u))).to_wire())
+
+
 def _passive_coordinator(
     fed: Federation,
     x: np.ndarray[Any, Any],
@@ -892,29 +928,23 @@ def _passive_coordinator(
     key = _public_key_from(fed.recv(coordinator, "key"), coordinator, cfg)
     bits = _matvec_bits(x)
     opt = _Optimizer(cfg, len(w))
-    epoch = 0
-    while True:
-        control = fed.recv(active, "epoch")
-        if control.get("stop"):
-            return w
-        order = _order(control, len(x), active)
-        for rows in _batches(order, cfg.batch_size):
-            xb = x[rows]
-            u = xb @ w
-            _check_scores(u, fed.name)
-            fed.send(active, "u", key.encrypt(u, workers=cfg.workers).to_wire())
-            fed.send(active, "u2", key.encrypt(np.array(float(u @ u))).to_wire())
-            d4 = _vector_from(key, fed.recv(active, "d"), active)
-            if d4.shape != (len(rows),):
-                raise ValueError(f"party {active!r} sent {len(d4)} residuals for {len(rows)} rows")
-            g_enc = matvec(xb.T, d4, precision_bits=bits, workers=cfg.workers)
-            grad = _masked_decrypt(fed, coordinator, g_enc, _gradient_bound(xb), "grad")
-            if position:  # cross terms of the loss with the passives listed before this one
-                others = [_vector_from(key, c, active) for c in fed.recv(active, "cross")]
-                sums = [matvec(u[None, :], o, precision_bits=32)[0] for o in others]
-                fed.send(active, "cross-sum", [v.to_wire() for v in sums])
-            w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, False), epoch)
-        epoch += 1
+
+    def step(epoch: int, rows: np.ndarray[Any, Any], w: np.ndarray[Any, Any]) -> Any:
+        xb = x[rows]
+        u = xb @ w
+        _send_scores(fed, active, key, u, cfg)
+        d4 = _vector_from(key, fed.recv(active, "d"), active)
+        if d4.shape != (len(rows),):
+            raise ValueError(f"party {active!r} sent {len(d4)} residuals for {len(rows)} rows")
+        g_enc = matvec(xb.T, d4, precision_bits=bits, workers=cfg.workers)
+        grad = _masked_decrypt(fed, coordinator, g_enc, _gradient_bound(xb), "grad")
+        if position:  # cross terms of the loss with the passives listed before this one
+            others = [_vector_from(key, c, active) for c in fed.recv(active, "cross")]
+            sums = [matvec(u[None, :], o, precision_bits=32)[0] for o in others]
+            fed.send(active, "cross-sum", [v.to_wire() for v in sums])
+        return opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, False), epoch)
+
+    return _passive_epochs(fed, active, x, w, cfg, step)
 
 
 def _order(control: Any, n: int, sender: str) -> np.ndarray[Any, Any]:
@@ -1023,44 +1053,32 @@ def _passive_two_party(
     bits = _matvec_bits(x)
     x_int = np.round(x * 2.0**FEATURE_BITS).astype(np.int64)
     opt = _Optimizer(cfg, len(w))
-    epoch = 0
-    while True:
-        control = fed.recv(active, "epoch")
-        if control.get("stop"):
-            return w
-        order = _order(control, len(x), active)
-        for rows in _batches(order, cfg.batch_size):
-            xb = x[rows]
-            u = xb @ w
-            _check_scores(u, fed.name)
-            fed.send(active, "u", own_key.encrypt(u, workers=cfg.workers).to_wire())
-            fed.send(active, "u2", own_key.encrypt(np.array(float(u @ u))).to_wire())
-            _answer(fed, active, "grad", own_secret)
-            share = _vector_from(own_key, fed.recv(active, "e"), active)
-            rho = _vector_from(key, fed.recv(active, "rho"), active)
-            if share.shape != (len(rows),) or rho.shape != (len(rows),):
-                raise ValueError(f"party {active!r} sent shares of the wrong length")
-            e_int = own_secret.decrypt_integers(share)
-            plain_part = [
-                sum(int(a) * b for a, b in zip(column, e_int, strict=True))
-                for column in x_int[rows].T
-            ]  # X^T (4d - rho), exactly, at exponent share.exponent - FEATURE_BITS
-            g_enc = matvec(xb.T, rho, precision_bits=bits, workers=cfg.workers)
-            bound = float(np.abs(xb).sum(axis=0).max() + 1.0) * 2.0 ** (
-                _mask_bits(share) + share.exponent
-            )
-            packed, masks = pack_masked(g_enc, bound=bound, kappa=KAPPA)
-            fed.send(
-                active,
-                "grad-b-req",
-                {"data": packed.to_wire(), "layout": masks.layout.to_dict()},
-            )
-            slots = fed.recv(active, "grad-b-plain")
-            rho_part = masks.unmask_integers(slots)
-            grad = _exact_sum(plain_part, share.exponent - FEATURE_BITS, rho_part, g_enc.exponent)
-            w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, False), epoch)
-        _answer(fed, active, "loss", own_secret)
-        epoch += 1
+
+    def step(epoch: int, rows: np.ndarray[Any, Any], w: np.ndarray[Any, Any]) -> Any:
+        xb = x[rows]
+        _send_scores(fed, active, own_key, xb @ w, cfg)
+        _answer(fed, active, "grad", own_secret)
+        share = _vector_from(own_key, fed.recv(active, "e"), active)
+        rho = _vector_from(key, fed.recv(active, "rho"), active)
+        if share.shape != (len(rows),) or rho.shape != (len(rows),):
+            raise ValueError(f"party {active!r} sent shares of the wrong length")
+        e_int = own_secret.decrypt_integers(share)
+        plain_part = [
+            sum(int(a) * b for a, b in zip(column, e_int, strict=True)) for column in x_int[rows].T
+        ]  # X^T (4d - rho), exactly, at exponent share.exponent - FEATURE_BITS
+        g_enc = matvec(xb.T, rho, precision_bits=bits, workers=cfg.workers)
+        bound = float(np.abs(xb).sum(axis=0).max() + 1.0) * 2.0 ** (
+            _mask_bits(share) + share.exponent
+        )
+        packed, masks = pack_masked(g_enc, bound=bound, kappa=KAPPA)
+        fed.send(active, "grad-b-req", {"data": packed.to_wire(), "layout": masks.layout.to_dict()})
+        rho_part = masks.unmask_integers(_slots(fed.recv(active, "grad-b-plain"), active))
+        grad = _exact_sum(plain_part, share.exponent - FEATURE_BITS, rho_part, g_enc.exponent)
+        return opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, False), epoch)
+
+    return _passive_epochs(
+        fed, active, x, w, cfg, step, lambda: _answer(fed, active, "loss", own_secret)
+    )
 
 
 def _exact_sum(a: list[int], exp_a: int, b: list[int], exp_b: int) -> np.ndarray[Any, Any]:
