@@ -210,11 +210,7 @@ class KeyBlocking:
 def block(a: Encodings, b: Encodings, method: Any = "lsh") -> Candidates:
     """Candidate pairs by ``method``: ``"lsh"`` (:class:`LshBlocking` defaults), ``"keys"``
     (:class:`KeyBlocking`), or a configured instance of either."""
-    if a.fingerprint != b.fingerprint:
-        raise ValueError(
-            "the two encodings were made with different schemas or secrets (their fingerprints "
-            "differ); encode both sides with the same Schema and shared secret"
-        )
+    a.check_compatible(b)
     if method == "lsh":
         method = LshBlocking()
     elif method == "keys":

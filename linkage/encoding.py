@@ -108,6 +108,16 @@ class Encodings:
         """Filter length in bits."""
         return int(self.words.shape[1] * 64)
 
+    def check_compatible(self, other: Encodings) -> None:
+        """Raise unless ``other`` was made with the same schema and secret (and length)."""
+        if self.fingerprint != other.fingerprint:
+            raise ValueError(
+                "the two encodings were made with different schemas or secrets (their "
+                "fingerprints differ); encode both sides with the same Schema and shared secret"
+            )
+        if self.bits != other.bits:
+            raise ValueError(f"filters of {self.bits} and {other.bits} bits cannot be compared")
+
     def popcounts(self) -> np.ndarray[Any, Any]:
         """Bits set per record."""
         counts: np.ndarray[Any, Any] = np.bitwise_count(self.words).sum(axis=1).astype(np.int64)

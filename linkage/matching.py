@@ -44,16 +44,6 @@ PROGRESS_MIN_PAIRS = 500_000_000
 """Comparisons from which :func:`dice_pairs` shows a progress bar (VFLINK_PROGRESS=0 hides it)."""
 
 
-def _check_compatible(a: Encodings, b: Encodings) -> None:
-    if a.fingerprint != b.fingerprint:
-        raise ValueError(
-            "the two encodings were made with different schemas or secrets (their fingerprints "
-            "differ); encode both sides with the same Schema and shared secret"
-        )
-    if a.bits != b.bits:
-        raise ValueError(f"filters of {a.bits} and {b.bits} bits cannot be compared")
-
-
 def dice_pairs(
     a: Encodings, b: Encodings, *, floor: float = 0.0, chunk: int = _CHUNK
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -66,7 +56,7 @@ def dice_pairs(
         ``a`` its best and second-best score against ``b`` (``best[:, 0]``, ``best[:, 1]``; 0
         where the length filter left no candidate).
     """
-    _check_compatible(a, b)
+    a.check_compatible(b)
     pop_a, pop_b = a.popcounts(), b.popcounts()
     order_b = np.argsort(pop_b, kind="stable")
     sorted_pop_b = pop_b[order_b]
@@ -232,7 +222,7 @@ def match(
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
     if method not in ("greedy", "optimal"):
         raise ValueError(f"method must be 'greedy' or 'optimal', got {method!r}")
-    _check_compatible(a, b)
+    a.check_compatible(b)
     low = min(floor, threshold or floor)
     if blocking == "auto":
         # all pairs unpack b into float32 (4 bytes a bit): keep that under 1 GiB too
@@ -275,7 +265,7 @@ def dice_scores(
     a: Encodings, b: Encodings, ia: np.ndarray[Any, Any], ib: np.ndarray[Any, Any]
 ) -> np.ndarray[Any, Any]:
     """Exact Dice scores of the pairs ``(a[ia[k]], b[ib[k]])`` (positions), e.g. candidates."""
-    _check_compatible(a, b)
+    a.check_compatible(b)
     pop_a, pop_b = a.popcounts(), b.popcounts()
     denom = (pop_a[ia] + pop_b[ib]).astype(np.float64)
     scores: np.ndarray[Any, Any] = 2.0 * _intersections(a.words, b.words, ia, ib) / denom

@@ -682,12 +682,20 @@ def _vector_from(key: PaillierPublicKey, payload: Any, sender: str) -> Encrypted
 
 
 def _masked_decrypt(
-    fed: Federation, holder: str, vector: EncryptedVector, bound: float, tag: str
-) -> np.ndarray[Any, Any]:
-    """Have ``holder`` (the key owner) decrypt ``vector`` under masks only we know."""
+    fed: Federation,
+    holder: str,
+    vector: EncryptedVector,
+    bound: float,
+    tag: str,
+    *,
+    exact: bool = False,
+) -> Any:
+    """Have ``holder`` (the key owner) decrypt ``vector`` under masks only we know: floats, or
+    with ``exact`` the signed fixed-point integers at ``vector.exponent``."""
     packed, masks = pack_masked(vector, bound=bound, kappa=KAPPA)
     fed.send(holder, f"{tag}-req", {"data": packed.to_wire(), "layout": masks.layout.to_dict()})
-    return masks.unmask(_slots(fed.recv(holder, f"{tag}-plain"), holder))
+    slots = _slots(fed.recv(holder, f"{tag}-plain"), holder)
+    return masks.unmask_integers(slots) if exact else masks.unmask(slots)
 
 
 def _slots(payload: Any, holder: str) -> list[int]:
@@ -1070,9 +1078,7 @@ def _passive_two_party(
         bound = float(np.abs(xb).sum(axis=0).max() + 1.0) * 2.0 ** (
             _mask_bits(share) + share.exponent
         )
-        packed, masks = pack_masked(g_enc, bound=bound, kappa=KAPPA)
-        fed.send(active, "grad-b-req", {"data": packed.to_wire(), "layout": masks.layout.to_dict()})
-        rho_part = masks.unmask_integers(_slots(fed.recv(active, "grad-b-plain"), active))
+        rho_part = _masked_decrypt(fed, active, g_enc, bound, "grad-b", exact=True)
         grad = _exact_sum(plain_part, share.exponent - FEATURE_BITS, rho_part, g_enc.exponent)
         return opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, False), epoch)
 

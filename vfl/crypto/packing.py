@@ -131,17 +131,7 @@ class PackingMasks:
         ValueError
             The number of slots is not the number of packed values.
         """
-        if len(slots) != self.layout.count:
-            raise ValueError(f"expected {self.layout.count} slots, got {len(slots)}")
-        half = 1 << (self.layout.value_bits - 1)
-        values = [int(s) - m for s, m in zip(slots, self.masks, strict=True)]
-        for i, v in enumerate(values):
-            if not -half <= v < half:
-                raise fixedpoint.FixedPointOverflowError(
-                    f"packed value {i} exceeded the bound given to pack_masked; "
-                    "pack with a larger bound"
-                )
-        return fixedpoint.ints_to_floats(values, self.exponent)
+        return fixedpoint.ints_to_floats(self.unmask_integers(slots), self.exponent)
 
 
 def pack_masked(
