@@ -71,6 +71,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 
 from vfl.crypto import EncryptedVector, generate_paillier_keypair, matvec
+from vfl.crypto.kernels import batch_invert, multiexp
 from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
 from vfl.crypto.packing import pack_masked
 from vfl.federation import Federation, LocalFederation
@@ -85,6 +86,10 @@ SCORE_BOUND = 2.0**16
 """Public bound on ``|u|`` used to size masks; larger partial scores raise an overflow error."""
 KAPPA = 40
 """Bits of statistical hiding of every mask."""
+SCORE_BITS = 32
+"""Partial scores and residual terms ``z`` are rounded to multiples of ``2**-SCORE_BITS``."""
+Z_BITS = SCORE_BITS + 17
+"""Bits of ``|z| * 2**SCORE_BITS`` (``|z| <= SCORE_BOUND + 2 < 2**17``)."""
 PROTOCOLS = ("coordinator", "two_party")
 OPTIMIZERS = ("adam", "sgd")
 
@@ -153,6 +158,7 @@ class _Config:
     workers: int
     seed: int | None
     epoch_seconds: list[float] = field(default_factory=list)
+    setup_seconds: float = 0.0
 
 
 # -- the estimator -----------------------------------------------------------------------------
@@ -366,7 +372,10 @@ class VerticalLogisticRegression(ClassifierMixin, BaseEstimator):  # type: ignor
             self.parts_ = {name: result}
             self.classes_ = np.array([0, 1])
             self.n_iter_ = int(getattr(self, "_last_n_iter", 0))
-            self.loss_curve_ = list(getattr(self, "_last_loss_curve", []))
+            # the loss is the label party's to learn
+            self.loss_curve_ = (
+                list(getattr(self, "_last_loss_curve", [])) if name == label_party else []
+            )
         return self
 
     def predict_party(
@@ -457,19 +466,16 @@ class VerticalLogisticRegression(ClassifierMixin, BaseEstimator):  # type: ignor
         w0 = np.append(part.coef, part.intercept) if me == label_party else part.coef.copy()
         if me == label_party:
             assert labels is not None
-            if self.protocol == "coordinator":
-                w, curve = _active_coordinator(fed, x, labels, w0, passives, decryptor, cfg)
-            else:
-                w, curve = _active_two_party(fed, x, labels, w0, passives[0], cfg)
+            w, curve = _active_role(fed, x, labels, w0, passives, decryptor, cfg)
             self.epoch_seconds_ = list(cfg.epoch_seconds)
+            self.setup_seconds_ = cfg.setup_seconds
             self._last_loss_curve = curve
             self._last_n_iter = len(curve)
             part.coef, part.intercept = w[:-1], float(w[-1])
-        elif self.protocol == "coordinator":
-            position = passives.index(me)
-            part.coef = _passive_coordinator(fed, x, w0, label_party, decryptor, cfg, position)
         else:
-            part.coef = _passive_two_party(fed, x, w0, label_party, cfg)
+            part.coef, self._last_n_iter = _passive_role(
+                fed, x, w0, label_party, passives, decryptor, cfg
+            )
         return part
 
     def _predict_role(self, fed: Federation, frame: pd.DataFrame | None) -> Any:
@@ -800,19 +806,17 @@ def _run_epochs(
 ) -> list[float]:
     """The active party's epoch loop, shared by both protocols.
 
-    ``step(epoch, rows)`` trains on one batch and returns its encrypted loss times 8;
-    ``epoch_loss(loss8)`` has the sum of an epoch decrypted (masked). Stops when the loss
-    settles within ``tol`` and tells ``targets``; returns the loss curve."""
+    ``step(epoch, rows)`` trains on one batch; ``epoch_loss()`` returns the epoch's securely
+    computed ``8 * sum(loss)``. Stops when the loss settles within ``tol`` and tells
+    ``targets``; returns the loss curve."""
     curve: list[float] = []
     epochs = _epochs(fed, targets, n, cfg)
     cfg.epoch_seconds.clear()
     for epoch, batches in epochs:
         began = time.perf_counter()
-        loss8: Any = None
         for rows in batches:
-            batch8 = step(epoch, rows)
-            loss8 = batch8 if loss8 is None else loss8 + batch8
-        curve.append(epoch_loss(loss8) / 8.0 / n)
+            step(epoch, rows)
+        curve.append(epoch_loss() / 8.0 / n)
         cfg.epoch_seconds.append(time.perf_counter() - began)
         logger.info("epoch %d: training loss %.6f", epoch + 1, curve[-1])
         if _converged(curve, cfg.tol):
@@ -829,130 +833,25 @@ def _run_epochs(
     return curve
 
 
-def _batch_loss8(
-    u_other: EncryptedVector, squares: list[EncryptedVector], u_a: Any, y2: Any
-) -> EncryptedVector:
-    """``8 * sum(log 2 - y'u/2 + u^2/8)`` over a batch, encrypted, where ``u = u_a + u_other``
-    and ``squares`` hold the encrypted ``sum u_k^2`` (and cross terms) of the others."""
-    both = matvec(np.vstack([y2, u_a]), u_other, precision_bits=32)
-    out = both[1] * 2 - both[0] * 4 + float(8 * len(y2) * math.log(2) + u_a @ u_a - 4 * (y2 @ u_a))
-    for square in squares:
-        out = out + square
-    return out
-
-
-def _active_coordinator(
-    fed: Federation,
-    x: np.ndarray[Any, Any],
-    y: np.ndarray[Any, Any],
-    w: np.ndarray[Any, Any],
-    passives: list[str],
-    coordinator: Any,
-    cfg: _Config,
-) -> tuple[np.ndarray[Any, Any], list[float]]:
-    key = _public_key_from(fed.recv(coordinator, "key"), coordinator, cfg)
-    bits = _matvec_bits(x)
-    y2 = 2.0 * y - 1.0
-    opt = _Optimizer(cfg, len(w))
-
-    def step(epoch: int, rows: np.ndarray[Any, Any]) -> EncryptedVector:
-        nonlocal w
-        xb = x[rows]
-        u_a = xb @ w
-        _check_scores(u_a, fed.name)
-        shares = {p: _vector_from(key, fed.recv(p, "u"), p) for p in passives}
-        squares = {p: _vector_from(key, fed.recv(p, "u2"), p) for p in passives}
-        for p in passives:
-            if shares[p].shape != (len(rows),) or squares[p].size != 1:
-                raise ValueError(
-                    f"party {p!r} sent {shares[p].shape} scores for a batch of {len(rows)}"
-                )
-        u_p = shares[passives[0]]
-        for p in passives[1:]:
-            u_p = u_p + shares[p]
-        d4 = u_p + (u_a - 2.0 * y2[rows])
-        # re-randomised: a passive party knows its own share's ciphertexts and could
-        # otherwise divide them out and read u_a - 2y'
-        fed.broadcast("d", d4.obfuscate(workers=cfg.workers).to_wire(), to=passives)
-        g_enc = matvec(xb.T, d4, precision_bits=bits, workers=cfg.workers)
-        grad = _masked_decrypt(fed, coordinator, g_enc, _gradient_bound(xb), "grad")
-        extra = list(squares.values())
-        for k, p in enumerate(passives):  # cross terms between passive parties
-            if k:
-                fed.send(p, "cross", [shares[q].to_wire() for q in passives[:k]])
-                extra += [_vector_from(key, c, p) * 2 for c in fed.recv(p, "cross-sum")]
-        w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, True), epoch)
-        return _batch_loss8(u_p, extra, u_a, y2[rows])
-
-    def epoch_loss(loss8: EncryptedVector) -> float:
-        return float(_masked_decrypt(fed, coordinator, loss8, 2.0**70, "loss")[0])
-
-    curve = _run_epochs(fed, [*passives, coordinator], len(x), cfg, step, epoch_loss)
-    return w, curve
-
-
 def _passive_epochs(
     fed: Federation,
     active: str,
-    x: np.ndarray[Any, Any],
-    w: np.ndarray[Any, Any],
+    n: int,
     cfg: _Config,
     step: Any,
-    after_epoch: Any = None,
-) -> np.ndarray[Any, Any]:
-    """A passive party's loop, shared by both protocols: follow the active party's epochs;
-    ``step(epoch, rows, w)`` trains on one batch and returns the new weights."""
+    after_epoch: Any,
+) -> int:
+    """A passive party's loop, shared by both protocols: follow the active party's epochs,
+    calling ``step(epoch, rows)`` per batch and ``after_epoch()``; returns the epochs run."""
     epoch = 0
     while True:
         control = fed.recv(active, "epoch")
         if control.get("stop"):
-            return w
-        for rows in _batches(_order(control, len(x), active), cfg.batch_size):
-            w = step(epoch, rows, w)
-        if after_epoch is not None:
-            after_epoch()
+            return epoch
+        for rows in _batches(_order(control, n, active), cfg.batch_size):
+            step(epoch, rows)
+        after_epoch()
         epoch += 1
-
-
-def _send_scores(
-    fed: Federation, active: str, key: PaillierPublicKey, u: np.ndarray[Any, Any], cfg: _Config
-) -> None:
-    """A passive party's encrypted partial scores of a batch, and their encrypted sum of
-    squares (for the loss)."""
-    _check_scores(u, fed.name)
-    fed.send(active, "u", key.encrypt(u, workers=cfg.workers).to_wire())
-    fed.send(active, "u2", key.encrypt(np.array(float(u @ u))).to_wire())
-
-
-def _passive_coordinator(
-    fed: Federation,
-    x: np.ndarray[Any, Any],
-    w: np.ndarray[Any, Any],
-    active: str,
-    coordinator: Any,
-    cfg: _Config,
-    position: int,
-) -> np.ndarray[Any, Any]:
-    key = _public_key_from(fed.recv(coordinator, "key"), coordinator, cfg)
-    bits = _matvec_bits(x)
-    opt = _Optimizer(cfg, len(w))
-
-    def step(epoch: int, rows: np.ndarray[Any, Any], w: np.ndarray[Any, Any]) -> Any:
-        xb = x[rows]
-        u = xb @ w
-        _send_scores(fed, active, key, u, cfg)
-        d4 = _vector_from(key, fed.recv(active, "d"), active)
-        if d4.shape != (len(rows),):
-            raise ValueError(f"party {active!r} sent {len(d4)} residuals for {len(rows)} rows")
-        g_enc = matvec(xb.T, d4, precision_bits=bits, workers=cfg.workers)
-        grad = _masked_decrypt(fed, coordinator, g_enc, _gradient_bound(xb), "grad")
-        if position:  # cross terms of the loss with the passives listed before this one
-            others = [_vector_from(key, c, active) for c in fed.recv(active, "cross")]
-            sums = [matvec(u[None, :], o, precision_bits=32)[0] for o in others]
-            fed.send(active, "cross-sum", [v.to_wire() for v in sums])
-        return opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, False), epoch)
-
-    return _passive_epochs(fed, active, x, w, cfg, step)
 
 
 def _order(control: Any, n: int, sender: str) -> np.ndarray[Any, Any]:
@@ -967,6 +866,369 @@ def _order(control: Any, n: int, sender: str) -> np.ndarray[Any, Any]:
     return order
 
 
+# -- the gradient exchange: packed encrypted feature rows ------------------------------------
+
+
+@dataclass(frozen=True)
+class _RowPacking:
+    """How a party packs its feature rows into ciphertexts: ``per_ct`` columns per ciphertext,
+    each in a signed slot of ``slot_bits`` bits (public; sent with the rows)."""
+
+    columns: int
+    slot_bits: int
+    per_ct: int
+
+    @property
+    def groups(self) -> int:
+        return -(-self.columns // self.per_ct)
+
+    def group(self, g: int) -> range:
+        return range(g * self.per_ct, min(self.columns, (g + 1) * self.per_ct))
+
+    @classmethod
+    def plan(
+        cls,
+        x_bits: int,
+        columns: int,
+        rows: int,
+        contributors: int,
+        key_bits: int,
+        masked: bool,
+    ) -> _RowPacking:
+        """Slots wide enough for ``sum`` over ``contributors`` parties and ``rows`` rows
+        of ``|x| < 2**x_bits`` times ``|z| < 2**Z_BITS`` (plus the masks when ``masked``)."""
+        value_bits = x_bits + Z_BITS + max(1, rows - 1).bit_length() + contributors.bit_length()
+        slot_bits = value_bits + 2 + (KAPPA + 1 if masked else 0)
+        per_ct = (key_bits - 2) // slot_bits
+        if per_ct < 1:
+            raise ValueError(f"a {key_bits}-bit key cannot hold a {slot_bits}-bit slot")
+        return cls(columns, slot_bits, per_ct)
+
+    def value_bits(self, masked: bool) -> int:
+        return self.slot_bits - 2 - (KAPPA + 1 if masked else 0)
+
+    def to_dict(self) -> dict[str, int]:
+        return {"columns": self.columns, "slot_bits": self.slot_bits, "per_ct": self.per_ct}
+
+    @classmethod
+    def from_dict(cls, data: Any, sender: str, key_bits: int) -> _RowPacking:
+        try:
+            packing = cls(int(data["columns"]), int(data["slot_bits"]), int(data["per_ct"]))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"party {sender!r} sent a malformed row packing") from None
+        if (
+            packing.columns < 1
+            or packing.slot_bits < Z_BITS
+            or packing.per_ct < 1
+            or packing.per_ct * packing.slot_bits > key_bits - 2
+        ):
+            raise ValueError(f"party {sender!r} sent an impossible row packing {data!r}")
+        return packing
+
+
+def _pack_rows(x_int: np.ndarray[Any, Any], packing: _RowPacking, n: int) -> list[list[int]]:
+    """Per group of columns, one plaintext per row: ``sum_j x[i, j] * 2**(slot_bits * j)``
+    (signed slots, taken modulo ``n``)."""
+    out = []
+    for g in range(packing.groups):
+        cols = packing.group(g)
+        shifts = [packing.slot_bits * j for j in range(len(cols))]
+        plain = []
+        for row in x_int[:, cols.start : cols.stop].tolist():
+            acc = 0
+            for value, shift in zip(row, shifts, strict=True):
+                acc += value << shift
+            plain.append(acc % n)
+        out.append(plain)
+    return out
+
+
+def _unpack_signed(value: int, packing: _RowPacking, g: int, holder: str) -> list[int]:
+    """The signed slots of one group's exact (signed) plaintext integer."""
+    bits = packing.slot_bits
+    full, half = 1 << bits, 1 << (bits - 1)
+    out = []
+    for _ in packing.group(g):
+        slot = value & (full - 1)
+        if slot >= half:
+            slot -= full
+        out.append(slot)
+        value = (value - slot) >> bits
+    if value:
+        raise OverflowError(
+            f"a gradient decrypted via {holder!r} overflowed its packing; standardise the "
+            "features or lower learning_rate"
+        )
+    return out
+
+
+class _PeerRows:
+    """Another party's packed, encrypted feature rows, kept for the whole fit."""
+
+    def __init__(self, key: PaillierPublicKey, groups: list[list[Any]], packing: _RowPacking):
+        self.key, self.groups, self.packing = key, groups, packing
+        self._inverses: list[list[Any] | None] = [None] * len(groups)
+
+    @classmethod
+    def from_wire(cls, key: PaillierPublicKey, payload: Any, sender: str, n_rows: int) -> _PeerRows:
+        if not isinstance(payload, dict) or not isinstance(payload.get("rows"), list):
+            raise ValueError(f"party {sender!r} sent malformed encrypted rows")
+        packing = _RowPacking.from_dict(payload.get("packing"), sender, key.n_length)
+        groups = [_vector_from(key, block, sender) for block in payload["rows"]]
+        if len(groups) != packing.groups or any(v.shape != (n_rows,) for v in groups):
+            raise ValueError(
+                f"party {sender!r} sent encrypted rows of the wrong shape (expected "
+                f"{packing.groups} groups of {n_rows} rows)"
+            )
+        return cls(key, [v.ciphertexts for v in groups], packing)
+
+    def combine(self, rows: np.ndarray[Any, Any], z_int: np.ndarray[Any, Any]) -> EncryptedVector:
+        """``[[X[rows]^T z]]`` packed (one ciphertext per group), re-randomised: one Pippenger
+        multi-exponentiation per group; negative ``z`` use the rows' inverses (computed once)."""
+        nsq = self.key.nsquare
+        negative = (z_int < 0).tolist()
+        magnitudes = np.abs(z_int)
+        out = []
+        for g, cts in enumerate(self.groups):
+            if any(negative) and self._inverses[g] is None:
+                self._inverses[g] = batch_invert(cts, nsq)
+            inverses = self._inverses[g]
+            bases = [
+                inverses[i] if neg else cts[i]  # type: ignore[index]
+                for i, neg in zip(rows.tolist(), negative, strict=True)
+            ]
+            out.append(multiexp(bases, magnitudes, nsq))
+        # fresh randomness: the owner knows its rows' randomness and could otherwise test
+        # guesses of z against the product
+        return EncryptedVector(self.key, out, 0).obfuscate()
+
+
+class _Exchange:
+    """One data party's side of the gradient exchange, for both protocols.
+
+    Setup (once per fit): the party packs its fixed-point feature rows (several columns per
+    plaintext) and encrypts them -- under its own key (``two_party``) or the coordinator's --
+    and sends them to every other data party. Per batch, every party ``p`` turns its vector
+    ``z_p`` (the active party's ``u_A - 2y'``, a passive party's partial scores ``u_p``) into
+    ``[[X_t^T z_p]]`` for every other party ``t`` by one multi-exponentiation over ``t``'s
+    encrypted rows, re-randomised; ``t`` adds what it receives, has the sum decrypted (by
+    itself, or masked by the coordinator) and adds ``X_t^T z_t`` of its own: the batch's
+    ``X_t^T 4d``. Per-row encryption happens only at setup.
+    """
+
+    def __init__(
+        self,
+        fed: Federation,
+        x: np.ndarray[Any, Any],
+        data_parties: list[str],
+        cfg: _Config,
+        coordinator: str | None,
+    ) -> None:
+        self.fed, self.x, self.cfg, self.coordinator = fed, x, cfg, coordinator
+        me = fed.name
+        self.others = [p for p in data_parties if p != me]
+        self.secret: PaillierPrivateKey | None
+        if coordinator is not None:
+            self.key = _public_key_from(fed.recv(coordinator, "key"), coordinator, cfg)
+            self.secret = None
+            self.keys = {p: self.key for p in self.others}
+        else:
+            self.key, self.secret = _keypair(cfg)
+            fed.broadcast("key", _public_key_payload(self.key), to=self.others)
+            self.keys = {p: _public_key_from(fed.recv(p, "key"), p, cfg) for p in self.others}
+        self.packing = _RowPacking.plan(
+            _matvec_bits(x),
+            x.shape[1],
+            min(len(x), 2 * cfg.batch_size),
+            len(self.others),
+            self.key.n_length,
+            masked=coordinator is not None,
+        )
+        x_int = np.round(x * 2.0**FEATURE_BITS).astype(np.int64)
+        encrypt = (self.secret or self.key).raw_encrypt
+        blocks = [
+            EncryptedVector(self.key, encrypt(plain, workers=cfg.workers), 0).to_wire()
+            for plain in _pack_rows(x_int, self.packing, int(self.key.n))
+        ]
+        fed.broadcast("rows", {"packing": self.packing.to_dict(), "rows": blocks}, to=self.others)
+        self.peers = {
+            p: _PeerRows.from_wire(self.keys[p], fed.recv(p, "rows"), p, len(x))
+            for p in self.others
+        }
+
+    def remote(self, rows: np.ndarray[Any, Any], z: np.ndarray[Any, Any]) -> Any:
+        """Send this party's contributions for ``z`` and return the decrypted sum of the
+        others': ``X[rows]^T (sum of the other parties' z)``. With ``X^T z`` of its own added,
+        that is the party's ``X^T 4d`` for the batch."""
+        z_int = np.round(z * 2.0**SCORE_BITS).astype(np.int64)
+        for p, peer in self.peers.items():
+            self.fed.send(p, "g", peer.combine(rows, z_int).to_wire())
+        total: EncryptedVector | None = None
+        for p in self.others:
+            part = _vector_from(self.key, self.fed.recv(p, "g"), p)
+            if part.shape != (self.packing.groups,):
+                raise ValueError(f"party {p!r} sent a gradient share of the wrong shape")
+            total = part if total is None else total + part
+        assert total is not None
+        remote = np.array(
+            [
+                math.ldexp(s, -(FEATURE_BITS + SCORE_BITS))
+                for g, value in enumerate(self._open(total))
+                for s in _unpack_signed(value, self.packing, g, self.coordinator or self.fed.name)
+            ]
+        )
+        return remote
+
+    def _open(self, total: EncryptedVector) -> list[int]:
+        """The exact signed plaintexts of ``total``: decrypted by this party's own key, or by
+        the coordinator under slot masks of ``KAPPA`` bits of statistical hiding."""
+        n = int(self.key.n)
+        if self.secret is not None:
+            plain = self.secret.raw_decrypt(total.ciphertexts)
+            return [int(v) - n if v > n // 2 else int(v) for v in plain]
+        assert self.coordinator is not None
+        value_bits = self.packing.value_bits(masked=True)
+        masks = []
+        for g in range(self.packing.groups):
+            mask = 0
+            for j in range(len(self.packing.group(g))):
+                slot = (1 << value_bits) + secrets.randbits(value_bits + KAPPA)
+                mask += slot << (self.packing.slot_bits * j)
+            masks.append(mask)
+        masked = EncryptedVector(
+            self.key,
+            [
+                c * m % self.key.nsquare
+                for c, m in zip(total.ciphertexts, self.key.raw_encrypt(masks), strict=True)
+            ],
+            0,
+        )
+        self.fed.send(self.coordinator, "grad-req", {"data": masked.to_wire(be_secure=False)})
+        plain = _slots(self.fed.recv(self.coordinator, "grad-plain"), self.coordinator)
+        if len(plain) != len(masks):
+            raise ValueError(f"party {self.coordinator!r} answered with the wrong count")
+        return [v - m for v, m in zip(plain, masks, strict=True)]
+
+
+def _answer_raw(fed: Federation, requester: str, private_key: PaillierPrivateKey) -> None:
+    """The coordinator's side of :meth:`_Exchange._open`: decrypt masked packed gradients."""
+    request = fed.recv(requester, "grad-req")
+    if not isinstance(request, dict) or "data" not in request:
+        raise ValueError(f"party {requester!r} sent a malformed decryption request")
+    vector = _vector_from(private_key.public_key, request["data"], requester)
+    fed.send(requester, "grad-plain", [int(v) for v in private_key.raw_decrypt(vector.ciphertexts)])
+
+
+# -- training roles -----------------------------------------------------------------------------
+
+
+def _active_role(
+    fed: Federation,
+    x: np.ndarray[Any, Any],
+    y: np.ndarray[Any, Any],
+    w: np.ndarray[Any, Any],
+    passives: list[str],
+    coordinator: str | None,
+    cfg: _Config,
+) -> tuple[np.ndarray[Any, Any], list[float]]:
+    """The label party: drives the epochs, computes ``z = u_A - 2y'`` and learns the loss.
+
+    The batch loss ``8 * sum(log 2 - y'u/2 + u^2/8)`` splits into what it knows,
+    ``8 n log 2 + |u_A|^2 - 4 y'.u_A``, the passive parties' pieces (see
+    :func:`_passive_role`) and, with two or more passives, their cross terms ``-2 u_k.u_l``,
+    computed under the coordinator's key; everything but its own part arrives encrypted and is
+    decrypted (masked, by the coordinator) once per epoch."""
+    began = time.perf_counter()
+    exchange = _Exchange(fed, x, [fed.name, *passives], cfg, coordinator)
+    cfg.setup_seconds = time.perf_counter() - began
+    y2 = 2.0 * y - 1.0
+    opt = _Optimizer(cfg, len(w))
+    own = 0.0
+    cross: EncryptedVector | None = None
+
+    def step(epoch: int, rows: np.ndarray[Any, Any]) -> None:
+        nonlocal w, own, cross
+        u_a = x[rows] @ w
+        _check_scores(u_a, fed.name)
+        yb = y2[rows]
+        z = u_a - 2.0 * yb
+        grad = x[rows].T @ z + exchange.remote(rows, z)
+        own += float(8 * len(rows) * math.log(2) + u_a @ u_a - 4 * (yb @ u_a))
+        shares = {q: _vector_from(exchange.key, fed.recv(q, "u"), q) for q in passives[:-1]}
+        for q, share in shares.items():
+            if share.shape != (len(rows),):
+                raise ValueError(f"party {q!r} sent {share.shape} scores for {len(rows)} rows")
+        for k, p in enumerate(passives[1:], start=1):  # cross terms between passive parties
+            fed.send(p, "cross", [shares[q].to_wire() for q in passives[:k]])
+            total = _vector_from(exchange.key, fed.recv(p, "cross-sum"), p) * -2
+            if total.size != 1:
+                raise ValueError(f"party {p!r} sent a malformed cross term")
+            cross = total if cross is None else cross + total
+        w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, True), epoch)
+
+    def epoch_loss() -> float:
+        nonlocal own, cross
+        pieces = [_vector_from(exchange.key, fed.recv(p, "loss8"), p) for p in passives]
+        total = pieces[0] + own
+        for piece in [*pieces[1:], *([cross] if cross is not None else [])]:
+            total = total + piece
+        own, cross = 0.0, None
+        if exchange.secret is not None:
+            return float(exchange.secret.decrypt(total))
+        assert coordinator is not None
+        return float(_masked_decrypt(fed, coordinator, total, 2.0**70, "loss")[0])
+
+    targets = [*passives, *([coordinator] if coordinator else [])]
+    curve = _run_epochs(fed, targets, len(x), cfg, step, epoch_loss)
+    return w, curve
+
+
+def _passive_role(
+    fed: Federation,
+    x: np.ndarray[Any, Any],
+    w: np.ndarray[Any, Any],
+    active: str,
+    passives: list[str],
+    coordinator: str | None,
+    cfg: _Config,
+) -> tuple[np.ndarray[Any, Any], int]:
+    """A passive party: ``z = u_k``, its partial scores. Its piece of the batch loss is
+    ``2 w^T G + |u_k|^2``, ``G`` being the decrypted sum of the others' contributions
+    (``X^T (u_A - 2y' + sum of the other passives' u)``), so ``w^T G`` is the inner product of
+    its scores with theirs; it sends the epoch's sum encrypted to the label party."""
+    exchange = _Exchange(fed, x, [active, *passives], cfg, coordinator)
+    position = passives.index(fed.name)
+    opt = _Optimizer(cfg, len(w))
+    loss8 = 0.0
+
+    def step(epoch: int, rows: np.ndarray[Any, Any]) -> None:
+        nonlocal w, loss8
+        u = x[rows] @ w
+        _check_scores(u, fed.name)
+        if position < len(passives) - 1:  # for the cross terms of the later passives
+            fed.send(active, "u", exchange.key.encrypt(u, precision=2.0**-SCORE_BITS).to_wire())
+        remote = exchange.remote(rows, u)
+        grad = x[rows].T @ u + remote
+        loss8 += float(2 * (w @ remote) + u @ u)
+        if position:  # cross terms with the passives listed before this one
+            others = [_vector_from(exchange.key, c, active) for c in fed.recv(active, "cross")]
+            sums = [matvec(u[None, :], o, precision_bits=32)[0] for o in others]
+            total = sums[0]
+            for s in sums[1:]:
+                total = total + s
+            fed.send(active, "cross-sum", total.to_wire())
+        w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, False), epoch)
+
+    def after_epoch() -> None:
+        nonlocal loss8
+        key = exchange.keys[active]
+        fed.send(active, "loss8", key.encrypt(np.array(loss8)).to_wire())
+        loss8 = 0.0
+
+    epochs = _passive_epochs(fed, active, len(x), cfg, step, after_epoch)
+    return w, epochs
+
+
 def _serve_coordinator(fed: Federation, active: str, passives: list[str], cfg: _Config) -> None:
     public_key, private_key = _keypair(cfg)
     fed.broadcast("key", _public_key_payload(public_key), to=[active, *passives])
@@ -976,126 +1238,9 @@ def _serve_coordinator(fed: Federation, active: str, passives: list[str], cfg: _
             return
         order = _order(control, len(control.get("order", [])), active)
         for _ in _batches(order, cfg.batch_size):
-            _answer(fed, active, "grad", private_key)
-            for p in passives:
-                _answer(fed, p, "grad", private_key)
+            for p in [active, *passives]:
+                _answer_raw(fed, p, private_key)
         _answer(fed, active, "loss", private_key)
-
-
-def _mask_bits(vector: EncryptedVector) -> int:
-    """Bits of a random mask hiding ``|values| <= SCORE_BOUND + 2`` at the vector's exponent."""
-    return math.ceil(math.log2(SCORE_BOUND + 2.0)) - vector.exponent + KAPPA
-
-
-def _add_integers(vector: EncryptedVector, ints: list[int]) -> EncryptedVector:
-    """``vector + ints`` with the integers taken at the vector's exponent, exactly."""
-    pk = vector.public_key
-    n, nsq = pk.n, pk.nsquare
-    return EncryptedVector(
-        pk,
-        [c * (1 + n * (m % n)) % nsq for c, m in zip(vector.ciphertexts, ints, strict=True)],
-        vector.exponent,
-        shape=vector.shape,
-    )
-
-
-def _active_two_party(
-    fed: Federation,
-    x: np.ndarray[Any, Any],
-    y: np.ndarray[Any, Any],
-    w: np.ndarray[Any, Any],
-    other: str,
-    cfg: _Config,
-) -> tuple[np.ndarray[Any, Any], list[float]]:
-    own_key, own_secret = _keypair(cfg)
-    fed.send(other, "key", _public_key_payload(own_key))
-    key = _public_key_from(fed.recv(other, "key"), other, cfg)
-    bits = _matvec_bits(x)
-    y2 = 2.0 * y - 1.0
-    opt = _Optimizer(cfg, len(w))
-
-    def step(epoch: int, rows: np.ndarray[Any, Any]) -> EncryptedVector:
-        nonlocal w
-        xb = x[rows]
-        u_a = xb @ w
-        _check_scores(u_a, fed.name)
-        u_b = _vector_from(key, fed.recv(other, "u"), other)
-        squares = _vector_from(key, fed.recv(other, "u2"), other)
-        if u_b.shape != (len(rows),) or squares.size != 1:
-            raise ValueError(f"party {other!r} sent {len(u_b)} scores for {len(rows)} rows")
-        d4 = u_b + (u_a - 2.0 * y2[rows])
-        g_enc = matvec(xb.T, d4, precision_bits=bits, workers=cfg.workers)
-        grad = _masked_decrypt(fed, other, g_enc, _gradient_bound(xb), "grad")
-        # shares of 4d for the other party's gradient: it decrypts 4d - rho (re-randomised),
-        # and gets rho under our key
-        rho = [secrets.randbits(_mask_bits(d4)) for _ in range(len(rows))]
-        masked = _add_integers(d4, [-r for r in rho]).obfuscate(workers=cfg.workers)
-        fed.send(other, "e", masked.to_wire())
-        rho_enc = EncryptedVector(
-            own_key,
-            own_key.raw_encrypt([r % own_key.n for r in rho], workers=cfg.workers),
-            d4.exponent,
-        )
-        fed.send(other, "rho", rho_enc.to_wire(be_secure=False))  # fresh encryptions
-        _answer(fed, other, "grad-b", own_secret)
-        w = opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, True), epoch)
-        return _batch_loss8(u_b, [squares], u_a, y2[rows])
-
-    def epoch_loss(loss8: EncryptedVector) -> float:
-        return float(_masked_decrypt(fed, other, loss8, 2.0**70, "loss")[0])
-
-    curve = _run_epochs(fed, [other], len(x), cfg, step, epoch_loss)
-    return w, curve
-
-
-def _passive_two_party(
-    fed: Federation,
-    x: np.ndarray[Any, Any],
-    w: np.ndarray[Any, Any],
-    active: str,
-    cfg: _Config,
-) -> np.ndarray[Any, Any]:
-    own_key, own_secret = _keypair(cfg)
-    key = _public_key_from(fed.recv(active, "key"), active, cfg)
-    fed.send(active, "key", _public_key_payload(own_key))
-    bits = _matvec_bits(x)
-    x_int = np.round(x * 2.0**FEATURE_BITS).astype(np.int64)
-    opt = _Optimizer(cfg, len(w))
-
-    def step(epoch: int, rows: np.ndarray[Any, Any], w: np.ndarray[Any, Any]) -> Any:
-        xb = x[rows]
-        _send_scores(fed, active, own_key, xb @ w, cfg)
-        _answer(fed, active, "grad", own_secret)
-        share = _vector_from(own_key, fed.recv(active, "e"), active)
-        rho = _vector_from(key, fed.recv(active, "rho"), active)
-        if share.shape != (len(rows),) or rho.shape != (len(rows),):
-            raise ValueError(f"party {active!r} sent shares of the wrong length")
-        e_int = own_secret.decrypt_integers(share)
-        plain_part = [
-            sum(int(a) * b for a, b in zip(column, e_int, strict=True)) for column in x_int[rows].T
-        ]  # X^T (4d - rho), exactly, at exponent share.exponent - FEATURE_BITS
-        g_enc = matvec(xb.T, rho, precision_bits=bits, workers=cfg.workers)
-        bound = float(np.abs(xb).sum(axis=0).max() + 1.0) * 2.0 ** (
-            _mask_bits(share) + share.exponent
-        )
-        rho_part = _masked_decrypt(fed, active, g_enc, bound, "grad-b", exact=True)
-        grad = _exact_sum(plain_part, share.exponent - FEATURE_BITS, rho_part, g_enc.exponent)
-        return opt.step(w, grad / (4.0 * len(rows)) + _penalty(w, cfg.alpha, False), epoch)
-
-    return _passive_epochs(
-        fed, active, x, w, cfg, step, lambda: _answer(fed, active, "loss", own_secret)
-    )
-
-
-def _exact_sum(a: list[int], exp_a: int, b: list[int], exp_b: int) -> np.ndarray[Any, Any]:
-    """``a * 2**exp_a + b * 2**exp_b`` elementwise, exactly, as floats."""
-    low = min(exp_a, exp_b)
-    return np.array(
-        [
-            math.ldexp((x << (exp_a - low)) + (y << (exp_b - low)), low)
-            for x, y in zip(a, b, strict=True)
-        ]
-    )
 
 
 def plaintext_reference(

@@ -104,10 +104,21 @@ def test_no_plaintext_feature_or_label_crosses_a_party_boundary(breast, protocol
         if record.tag.endswith("-req"):
             decryptor_inputs += 1
             assert isinstance(record.payload()["data"], CiphertextBlock)
-    assert decryptor_inputs > 0
     if protocol == "coordinator":
+        assert decryptor_inputs > 0
         to_coordinator = [r for r in records if r.receiver == "coordinator"]
         assert {r.tag for r in to_coordinator} <= {"epoch", "grad-req", "loss-req"}
+    else:  # each party decrypts only what is computed on its own rows: no requests at all
+        assert decryptor_inputs == 0
+    # between data parties, what carries data is ciphertexts: encrypted rows once, then per
+    # batch one packed gradient share each way, and the encrypted loss piece per epoch
+    between = [r for r in records if {r.sender, r.receiver} == {"imaging", "lab"}]
+    assert {r.tag for r in between} <= {"key", "rows", "epoch", "g", "loss8"}
+    for record in between:
+        if record.tag in ("g", "loss8"):
+            assert isinstance(record.payload(), CiphertextBlock)
+        if record.tag == "rows":
+            assert all(isinstance(b, CiphertextBlock) for b in record.payload()["rows"])
 
 
 @pytest.mark.slow
@@ -203,10 +214,13 @@ def test_deployment_roles_train_the_same_model(breast) -> None:  # type: ignore[
 
 
 def test_what_the_key_holder_decrypts_is_masked(breast) -> None:  # type: ignore[no-untyped-def]
+    from vfl.logistic import KAPPA
+
     parts, y, _, _ = breast
     est = small(max_iter=1, batch_size=128, tol=None)
     est.fit(parts, y, label_party="imaging", keep_payloads=True)
     records = est.transcript_.records
+    packing = {r.sender: r.payload()["packing"] for r in records if r.tag == "rows"}
     requests: dict[tuple[str, str, str], list] = {}  # type: ignore[type-arg]
     answers: dict[tuple[str, str, str], list] = {}  # type: ignore[type-arg]
     for r in records:
@@ -215,15 +229,29 @@ def test_what_the_key_holder_decrypts_is_masked(breast) -> None:  # type: ignore
         elif r.tag.endswith("-plain"):
             answers.setdefault((r.receiver, r.sender, r.tag[:-6]), []).append(r)
     assert requests and set(requests) == set(answers)
-    pairs = [pair for key in requests for pair in zip(requests[key], answers[key], strict=True)]
-    for request, answer in pairs:
-        layout = request.payload()["layout"]
-        slots = answer.payload()
-        assert len(slots) == layout["count"]
-        # each slot is value + offset + a uniform mask of value_bits + kappa bits: far above
-        # any value it hides (a fraction 2**-8 of masks could be smaller by chance)
-        floor = 2 ** (layout["value_bits"] + layout["kappa"] - 8)
-        assert sum(s < floor for s in slots) <= max(1, len(slots) // 20)
+    assert {tag for _, _, tag in requests} == {"grad", "loss"}
+    checked = 0
+    for key in requests:
+        for request, answer in zip(requests[key], answers[key], strict=True):
+            if key[2] == "loss":
+                layout = request.payload()["layout"]
+                slots, value_bits, kappa = answer.payload(), layout["value_bits"], layout["kappa"]
+                assert len(slots) == layout["count"]
+            else:  # packed gradient shares: cut each plaintext into its slots
+                plan = packing[key[0]]
+                bits = plan["slot_bits"]
+                value_bits, kappa = bits - 3 - KAPPA, KAPPA
+                slots = []
+                for g, plain in enumerate(answer.payload()):
+                    count = min(plan["per_ct"], plan["columns"] - g * plan["per_ct"])
+                    slots += [(plain >> (bits * j)) & ((1 << bits) - 1) for j in range(count)]
+                    assert plain >> (bits * count) == 0  # nothing beyond the slots
+            # each slot is value + offset + a uniform mask of value_bits + kappa bits: far
+            # above any value it hides (a fraction 2**-8 of masks could be smaller by chance)
+            floor = 2 ** (value_bits + kappa - 8)
+            assert sum(s < floor for s in slots) <= max(1, len(slots) // 20)
+            checked += len(slots)
+    assert checked > 0
 
 
 def test_foreign_ciphertexts_and_keys_are_refused_naming_the_sender() -> None:
@@ -266,32 +294,35 @@ def test_three_parties_with_a_coordinator_equal_the_plaintext_protocol(breast) -
     np.testing.assert_allclose(est.loss_curve_, curve, rtol=1e-6)  # cross terms included
 
 
-def test_a_passive_party_cannot_strip_its_share_from_the_residuals(breast) -> None:  # type: ignore[no-untyped-def]
-    """A passive party knows its own ciphertexts of u_p. If [[4d]] = [[u_p]] * (1 + n m) came to
-    it unchanged, c_d / c_u = 1 + n (u_a - 2y') mod n^2 would show u_a - 2y' (the labels at
-    the first batch). Re-randomisation must break that: the quotient is not 1 mod n."""
-    parts, y, _, _ = breast
-    est = small(max_iter=1, batch_size=100, tol=None)
-    est.fit(parts, y, label_party="imaging", keep_payloads=True)
-    records = est.transcript_.records
-    key = next(r.payload() for r in records if r.tag == "key" and r.receiver == "lab")
-    n = int.from_bytes(key["n"], "big")
-    n_sq = n * n
+def test_a_party_cannot_test_guesses_against_the_shares_computed_on_its_rows() -> None:
+    """A party knows its own encrypted rows (and their randomness). If the share
+    ``prod_i c_i**z_i`` computed on them came back unchanged, it could check any guess of
+    the other party's ``z`` (residuals holding the labels) by recomputing the product.
+    Re-randomisation must break that, while the share still decrypts to ``X^T z``."""
+    from vfl.crypto import generate_paillier_keypair
+    from vfl.crypto.kernels import multiexp
+    from vfl.logistic import SCORE_BITS, _pack_rows, _PeerRows, _RowPacking, _unpack_signed
 
-    def values(block) -> list[int]:  # type: ignore[no-untyped-def]
-        width = block.width
-        return [
-            int.from_bytes(block.data[k : k + width], "big")
-            for k in range(0, len(block.data), width)
-        ]
-
-    sent = [values(r.payload()) for r in records if r.sender == "lab" and r.tag == "u"]
-    received = [values(r.payload()) for r in records if r.receiver == "lab" and r.tag == "d"]
-    assert sent and len(sent) == len(received)
-    for mine, theirs in zip(sent, received, strict=True):
-        for c_u, c_d in zip(mine, theirs, strict=True):
-            quotient = c_d * pow(c_u, -1, n_sq) % n_sq
-            assert (quotient - 1) % n != 0
+    public, secret = generate_paillier_keypair(1024, insecure=True)
+    rng = np.random.default_rng(1)
+    x_int = rng.integers(-(2**20), 2**20, size=(40, 3))
+    z = rng.normal(size=40)
+    z_int = np.round(z * 2.0**SCORE_BITS).astype(np.int64)
+    packing = _RowPacking.plan(21, 3, 40, 1, 1024, masked=False)
+    (plain,) = _pack_rows(x_int, packing, int(public.n))
+    rows = _PeerRows(public, [public.raw_encrypt(plain)], packing)
+    everything = np.arange(40)
+    share = rows.combine(everything, z_int)
+    value = int(secret.raw_decrypt(share.ciphertexts)[0])
+    value = value - int(public.n) if value > public.n // 2 else value
+    expected = [int(v) for v in (x_int.astype(object).T @ z_int.astype(object))]
+    assert _unpack_signed(value, packing, 0, "test") == expected
+    negative = z_int < 0
+    inverses = [pow(int(c), -1, int(public.nsquare)) for c in rows.groups[0]]
+    bases = [inv if neg else c for c, inv, neg in zip(rows.groups[0], inverses, negative)]
+    guess = multiexp(bases, np.abs(z_int), public.nsquare)  # the true z, as a best guess
+    assert int(guess) != int(share.ciphertexts[0])
+    assert rows.combine(everything, z_int).ciphertexts != share.ciphertexts
 
 
 @pytest.mark.slow
