@@ -1047,7 +1047,7 @@ class _Exchange:
         x_int = np.round(x * 2.0**FEATURE_BITS).astype(np.int64)
         encrypt = (self.secret or self.key).raw_encrypt
         blocks = [
-            EncryptedVector(self.key, encrypt(plain, workers=cfg.workers), 0).to_wire()
+            EncryptedVector(self.key, encrypt(plain, workers=cfg.workers), 0, fresh=True).to_wire()
             for plain in _pack_rows(x_int, self.packing, int(self.key.n))
         ]
         fed.broadcast("rows", {"packing": self.packing.to_dict(), "rows": blocks}, to=self.others)

@@ -319,7 +319,9 @@ def test_a_party_cannot_test_guesses_against_the_shares_computed_on_its_rows() -
     assert _unpack_signed(value, packing, 0, "test") == expected
     negative = z_int < 0
     inverses = [pow(int(c), -1, int(public.nsquare)) for c in rows.groups[0]]
-    bases = [inv if neg else c for c, inv, neg in zip(rows.groups[0], inverses, negative)]
+    bases = [
+        inv if neg else c for c, inv, neg in zip(rows.groups[0], inverses, negative, strict=True)
+    ]
     guess = multiexp(bases, np.abs(z_int), public.nsquare)  # the true z, as a best guess
     assert int(guess) != int(share.ciphertexts[0])
     assert rows.combine(everything, z_int).ciphertexts != share.ciphertexts

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Run the lab + imaging pipeline with every party as its own OS process on localhost:
+# certificates -> synthetic data -> coordinator, lab and imaging processes (PSI alignment,
+# encrypted training, scoring of the test rows) -> the test AUC. Exits 0 on success and leaves
+# no process behind; the work folder (certificates, data, logs, outputs) is printed at the end.
+#
+#   examples/deploy/run_local.sh            (after `make demo` or `make test` made .venv)
+#   VFLINK=/path/to/vflink examples/deploy/run_local.sh
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+vflink="${VFLINK:-$root/.venv/bin/vflink}"
+if [[ ! -x "$vflink" ]]; then
+    echo "run_local.sh: $vflink not found; run 'make demo' first or set VFLINK" >&2
+    exit 2
+fi
+work="$(mktemp -d "${TMPDIR:-/tmp}/vflink-deploy.XXXXXX")"
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+config="$work/federation.toml"
+cp "$here/federation.toml" "$config"
+"$vflink" certs --config "$config" --out "$work/certs"
+"$vflink" cohort --out "$work/data" --n-patients 2000 --seed 7
+
+start() {  # name, then extra arguments
+    local name="$1"
+    shift
+    "$vflink" -v party --config "$config" --name "$name" --out "$work/out/$name" "$@" \
+        >"$work/$name.log" 2>&1 &
+    pids+=("$!")
+    echo "started $name (pid $!), log $work/$name.log"
+}
+start coordinator
+start lab --data "$work/data/lab.csv"
+start imaging --data "$work/data/imaging.csv"
+
+status=0
+names=(coordinator lab imaging)
+for i in "${!pids[@]}"; do
+    if ! wait "${pids[$i]}"; then
+        status=1
+        echo "party ${names[$i]} failed; the end of its log:" >&2
+        tail -n 20 "$work/${names[$i]}.log" >&2
+    fi
+done
+pids=()
+if [[ $status -ne 0 ]]; then
+    exit 1
+fi
+tail -n 1 "$work/imaging.log"
+echo "outputs in $work/out"

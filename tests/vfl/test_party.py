@@ -1,0 +1,225 @@
+"""``vflink party`` and ``vflink certs``: the config's checks, and real party processes --
+the whole lab + imaging pipeline, and a party killed mid-training."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vfl.federation.config import FederationConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = """
+[federation]
+ca = "certs/ca.pem"
+timeout = 120
+connect_timeout = 60
+peer_timeout = {peer_timeout}
+heartbeat = 0.5
+
+[[party]]
+name = "coordinator"
+role = "coordinator"
+address = "127.0.0.1:{p0}"
+cert = "certs/coordinator.pem"
+key = "certs/coordinator.key"
+
+[[party]]
+name = "lab"
+role = "passive"
+address = "127.0.0.1:{p1}"
+cert = "certs/lab.pem"
+key = "certs/lab.key"
+columns = ["crp_mg_l", "wbc_10e9_l", "albumin_g_l", "ldh_u_l"]
+
+[[party]]
+name = "imaging"
+role = "active"
+address = "127.0.0.1:{p2}"
+cert = "certs/imaging.pem"
+key = "certs/imaging.key"
+columns = ["lesion_volume_cm3", "suv_max", "margin_irregularity", "texture_entropy"]
+
+[job]
+id_column = "patient_id"
+label_column = "diagnosis"
+test_fraction = 0.3
+
+[job.model]
+max_iter = {max_iter}
+tol = {tol}
+batch_size = 64
+key_bits = 1024
+insecure = true
+"""
+
+
+def free_ports(k: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(k)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [int(s.getsockname()[1]) for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def vflink(*args: str) -> list[str]:
+    return [sys.executable, "-m", "vfl.cli", *args]
+
+
+def write_config(folder: Path, *, max_iter: int = 5, tol: str = "1e-4", peer: int = 20) -> Path:
+    p0, p1, p2 = free_ports(3)
+    path = folder / "federation.toml"
+    path.write_text(
+        CONFIG.format(p0=p0, p1=p1, p2=p2, max_iter=max_iter, tol=tol, peer_timeout=peer)
+    )
+    subprocess.run(
+        vflink("certs", "--config", str(path), "--out", str(folder / "certs")), check=True
+    )
+    subprocess.run(
+        vflink("cohort", "--out", str(folder / "data"), "--n-patients", "600", "--seed", "3"),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return path
+
+
+def start(folder: Path, config: Path, name: str) -> subprocess.Popen[str]:
+    data = [] if name == "coordinator" else ["--data", str(folder / "data" / f"{name}.csv")]
+    log = open(folder / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        vflink(
+            "-v",
+            "party",
+            "--config",
+            str(config),
+            "--name",
+            name,
+            "--out",
+            str(folder / "out" / name),
+            *data,
+        ),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "VFLINK_PROGRESS": "0", "PYTHONWARNINGS": "ignore"},
+    )
+
+
+def test_config_errors_name_the_file_the_party_and_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_text("x")
+    base = '[federation]\nca = "ca.pem"\n'
+    lab = '[[party]]\nname = "lab"\nrole = "passive"\naddress = "127.0.0.1:5001"\n'
+    img = '[[party]]\nname = "imaging"\nrole = "active"\naddress = "127.0.0.1:5002"\n'
+    cases = {
+        base + lab + lab.replace("5001", "5003") + img: "party 'lab' is listed twice",
+        base + lab + img.replace("127.0.0.1:5002", "nowhere"): "use host:port",
+        base + lab + img.replace("5002", "99999"): "port from 1 to 65535",
+        base + lab + img.replace("active", "boss"): "has role 'boss'",
+        base + lab + img.replace("active", "passive"): "exactly one party must have role 'active'",
+        '[federation]\nca = "missing.pem"\n' + lab + img: "no such file",
+        base + lab: "at least two",
+        base + lab + img + "oops = [": "not valid TOML",
+    }
+    for text, message in cases.items():
+        path = tmp_path / "f.toml"
+        path.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            FederationConfig.load(path)
+    path.write_text(base + lab + img)
+    config = FederationConfig.load(path)
+    with pytest.raises(ValueError, match="no party 'genomics'"):
+        config.party("genomics")
+    with pytest.raises(ValueError, match="party 'lab' needs its certificate and key"):
+        config.federation("lab")
+    result = subprocess.run(
+        vflink("party", "--config", str(path), "--name", "lab"),
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert '[job] needs id_column = "<column name>"' in result.stderr
+    path.write_text(base + lab + img + '[job]\nid_column = "id"\nlabel_column = "y"\n')
+    result = subprocess.run(
+        vflink("party", "--config", str(path), "--name", "lab", "--data", "nope.csv"),
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "vflink party: error:" in result.stderr and "nope.csv" in result.stderr
+
+
+@pytest.mark.network
+def test_three_party_processes_align_train_and_score(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    procs = {n: start(tmp_path, config, n) for n in ("coordinator", "lab", "imaging")}
+    for name, proc in procs.items():
+        assert proc.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
+    log = (tmp_path / "imaging.log").read_text()
+    assert "test AUC" in log and "epoch 1: training loss" in log
+    auc = float(log.split("test AUC ")[1].split(";")[0])
+    assert auc > 0.7  # the imaging features and the lab features predict the diagnosis
+    out = tmp_path / "out"
+    assert {p.name for p in (out / "imaging").iterdir()} == {
+        "aligned_imaging.csv",
+        "model_imaging.json",
+        "predictions.csv",
+        "metrics.json",
+    }
+    assert {p.name for p in (out / "lab").iterdir()} == {"aligned_lab.csv", "model_lab.json"}
+    lab_ids = (out / "lab" / "aligned_lab.csv").read_text().splitlines()
+    img_ids = (out / "imaging" / "aligned_imaging.csv").read_text().splitlines()
+    assert lab_ids == img_ids  # same patients, same common order (patient_id is exact here)
+
+
+@pytest.mark.network
+def test_a_party_killed_mid_training_stops_the_others_naming_it(tmp_path: Path) -> None:
+    config = write_config(tmp_path, max_iter=400, tol="-1.0", peer=4)
+    procs = {n: start(tmp_path, config, n) for n in ("coordinator", "lab", "imaging")}
+    deadline = time.monotonic() + 120
+    while "epoch 2:" not in (tmp_path / "imaging.log").read_text():
+        assert time.monotonic() < deadline, "training did not start"
+        assert procs["imaging"].poll() is None, (tmp_path / "imaging.log").read_text()
+        time.sleep(0.2)
+    procs["lab"].send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    for name in ("imaging", "coordinator"):
+        code = procs[name].wait(timeout=60)
+        assert code != 0
+    assert time.monotonic() - killed < 4 + 15  # the peer timeout, plus shutdown
+    log = (tmp_path / "imaging.log").read_text()
+    assert "federation error" in log and "'lab'" in log.split("federation error")[1]
+    out = tmp_path / "out"
+    for name in ("imaging", "coordinator"):  # no output, not even half of one
+        assert not (out / name).exists() or not any((out / name).iterdir())
+    for proc in procs.values():
+        assert proc.poll() is not None  # no process left behind
+
+
+@pytest.mark.network
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_run_local_script_runs_the_pipeline_and_leaves_no_process(tmp_path: Path) -> None:
+    vflink_bin = Path(sys.executable).with_name("vflink")
+    env = {**os.environ, "TMPDIR": str(tmp_path), "VFLINK": str(vflink_bin)}
+    result = subprocess.run(
+        ["bash", str(ROOT / "examples" / "deploy" / "run_local.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "test AUC" in result.stdout
+    leftover = subprocess.run(
+        ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True
+    ).stdout.split()
+    assert leftover == []

@@ -1,0 +1,243 @@
+"""The federation config: one TOML file shared by every party.
+
+Example (``examples/deploy/federation.toml``)::
+
+    [federation]
+    ca = "certs/ca.pem"          # the federation CA's certificate (every party has it)
+    timeout = 600                # seconds a party waits for a message
+    connect_timeout = 60         # seconds to keep trying a peer not reached yet
+    peer_timeout = 20            # seconds a reached peer may be silent before it is lost
+    heartbeat = 2
+
+    [[party]]
+    name = "coordinator"
+    role = "coordinator"
+    address = "127.0.0.1:50151"
+    cert = "certs/coordinator.pem"   # this party's own files: each party needs only its own
+    key = "certs/coordinator.key"
+
+    [[party]]
+    name = "lab"
+    role = "passive"
+    address = "127.0.0.1:50152"
+    ...
+
+    [job]                            # what ``vflink party`` runs (see vfl.party)
+    ...
+
+Roles: ``"active"`` (holds the labels; exactly one), ``"passive"``, ``"coordinator"`` (at most
+one). Relative paths are taken from the config file's folder. A party's own ``cert``/``key``
+may be left out of the shared file and given on the command line instead.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 reads TOML with tomli (a dependency there)
+    import tomli as tomllib
+
+__all__ = ["FederationConfig", "PartyConfig"]
+
+ROLES = ("active", "passive", "coordinator")
+_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_ADDRESS_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
+
+
+@dataclass(frozen=True)
+class PartyConfig:
+    """One party of the config."""
+
+    name: str
+    role: str
+    address: str
+    cert: Path | None
+    key: Path | None
+    columns: list[str] | None = None
+
+
+@dataclass
+class FederationConfig:
+    """The parsed, validated config (see the module docstring)."""
+
+    path: Path
+    ca: Path
+    parties: dict[str, PartyConfig]
+    timeout: float = 600.0
+    connect_timeout: float = 60.0
+    peer_timeout: float = 20.0
+    heartbeat: float = 2.0
+    max_message_bytes: int = 256 * 2**20
+    job: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | Path, *, check_files: bool = True) -> FederationConfig:
+        """Read and check a config file; errors name the file, the party and the fix.
+        ``check_files=False`` skips checking that the CA certificate exists (to make it)."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ValueError(f"cannot read the federation config {path}: {exc}") from None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{path}: not valid TOML: {exc}") from None
+        return cls.from_dict(data, path, check_files=check_files)
+
+    @classmethod
+    def from_dict(
+        cls, data: dict[str, Any], path: Path, *, check_files: bool = True
+    ) -> FederationConfig:
+        where = str(path)
+        unknown = sorted(set(data) - {"federation", "party", "job"})
+        if unknown:
+            raise ValueError(f"{where}: unknown sections {unknown} (federation, party, job)")
+        fed = data.get("federation")
+        if not isinstance(fed, dict):
+            raise ValueError(f"{where}: a [federation] table with the CA certificate is needed")
+        base = path.parent
+        ca = _existing(base, fed.get("ca"), f"{where}: [federation] ca", check_files)
+        parties: dict[str, PartyConfig] = {}
+        entries = data.get("party")
+        if not isinstance(entries, list) or len(entries) < 2:
+            raise ValueError(f"{where}: at least two [[party]] tables are needed")
+        addresses: dict[str, str] = {}
+        for k, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                raise ValueError(f"{where}: [[party]] number {k + 1} is not a table")
+            name = entry.get("name")
+            if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+                raise ValueError(
+                    f"{where}: [[party]] number {k + 1} needs a name of 1-64 letters, digits, "
+                    f"'_', '.' or '-', got {name!r}"
+                )
+            if name in parties:
+                raise ValueError(f"{where}: party {name!r} is listed twice")
+            extra = sorted(set(entry) - {"name", "role", "address", "cert", "key", "columns"})
+            if extra:
+                raise ValueError(f"{where}: party {name!r} has unknown keys {extra}")
+            role = entry.get("role")
+            if role not in ROLES:
+                raise ValueError(f"{where}: party {name!r} has role {role!r}; use one of {ROLES}")
+            address = entry.get("address")
+            match = _ADDRESS_RE.fullmatch(address) if isinstance(address, str) else None
+            if match is None or not 1 <= int(match.group(2)) <= 65535 or address is None:
+                raise ValueError(
+                    f"{where}: party {name!r} has address {address!r}; use host:port with a "
+                    "port from 1 to 65535, e.g. '10.0.0.5:50151'"
+                )
+            if address in addresses:
+                raise ValueError(
+                    f"{where}: parties {addresses[address]!r} and {name!r} share the address "
+                    f"{address}"
+                )
+            addresses[address] = name
+            columns = entry.get("columns")
+            if columns is not None and (
+                not isinstance(columns, list) or not all(isinstance(c, str) for c in columns)
+            ):
+                raise ValueError(f"{where}: party {name!r}: columns must be a list of names")
+            parties[name] = PartyConfig(
+                name,
+                role,
+                address,
+                _path(base, entry.get("cert"), f"{where}: party {name!r} cert"),
+                _path(base, entry.get("key"), f"{where}: party {name!r} key"),
+                columns,
+            )
+        roles = [p.role for p in parties.values()]
+        if roles.count("active") != 1:
+            raise ValueError(f"{where}: exactly one party must have role 'active' (the labels)")
+        if roles.count("coordinator") > 1:
+            raise ValueError(f"{where}: at most one party may be the coordinator")
+        numbers = {}
+        for key in ("timeout", "connect_timeout", "peer_timeout", "heartbeat"):
+            if key in fed:
+                value = fed[key]
+                if not isinstance(value, (int, float)) or value <= 0:
+                    raise ValueError(f"{where}: [federation] {key} must be a positive number")
+                numbers[key] = float(value)
+        job = data.get("job", {})
+        if not isinstance(job, dict):
+            raise ValueError(f"{where}: [job] must be a table")
+        return cls(path, ca, parties, job=job, **numbers)  # type: ignore[arg-type]
+
+    @property
+    def active(self) -> str:
+        return next(p.name for p in self.parties.values() if p.role == "active")
+
+    @property
+    def coordinator(self) -> str | None:
+        return next((p.name for p in self.parties.values() if p.role == "coordinator"), None)
+
+    @property
+    def data_parties(self) -> list[str]:
+        """The parties with data, the active one first."""
+        return [self.active] + [p.name for p in self.parties.values() if p.role == "passive"]
+
+    def party(self, name: str) -> PartyConfig:
+        if name not in self.parties:
+            raise ValueError(
+                f"{self.path}: no party {name!r}; the parties are {list(self.parties)}"
+            )
+        return self.parties[name]
+
+    def federation(
+        self, name: str, *, cert: str | Path | None = None, key: str | Path | None = None
+    ) -> Any:
+        """This party's :class:`~vfl.federation.network.GrpcFederation` (not started)."""
+        from vfl.federation.network import GrpcFederation
+
+        me = self.party(name)
+        cert_path = Path(cert) if cert is not None else me.cert
+        key_path = Path(key) if key is not None else me.key
+        if cert_path is None or key_path is None:
+            raise ValueError(
+                f"party {name!r} needs its certificate and key: set cert and key in its "
+                f"[[party]] table of {self.path} or pass --cert and --key"
+            )
+        files = {}
+        wanted = (("CA certificate", self.ca), ("certificate", cert_path), ("key", key_path))
+        for what, file in wanted:
+            try:
+                files[what] = file.read_bytes()
+            except OSError as exc:
+                raise ValueError(f"party {name!r}: cannot read its {what} {file}: {exc}") from None
+        return GrpcFederation(
+            name,
+            me.address,
+            {p: c.address for p, c in self.parties.items() if p != name},
+            ca_cert=files["CA certificate"],
+            cert=files["certificate"],
+            key=files["key"],
+            timeout=self.timeout,
+            connect_timeout=self.connect_timeout,
+            peer_timeout=self.peer_timeout,
+            heartbeat=self.heartbeat,
+            max_message_bytes=self.max_message_bytes,
+        )
+
+
+def _path(base: Path, value: Any, what: str) -> Path | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a file path")
+    path = Path(value)
+    return path if path.is_absolute() else base / path
+
+
+def _existing(base: Path, value: Any, what: str, check: bool) -> Path:
+    path = _path(base, value, what)
+    if path is None:
+        raise ValueError(f"{what} is missing: the path of the federation CA's certificate")
+    if check and not path.is_file():
+        raise ValueError(f"{what}: no such file {path}")
+    return path
