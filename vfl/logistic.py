@@ -6,32 +6,47 @@ approximation of the logistic loss, ``log 2 - y'u/2 + u^2/8`` with ``y' = 2y - 1
 ``u = sum of the parties' partial scores``, whose gradient in ``u`` is ``(u - 2y') / 4``:
 linear in ``u``, hence computable under additively homomorphic encryption.
 
-Two protocols, each written once as the code every role runs over a
-:class:`~vfl.federation.Federation`:
+The parties' features stay where they are; what moves is a one-off encryption of them. Per
+batch, the gradient of party ``t`` is ``X_t^T 4d`` with ``4d = sum over parties p of z_p``,
+where ``z_A = u_A - 2y'`` at the active party (its partial score and its labels) and
+``z_k = u_k`` at a passive party (its partial score). So each party only needs ``X_t^T z_p``
+for every other party ``p``, which ``p`` can compute from ``t``'s rows encrypted once:
 
-``protocol="coordinator"`` (Hardy et al. 2017; FATE's hetero-LR), per mini-batch:
+* **setup, once per fit**: every data party rounds its features to multiples of ``2**-20``,
+  packs each row into as few plaintexts as fit (one for up to about 15-22 columns at 2048 bits:
+  signed slots wide enough for a batch sum), encrypts them and sends them to every other data
+  party -- one encryption per row, not per row and epoch;
+* **per batch**: every party ``p`` computes ``[[X_t^T z_p]]`` for every other party ``t`` as one
+  Pippenger multi-exponentiation over ``t``'s encrypted rows (negative ``z`` use the rows'
+  inverses, computed once), re-randomises it and sends it to ``t``; ``t`` multiplies together
+  what it receives, has the sum decrypted, and adds ``X_t^T z_t`` of its own in the clear.
 
-1. every passive party ``k`` sends ``[[u_k]]`` (under the coordinator's key) and
-   ``[[sum u_k^2]]`` to the active party;
-2. the active party forms ``[[4d]] = sum_k [[u_k]] + u_A - 2y'`` and sends it to the passives,
-   re-randomised (a passive knows its own ciphertexts and could otherwise divide them out);
-3. every data party computes ``[[X_j^T 4d]]`` (a multi-exponentiation), adds random masks
-   with 40 bits of statistical hiding, packs them and asks the coordinator to decrypt; it
-   removes its masks from the answer and updates its own weights;
-4. the active party adds up the encrypted loss of the epoch's batches and learns it, masked,
-   once per epoch.
+``protocol="coordinator"`` (in the spirit of Hardy et al. 2017 and FATE's hetero-LR, whose
+coordinator holds the only key): the rows are encrypted under the coordinator's key; ``t``
+hides each slot of the summed share under a random mask with 40 bits of statistical hiding
+before the coordinator decrypts it, and removes the masks from the answer.
 
-``protocol="two_party"`` (no third party; each data party owns a key pair; exactly two
-parties), per mini-batch:
+``protocol="two_party"`` (no third party; exactly two data parties, each with its own key
+pair): the rows are encrypted under their owner's key, so the share computed on them comes
+back to the owner, who decrypts it itself. Nobody else ever decrypts anything.
 
-1. the passive party ``B`` sends ``[[u_B]]_B`` under its own key;
-2. the active party ``A`` forms ``[[4d]]_B``, computes ``[[X_A^T 4d]]_B``, masks it and has
-   ``B`` decrypt the masked values;
-3. for ``B``'s gradient, ``A`` splits ``4d`` into shares: it sends ``[[4d - rho]]_B`` (``rho``
-   a random mask with 40 bits of hiding above any plausible ``|4d|``), which ``B`` decrypts,
-   and ``[[rho]]_A`` under its own key; ``B`` computes ``X_B^T (4d - rho)`` in the clear and
-   ``[[X_B^T rho]]_A`` homomorphically, masks the latter and has ``A`` decrypt it;
-4. the epoch's loss reaches ``A`` through one masked decryption by ``B``.
+The loss ``8 * sum(log 2 - y'u/2 + u^2/8)`` of a batch splits into the active party's part
+``8 n log 2 + |u_A|^2 - 4 y'.u_A`` and each passive party's ``2 w_k^T G_k + |u_k|^2``, where
+``G_k`` is the share it decrypted (``w_k^T G_k`` is the inner product of its scores with the
+others'); with two or more passives their cross terms ``-2 u_k.u_l`` come from one encrypted
+score vector per batch of all passives but the last (the only per-row encryptions after
+setup). The passives send their epoch sums encrypted; the active party learns the total once
+per epoch (through a masked decryption by the coordinator, or with its own key).
+
+Compared with encrypting the partial scores (or residuals) every batch, as Hardy et al. and
+FATE do, this moves every per-row encryption to the setup: an epoch then costs one
+multi-exponentiation per party and direction per batch, several hundred times less than phe
+object by object (``benchmarks/vfl_lr.py``). What each role learns is the same (its own
+gradients and, for the label party, the loss); the difference is that encrypted features, not
+encrypted scores, sit at the other parties: under the honest-but-curious, no-collusion model
+that is equally safe (Paillier is semantically secure), but a coordinator colluding with a
+data party could decrypt the other parties' features (with score encryption it would read
+their partial scores). ``protocol="two_party"`` has no such third party.
 
 **What each role learns** (honest-but-curious parties, no collusion): every data party learns
 its own weights and its own gradient of each mini-batch -- an aggregate ``X_j^T (u - 2y')``
@@ -41,15 +56,16 @@ than the party has columns (checked; a short last batch joins the one before). T
 party learns the training loss per epoch (``loss_curve_``) and, at prediction, the scores of
 the predicted rows -- with a single passive party that is also the passive party's partial
 score of each predicted row, which any protocol that gives the active party the score
-reveals. The coordinator, or in
-``two_party`` the other data party, decrypts only masked values. No party sees another's
-features, labels, partial scores, residuals or gradients; ``tests/vfl/test_logistic.py``
-checks every message of a run for them.
+reveals. The coordinator decrypts only masked values; in ``two_party`` each party decrypts only
+the shares computed on its own rows. No party sees another's features, labels, partial scores,
+residuals or gradients; ``tests/vfl/test_logistic.py`` checks every message of a run for them.
 
 Numerics: each party may standardise its own columns (``standardize=True``); features are then
-rounded to multiples of ``2**-20`` so that ``X^T [[d]]`` is exact, and partial scores are
-encrypted with absolute precision ``2**-32``; the encrypted run matches a plaintext run of the
-same protocol (:func:`plaintext_reference`) to about ``1e-9`` in the weights.
+rounded to multiples of ``2**-20`` and every ``z`` to multiples of ``2**-32``, so the shares are
+exact integers; the encrypted run matches a plaintext run of the same protocol
+(:func:`plaintext_reference`) to about ``1e-9`` in the weights. The packing's slot width is
+public (it follows from the batch size and the magnitude of the party's largest feature, in
+bits).
 """
 
 from __future__ import annotations

@@ -203,20 +203,13 @@ class FederationConfig:
                 f"party {name!r} needs its certificate and key: set cert and key in its "
                 f"[[party]] table of {self.path} or pass --cert and --key"
             )
-        files = {}
-        wanted = (("CA certificate", self.ca), ("certificate", cert_path), ("key", key_path))
-        for what, file in wanted:
-            try:
-                files[what] = file.read_bytes()
-            except OSError as exc:
-                raise ValueError(f"party {name!r}: cannot read its {what} {file}: {exc}") from None
-        return GrpcFederation(
+        return GrpcFederation.from_files(
             name,
             me.address,
             {p: c.address for p, c in self.parties.items() if p != name},
-            ca_cert=files["CA certificate"],
-            cert=files["certificate"],
-            key=files["key"],
+            ca=self.ca,
+            cert=cert_path,
+            key=key_path,
             timeout=self.timeout,
             connect_timeout=self.connect_timeout,
             peer_timeout=self.peer_timeout,

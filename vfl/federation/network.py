@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent import futures
+from pathlib import Path
 from typing import Any, NoReturn
 
 from vfl.federation import wire
@@ -195,6 +196,36 @@ class GrpcFederation(Federation):
         self._server: Any = None
         self._channels: dict[str, Any] = {}
         self._heartbeat_thread: threading.Thread | None = None
+
+    @classmethod
+    def from_files(
+        cls,
+        name: str,
+        address: str,
+        peers: Mapping[str, str],
+        *,
+        ca: str | Path,
+        cert: str | Path,
+        key: str | Path,
+        **options: Any,
+    ) -> GrpcFederation:
+        """The endpoint with its PEM files read from paths (errors name the party and file);
+        ``options`` are the constructor's keyword arguments."""
+        pem = {}
+        for what, path in (("CA certificate", ca), ("certificate", cert), ("key", key)):
+            try:
+                pem[what] = Path(path).read_bytes()
+            except OSError as exc:
+                raise ValueError(f"party {name!r}: cannot read its {what} {path}: {exc}") from None
+        return cls(
+            name,
+            address,
+            peers,
+            ca_cert=pem["CA certificate"],
+            cert=pem["certificate"],
+            key=pem["key"],
+            **options,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -262,13 +262,13 @@ def _party_process(name: str, ports: dict[str, int], pki: dict[str, str], out: s
 
     warnings.simplefilter("ignore")
     parts, y = _breast_parts()
-    fed = GrpcFederation(
+    fed = GrpcFederation.from_files(
         name,
         f"127.0.0.1:{ports[name]}",
         {p: f"127.0.0.1:{q}" for p, q in ports.items() if p != name},
-        ca_cert=Path(pki["ca"]).read_bytes(),
-        cert=Path(pki[name]).read_bytes(),
-        key=Path(pki[f"{name}_key"]).read_bytes(),
+        ca=pki["ca"],
+        cert=pki[name],
+        key=pki[f"{name}_key"],
         timeout=60.0,
         connect_timeout=30.0,
     )
