@@ -81,6 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gmpy2
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -688,12 +689,17 @@ def _public_key_from(payload: Any, sender: str, cfg: _Config) -> PaillierPublicK
     if not isinstance(payload, dict) or not isinstance(payload.get("n"), bytes):
         raise ValueError(f"party {sender!r} sent a malformed public key")
     n = int.from_bytes(payload["n"], "big")
+    if n.bit_length() > 8192:
+        raise ValueError(f"party {sender!r} sent a {n.bit_length()}-bit public key (at most 8192)")
     if n.bit_length() < 2048 and not cfg.insecure:
         raise ValueError(
             f"party {sender!r} sent a {n.bit_length()}-bit public key; at least 2048 bits are "
             "needed (insecure=True allows smaller keys for tests)"
         )
-    return PaillierPublicKey(n, insecure=n.bit_length() < 2048)
+    try:
+        return PaillierPublicKey(n, insecure=n.bit_length() < 2048)
+    except ValueError as exc:
+        raise ValueError(f"party {sender!r} sent an unusable public key: {exc}") from None
 
 
 def _vector_from(key: PaillierPublicKey, payload: Any, sender: str) -> EncryptedVector:
@@ -861,13 +867,21 @@ def _passive_epochs(
     calling ``step(epoch, rows)`` per batch and ``after_epoch()``; returns the epochs run."""
     epoch = 0
     while True:
-        control = fed.recv(active, "epoch")
+        control = _control(fed.recv(active, "epoch"), active)
         if control.get("stop"):
             return epoch
         for rows in _batches(_order(control, n, active), cfg.batch_size):
             step(epoch, rows)
         after_epoch()
         epoch += 1
+
+
+def _control(payload: Any, sender: str) -> dict[str, Any]:
+    if not isinstance(payload, dict) or not isinstance(
+        payload.get("order", []), (np.ndarray, list)
+    ):
+        raise ValueError(f"party {sender!r} sent a malformed epoch message")
+    return payload
 
 
 def _order(control: Any, n: int, sender: str) -> np.ndarray[Any, Any]:
@@ -959,10 +973,14 @@ def _pack_rows(x_int: np.ndarray[Any, Any], packing: _RowPacking, n: int) -> lis
     return out
 
 
-def _unpack_signed(value: int, packing: _RowPacking, g: int, holder: str) -> list[int]:
-    """The signed slots of one group's exact (signed) plaintext integer."""
+def _unpack_signed(
+    value: int, packing: _RowPacking, g: int, holder: str, value_bits: int
+) -> list[int]:
+    """The signed slots of one group's exact (signed) plaintext integer, each checked to lie
+    within ``2**value_bits`` (beyond it a slot may have borrowed from its neighbour, or, under
+    masks, lost its statistical hiding)."""
     bits = packing.slot_bits
-    full, half = 1 << bits, 1 << (bits - 1)
+    full, half, limit = 1 << bits, 1 << (bits - 1), 1 << value_bits
     out = []
     for _ in packing.group(g):
         slot = value & (full - 1)
@@ -970,7 +988,7 @@ def _unpack_signed(value: int, packing: _RowPacking, g: int, holder: str) -> lis
             slot -= full
         out.append(slot)
         value = (value - slot) >> bits
-    if value:
+    if value or any(abs(s) >= limit for s in out):
         raise OverflowError(
             f"a gradient decrypted via {holder!r} overflowed its packing; standardise the "
             "features or lower learning_rate"
@@ -986,10 +1004,15 @@ class _PeerRows:
         self._inverses: list[list[Any] | None] = [None] * len(groups)
 
     @classmethod
-    def from_wire(cls, key: PaillierPublicKey, payload: Any, sender: str, n_rows: int) -> _PeerRows:
+    def from_wire(
+        cls, key: PaillierPublicKey, payload: Any, sender: str, n_rows: int, batch_size: int
+    ) -> _PeerRows:
         if not isinstance(payload, dict) or not isinstance(payload.get("rows"), list):
             raise ValueError(f"party {sender!r} sent malformed encrypted rows")
         packing = _RowPacking.from_dict(payload.get("packing"), sender, key.n_length)
+        # the shares we compute on these rows reveal X^T z to their owner: as many columns as
+        # a batch has rows would let it solve for our z (checked by us, not only by it)
+        _check_batch_size(sender, n_rows, packing.columns, batch_size)
         groups = [_vector_from(key, block, sender) for block in payload["rows"]]
         if len(groups) != packing.groups or any(v.shape != (n_rows,) for v in groups):
             raise ValueError(
@@ -998,9 +1021,17 @@ class _PeerRows:
             )
         return cls(key, [v.ciphertexts for v in groups], packing)
 
-    def combine(self, rows: np.ndarray[Any, Any], z_int: np.ndarray[Any, Any]) -> EncryptedVector:
+    def combine(
+        self, rows: np.ndarray[Any, Any], z_int: np.ndarray[Any, Any], *, to_key_owner: bool
+    ) -> EncryptedVector:
         """``[[X[rows]^T z]]`` packed (one ciphertext per group), re-randomised: one Pippenger
-        multi-exponentiation per group; negative ``z`` use the rows' inverses (computed once)."""
+        multi-exponentiation per group; negative ``z`` use the rows' inverses (computed once).
+
+        The owner of the rows knows their randomness and could otherwise test guesses of
+        ``z`` against the product. A share going to the key's owner (``to_key_owner``) gets a
+        uniform ``r**n``: the owner knows the factorisation and could read residue characters
+        of a DJN obfuscator ``h**a`` (whose ``h`` is fixed), so only full randomness hides the
+        product's randomness from it; otherwise the DJN obfuscator suffices."""
         nsq = self.key.nsquare
         negative = (z_int < 0).tolist()
         magnitudes = np.abs(z_int)
@@ -1014,9 +1045,23 @@ class _PeerRows:
                 for i, neg in zip(rows.tolist(), negative, strict=True)
             ]
             out.append(multiexp(bases, magnitudes, nsq))
-        # fresh randomness: the owner knows its rows' randomness and could otherwise test
-        # guesses of z against the product
-        return EncryptedVector(self.key, out, 0).obfuscate()
+        if not to_key_owner:
+            return EncryptedVector(self.key, out, 0).obfuscate()
+        return EncryptedVector(self.key, _uniform_rerandomise(self.key, out), 0, fresh=True)
+
+
+def _uniform_rerandomise(key: PaillierPublicKey, ciphertexts: list[Any]) -> list[Any]:
+    """Multiply each ciphertext by ``r**n mod n**2`` for uniform ``r`` in ``Z_n*`` (OS
+    randomness): hides how it was made even from the owner of the private key."""
+    n, nsq = key.n, key.nsquare
+    out = []
+    for c in ciphertexts:
+        while True:
+            r = secrets.randbelow(int(n) - 2) + 2
+            if math.gcd(r, int(n)) == 1:
+                break
+        out.append(c * gmpy2.powmod(r, n, nsq) % nsq)
+    return out
 
 
 class _Exchange:
@@ -1067,8 +1112,10 @@ class _Exchange:
             for plain in _pack_rows(x_int, self.packing, int(self.key.n))
         ]
         fed.broadcast("rows", {"packing": self.packing.to_dict(), "rows": blocks}, to=self.others)
+        if coordinator is not None:  # it decrypts only requests of this size
+            fed.send(coordinator, "groups", self.packing.groups)
         self.peers = {
-            p: _PeerRows.from_wire(self.keys[p], fed.recv(p, "rows"), p, len(x))
+            p: _PeerRows.from_wire(self.keys[p], fed.recv(p, "rows"), p, len(x), cfg.batch_size)
             for p in self.others
         }
 
@@ -1077,20 +1124,23 @@ class _Exchange:
         others': ``X[rows]^T (sum of the other parties' z)``. With ``X^T z`` of its own added,
         that is the party's ``X^T 4d`` for the batch."""
         z_int = np.round(z * 2.0**SCORE_BITS).astype(np.int64)
+        owner = self.coordinator is None  # two_party: the shares go to the key's owner
         for p, peer in self.peers.items():
-            self.fed.send(p, "g", peer.combine(rows, z_int).to_wire())
+            self.fed.send(p, "g", peer.combine(rows, z_int, to_key_owner=owner).to_wire())
         total: EncryptedVector | None = None
         for p in self.others:
             part = _vector_from(self.key, self.fed.recv(p, "g"), p)
-            if part.shape != (self.packing.groups,):
+            if part.shape != (self.packing.groups,) or part.exponent != 0:
                 raise ValueError(f"party {p!r} sent a gradient share of the wrong shape")
             total = part if total is None else total + part
         assert total is not None
+        holder = self.coordinator or self.fed.name
+        bits = self.packing.value_bits(masked=self.coordinator is not None)
         remote = np.array(
             [
                 math.ldexp(s, -(FEATURE_BITS + SCORE_BITS))
                 for g, value in enumerate(self._open(total))
-                for s in _unpack_signed(value, self.packing, g, self.coordinator or self.fed.name)
+                for s in _unpack_signed(value, self.packing, g, holder, bits)
             ]
         )
         return remote
@@ -1111,11 +1161,14 @@ class _Exchange:
                 slot = (1 << value_bits) + secrets.randbits(value_bits + KAPPA)
                 mask += slot << (self.packing.slot_bits * j)
             masks.append(mask)
+        # the coordinator knows the factorisation: the masks' encryptions carry uniform
+        # randomness, so nothing of how the shares were made shows in what it decrypts
+        encrypted_masks = _uniform_rerandomise(self.key, [1 + self.key.n * m for m in masks])
         masked = EncryptedVector(
             self.key,
             [
                 c * m % self.key.nsquare
-                for c, m in zip(total.ciphertexts, self.key.raw_encrypt(masks), strict=True)
+                for c, m in zip(total.ciphertexts, encrypted_masks, strict=True)
             ],
             0,
         )
@@ -1126,12 +1179,23 @@ class _Exchange:
         return [v - m for v, m in zip(plain, masks, strict=True)]
 
 
-def _answer_raw(fed: Federation, requester: str, private_key: PaillierPrivateKey) -> None:
-    """The coordinator's side of :meth:`_Exchange._open`: decrypt masked packed gradients."""
+def _answer_raw(
+    fed: Federation, requester: str, private_key: PaillierPrivateKey, expected: int
+) -> None:
+    """The coordinator's side of :meth:`_Exchange._open`: decrypt one masked, packed share
+    sum per batch of ``expected`` ciphertexts (the requester's column groups). It cannot tell
+    a share from anything else under its key: a party that deviates from the protocol could
+    ask it to decrypt another party's encrypted rows (malicious parties are out of scope;
+    the size check bounds such a request to one row per batch)."""
     request = fed.recv(requester, "grad-req")
     if not isinstance(request, dict) or "data" not in request:
         raise ValueError(f"party {requester!r} sent a malformed decryption request")
     vector = _vector_from(private_key.public_key, request["data"], requester)
+    if vector.size != expected:
+        raise ValueError(
+            f"party {requester!r} asked for {vector.size} decryptions; a batch's gradient "
+            f"share has {expected}"
+        )
     fed.send(requester, "grad-plain", [int(v) for v in private_key.raw_decrypt(vector.ciphertexts)])
 
 
@@ -1185,6 +1249,9 @@ def _active_role(
     def epoch_loss() -> float:
         nonlocal own, cross
         pieces = [_vector_from(exchange.key, fed.recv(p, "loss8"), p) for p in passives]
+        for p, piece in zip(passives, pieces, strict=True):
+            if piece.size != 1:
+                raise ValueError(f"party {p!r} sent a malformed loss piece")
         total = pieces[0] + own
         for piece in [*pieces[1:], *([cross] if cross is not None else [])]:
             total = total + piece
@@ -1227,7 +1294,12 @@ def _passive_role(
         grad = x[rows].T @ u + remote
         loss8 += float(2 * (w @ remote) + u @ u)
         if position:  # cross terms with the passives listed before this one
-            others = [_vector_from(exchange.key, c, active) for c in fed.recv(active, "cross")]
+            received = fed.recv(active, "cross")
+            if not isinstance(received, list) or len(received) != position:
+                raise ValueError(f"party {active!r} sent malformed cross-term scores")
+            others = [_vector_from(exchange.key, c, active) for c in received]
+            if any(o.shape != (len(rows),) for o in others):
+                raise ValueError(f"party {active!r} sent cross-term scores of the wrong length")
             sums = [matvec(u[None, :], o, precision_bits=32)[0] for o in others]
             total = sums[0]
             for s in sums[1:]:
@@ -1248,14 +1320,20 @@ def _passive_role(
 def _serve_coordinator(fed: Federation, active: str, passives: list[str], cfg: _Config) -> None:
     public_key, private_key = _keypair(cfg)
     fed.broadcast("key", _public_key_payload(public_key), to=[active, *passives])
+    groups = {}
+    for p in [active, *passives]:
+        count = fed.recv(p, "groups")
+        if not isinstance(count, int) or not 1 <= count <= 4096:
+            raise ValueError(f"party {p!r} sent a malformed packing size")
+        groups[p] = count
     while True:
-        control = fed.recv(active, "epoch")
+        control = _control(fed.recv(active, "epoch"), active)
         if control.get("stop"):
             return
         order = _order(control, len(control.get("order", [])), active)
         for _ in _batches(order, cfg.batch_size):
             for p in [active, *passives]:
-                _answer_raw(fed, p, private_key)
+                _answer_raw(fed, p, private_key, groups[p])
         _answer(fed, active, "loss", private_key)
 
 

@@ -21,7 +21,8 @@ party learns; the active party computes the test AUC.
 
 Each party's features are the ``columns`` of its ``[[party]]`` table (by default every numeric
 column other than the ID and the label, which are logged). Outputs, written only when the job
-has succeeded and each atomically (a temporary file renamed), in the ``--out`` folder:
+has succeeded (written to a staging folder first, then each renamed into place), in the
+``--out`` folder:
 
 * every data party: ``model_<party>.json`` (its fitted part) and ``aligned_<party>.csv`` (its
   own row IDs in the common order, with the test flag);
@@ -34,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -51,15 +53,20 @@ logger = logging.getLogger("vflink.party")
 _JOB_KEYS = {"id_column", "label_column", "test_fraction", "split_seed", "model"}
 
 
-def _write_atomically(path: Path, write: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+def _publish(target: Path, outputs: dict[str, str]) -> None:
+    """Write every output into a staging folder first, then move each into ``target`` (a
+    rename each): a failure while writing leaves nothing behind."""
+    staging = Path(tempfile.mkdtemp(prefix=".vflink-staging-", dir=target))
     try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            write(handle)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        for filename, text in outputs.items():
+            with open(staging / filename, "w", newline="") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+        for filename in outputs:
+            os.replace(staging / filename, target / filename)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _job(config: FederationConfig) -> dict[str, Any]:
@@ -206,8 +213,7 @@ def run_party(
             summary.update(test_auc=auc, epochs=int(estimator.n_iter_))
             outputs["predictions.csv"] = predictions.to_csv(index=False)
             outputs["metrics.json"] = json.dumps(summary, indent=1)
-    for filename, text in outputs.items():
-        _write_atomically(target / filename, lambda h, text=text: h.write(text))
+    _publish(target, outputs)
     summary["outputs"] = list(outputs)
     return summary
 

@@ -107,7 +107,7 @@ def test_no_plaintext_feature_or_label_crosses_a_party_boundary(breast, protocol
     if protocol == "coordinator":
         assert decryptor_inputs > 0
         to_coordinator = [r for r in records if r.receiver == "coordinator"]
-        assert {r.tag for r in to_coordinator} <= {"epoch", "grad-req", "loss-req"}
+        assert {r.tag for r in to_coordinator} <= {"epoch", "groups", "grad-req", "loss-req"}
     else:  # each party decrypts only what is computed on its own rows: no requests at all
         assert decryptor_inputs == 0
     # between data parties, what carries data is ciphertexts: encrypted rows once, then per
@@ -312,11 +312,11 @@ def test_a_party_cannot_test_guesses_against_the_shares_computed_on_its_rows() -
     (plain,) = _pack_rows(x_int, packing, int(public.n))
     rows = _PeerRows(public, [public.raw_encrypt(plain)], packing)
     everything = np.arange(40)
-    share = rows.combine(everything, z_int)
+    share = rows.combine(everything, z_int, to_key_owner=True)
     value = int(secret.raw_decrypt(share.ciphertexts)[0])
     value = value - int(public.n) if value > public.n // 2 else value
     expected = [int(v) for v in (x_int.astype(object).T @ z_int.astype(object))]
-    assert _unpack_signed(value, packing, 0, "test") == expected
+    assert _unpack_signed(value, packing, 0, "test", packing.value_bits(False)) == expected
     negative = z_int < 0
     inverses = [pow(int(c), -1, int(public.nsquare)) for c in rows.groups[0]]
     bases = [
@@ -324,7 +324,7 @@ def test_a_party_cannot_test_guesses_against_the_shares_computed_on_its_rows() -
     ]
     guess = multiexp(bases, np.abs(z_int), public.nsquare)  # the true z, as a best guess
     assert int(guess) != int(share.ciphertexts[0])
-    assert rows.combine(everything, z_int).ciphertexts != share.ciphertexts
+    assert rows.combine(everything, z_int, to_key_owner=True).ciphertexts != share.ciphertexts
 
 
 @pytest.mark.slow
@@ -381,3 +381,39 @@ def test_batches_cover_every_row_once(n: int, batch: int) -> None:
     batches = _batches(order, batch)
     np.testing.assert_array_equal(np.concatenate(batches), order)  # all rows, once, in order
     assert min(len(b) for b in batches) >= min(n, batch // 2)
+
+
+def test_peers_refuse_bad_packings_and_overflowing_shares() -> None:
+    from vfl.crypto import generate_paillier_keypair
+    from vfl.logistic import _PeerRows, _RowPacking, _unpack_signed
+
+    public, _ = generate_paillier_keypair(1024, insecure=True)
+    block = public.encrypt(np.zeros(40)).to_wire()
+    # a party declaring as many columns as a batch has rows could solve our z from its shares
+    wide = {"packing": {"columns": 39, "slot_bits": 100, "per_ct": 10}, "rows": [block] * 4}
+    with pytest.raises(ValueError, match=r"party 'lab': mini-batches of \d+ rows would reveal"):
+        _PeerRows.from_wire(public, wide, "lab", 40, 32)
+    bad = {"packing": {"columns": 3, "slot_bits": 900, "per_ct": 3}, "rows": [block]}
+    with pytest.raises(ValueError, match="party 'lab' sent an impossible row packing"):
+        _PeerRows.from_wire(public, bad, "lab", 40, 32)
+    packing = _RowPacking(3, 64, 3)
+    fine = (5 << 128) + (-7 << 64) + 3
+    assert _unpack_signed(fine, packing, 0, "c", 60) == [3, -7, 5]
+    with pytest.raises(OverflowError, match="via 'c' overflowed"):
+        _unpack_signed((5 << 128) + (2**61 << 64) + 3, packing, 0, "c", 60)  # middle slot
+
+
+def test_the_coordinator_decrypts_only_requests_of_a_shares_size() -> None:
+    from vfl.crypto import generate_paillier_keypair
+    from vfl.federation import LocalFederation, PartyFailedError
+    from vfl.logistic import _answer_raw
+
+    public, secret = generate_paillier_keypair(1024, insecure=True)
+
+    def asker(fed):  # type: ignore[no-untyped-def]
+        fed.send("coordinator", "grad-req", {"data": public.encrypt(np.zeros(5)).to_wire()})
+
+    with pytest.raises(PartyFailedError, match="party 'lab' asked for 5 decryptions"):
+        LocalFederation(timeout=10).run(
+            {"lab": asker, "coordinator": lambda fed: _answer_raw(fed, "lab", secret, 1)}
+        )

@@ -129,6 +129,8 @@ def test_config_errors_name_the_file_the_party_and_the_fix(tmp_path: Path) -> No
         '[federation]\nca = "missing.pem"\n' + lab + img: "no such file",
         base + lab: "at least two",
         base + lab + img + "oops = [": "not valid TOML",
+        base.replace('"\n', '"\nheartbeat = 30\n') + lab + img: "shorter than peer_timeout",
+        base.replace('"\n', '"\ntimout = 3\n') + lab + img: "unknown keys \\['timout'\\]",
     }
     for text, message in cases.items():
         path = tmp_path / "f.toml"

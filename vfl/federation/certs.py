@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from vfl.federation.config import NAME_RE as _NAME_RE
 
 __all__ = ["make_certificates"]
 
@@ -38,11 +41,16 @@ def _name(common_name: str) -> x509.Name:
 
 
 def _write(path: Path, data: bytes, *, private: bool) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        if not private:
+            os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -85,8 +93,18 @@ def make_certificates(
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate party names in {names}")
     for name in names:
-        if not name or any(c.isspace() for c in name) or name in ("ca", "ca_key"):
-            raise ValueError(f"{name!r} cannot be a party name (no spaces; not 'ca')")
+        if not _NAME_RE.fullmatch(name) or name in ("ca", "ca_key"):
+            raise ValueError(
+                f"{name!r} cannot be a party name: use 1-64 letters, digits, '_', '.' or '-' "
+                "(not 'ca')"
+            )
+    hosts = [str(h) for h in hosts]
+    clash = sorted(set(hosts) & set(names))
+    if clash:
+        raise ValueError(
+            f"hosts {clash} are also party names: every certificate lists the hosts, so a "
+            "party could then pass for another"
+        )
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)

@@ -46,7 +46,8 @@ else:  # pragma: no cover - Python 3.10 reads TOML with tomli (a dependency ther
 __all__ = ["FederationConfig", "PartyConfig"]
 
 ROLES = ("active", "passive", "coordinator")
-_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+"""A party name: 1-64 letters, digits, ``_``, ``.`` or ``-`` (it is also a file name)."""
 _ADDRESS_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
 
 
@@ -113,7 +114,7 @@ class FederationConfig:
             if not isinstance(entry, dict):
                 raise ValueError(f"{where}: [[party]] number {k + 1} is not a table")
             name = entry.get("name")
-            if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+            if not isinstance(name, str) or not NAME_RE.fullmatch(name):
                 raise ValueError(
                     f"{where}: [[party]] number {k + 1} needs a name of 1-64 letters, digits, "
                     f"'_', '.' or '-', got {name!r}"
@@ -158,12 +159,21 @@ class FederationConfig:
         if roles.count("coordinator") > 1:
             raise ValueError(f"{where}: at most one party may be the coordinator")
         numbers = {}
-        for key in ("timeout", "connect_timeout", "peer_timeout", "heartbeat"):
+        known = ("ca", "timeout", "connect_timeout", "peer_timeout", "heartbeat")
+        extra = sorted(set(fed) - set(known))
+        if extra:
+            raise ValueError(f"{where}: [federation] has unknown keys {extra}; known: {known}")
+        for key in known[1:]:
             if key in fed:
                 value = fed[key]
-                if not isinstance(value, (int, float)) or value <= 0:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                     raise ValueError(f"{where}: [federation] {key} must be a positive number")
                 numbers[key] = float(value)
+        if numbers.get("heartbeat", 2.0) >= numbers.get("peer_timeout", 20.0):
+            raise ValueError(
+                f"{where}: [federation] heartbeat must be shorter than peer_timeout, or live "
+                "peers would count as lost"
+            )
         job = data.get("job", {})
         if not isinstance(job, dict):
             raise ValueError(f"{where}: [job] must be a table")

@@ -37,6 +37,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -87,19 +88,38 @@ class _Inbox:
         self.boxes: dict[tuple[str, str], collections.deque[bytes]] = {}
         self.pending: collections.Counter[str] = collections.Counter()
         self.last_seq: dict[str, int] = {}
+        self.sessions: dict[str, str] = {}
         self.finished: set[str] = set()
+        self.restarted: set[str] = set()
         self.max_pending_bytes = max_pending_bytes
 
-    def put(self, sender: str, tag: str, seq: int, data: bytes, deadline: float) -> bool:
-        """Queue a message (False if the receiver had no room before ``deadline``)."""
+    def session(self, sender: str, session: str) -> bool:
+        """Record the sender's session; False (and the sender marked restarted) when a
+        sender already heard from comes back as a new process: its protocol state is lost."""
         with self.cond:
-            if seq <= self.last_seq.get(sender, -1):
-                return True  # a resend of a message already delivered
-            while self.pending[sender] and (
-                self.pending[sender] + len(data) > self.max_pending_bytes
-            ):
-                if not self.cond.wait(max(0.0, deadline - time.monotonic())):
+            known = self.sessions.setdefault(sender, session)
+            if known != session:
+                self.restarted.add(sender)
+                self.cond.notify_all()
+                return False
+            return True
+
+    def put(
+        self, sender: str, tag: str, seq: int, data: bytes, deadline: float, active: Any
+    ) -> bool:
+        """Queue a message (False if the receiver had no room before ``deadline``, or the
+        call was cancelled); a resend of a message already queued is acknowledged only."""
+        with self.cond:
+            while True:
+                if seq <= self.last_seq.get(sender, -1):
+                    return True  # a resend of a message already delivered
+                room = self.pending[sender] + len(data) <= self.max_pending_bytes
+                if room or not self.pending[sender]:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0 or not active():
                     return False
+                self.cond.wait(min(left, 1.0))
             self.boxes.setdefault((sender, tag), collections.deque()).append(data)
             self.pending[sender] += len(data)
             self.last_seq[sender] = seq
@@ -188,6 +208,7 @@ class GrpcFederation(Federation):
         self.chunk_bytes = int(chunk_bytes)
         self._ca, self._cert, self._key = ca_cert, cert, key
         self._inbox = _Inbox(int(max_pending_bytes))
+        self._session = secrets.token_hex(8)  # tells a restarted process from a resend
         self._seq: collections.Counter[str] = collections.Counter()
         self._send_locks = {p: threading.Lock() for p in peers}
         self._last_ok: dict[str, float] = {}
@@ -249,8 +270,10 @@ class GrpcFederation(Federation):
         try:
             port = self._server.add_secure_port(self.address, credentials)
         except RuntimeError as exc:
+            self._server = None
             raise OSError(f"party {self.name!r} cannot listen on {self.address}: {exc}") from None
         if port == 0:
+            self._server = None
             raise OSError(
                 f"party {self.name!r} cannot listen on {self.address} (address in use or invalid)"
             )
@@ -287,6 +310,8 @@ class GrpcFederation(Federation):
                 self._call(peer, "Bye", json.dumps({"from": self.name}).encode(), timeout=1.0)
             except Exception:  # best effort: the peer may be gone already
                 logger.debug("party %r could not say goodbye to %r", self.name, peer)
+        if self._heartbeat_thread is not None:
+            self._heartbeat_thread.join()
         for channel in self._channels.values():
             channel.close()
         self._server.stop(grace).wait()
@@ -303,16 +328,15 @@ class GrpcFederation(Federation):
     def _identity(self, context: Any, claimed: Any) -> str:
         """The sender's name if its certificate proves it, else abort the call."""
         grpc = _grpc()
-        auth = context.auth_context()
+        # the certificate's common name only: subject alternative names carry host names,
+        # which several parties' certificates may share
         names = {
-            v.decode(errors="replace")
-            for key in ("x509_common_name", "x509_subject_alternative_name")
-            for v in auth.get(key, [])
+            v.decode(errors="replace") for v in context.auth_context().get("x509_common_name", [])
         }
         if not isinstance(claimed, str) or claimed not in self.peers or claimed not in names:
             logger.warning(
-                "party %r refused a connection from %s claiming to be %r (certificate names: "
-                "%s; peers: %s)",
+                "party %r refused a connection from %s claiming to be %r (certificate common "
+                "name: %s; peers: %s)",
                 self.name,
                 context.peer(),
                 claimed,
@@ -337,10 +361,13 @@ class GrpcFederation(Federation):
         sender = self._identity(context, claimed)
         assert isinstance(header, dict)
         tag, size, seq = header.get("tag"), header.get("size"), header.get("seq")
+        session = header.get("session")
         try:
             check_tag(tag)  # type: ignore[arg-type]
             if not isinstance(size, int) or not isinstance(seq, int) or size < 0 or seq < 0:
                 raise ValueError(f"bad size or sequence number in the header {header!r}")
+            if not isinstance(session, str) or not 1 <= len(session) <= 64:
+                raise ValueError(f"no session in the header {header!r}")
         except ValueError as exc:
             logger.warning("party %r refused a message from %r: %s", self.name, sender, exc)
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -375,8 +402,17 @@ class GrpcFederation(Federation):
             _abort(
                 context, grpc.StatusCode.INVALID_ARGUMENT, f"party {self.name!r} refused it: {exc}"
             )
+        if not self._inbox.session(sender, session):
+            logger.warning("party %r refused %r from %r: it restarted", self.name, tag, sender)
+            _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"party {self.name!r} was already talking to an earlier process of {sender!r}; "
+                "a party that restarts mid-job loses its state: restart every party",
+            )
         self._last_ok[sender] = time.monotonic()
-        if not self._inbox.put(sender, str(tag), seq, bytes(data), time.monotonic() + self.timeout):
+        deadline = time.monotonic() + self.timeout
+        if not self._inbox.put(sender, str(tag), seq, bytes(data), deadline, context.is_active):
             _abort(
                 context,
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -416,7 +452,7 @@ class GrpcFederation(Federation):
                     ping = json.dumps({"from": self.name}).encode()
                     self._call(peer, "Ping", ping, timeout=max(1.0, self.heartbeat))
                     self._last_ok[peer] = time.monotonic()
-                except grpc.RpcError:
+                except (grpc.RpcError, ValueError):  # ValueError: the channel closed meanwhile
                     pass
 
     def _send_bytes(self, to: str, tag: str, data: bytes) -> None:
@@ -425,7 +461,13 @@ class GrpcFederation(Federation):
             seq = self._seq[to]
             self._seq[to] += 1
             header = json.dumps(
-                {"from": self.name, "tag": tag, "size": len(data), "seq": seq}
+                {
+                    "from": self.name,
+                    "tag": tag,
+                    "size": len(data),
+                    "seq": seq,
+                    "session": self._session,
+                }
             ).encode()
             view = memoryview(data)
             step = self.chunk_bytes
@@ -443,7 +485,10 @@ class GrpcFederation(Federation):
                     return
                 except grpc.RpcError as exc:
                     code, details = exc.code(), exc.details()
-                    if code == grpc.StatusCode.PERMISSION_DENIED:
+                    if code in (
+                        grpc.StatusCode.PERMISSION_DENIED,
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                    ):
                         raise PeerRefusedError(
                             f"party {to!r} refused party {self.name!r}: {details}"
                         ) from None
@@ -468,7 +513,10 @@ class GrpcFederation(Federation):
                             f" s while sending {tag!r} (last error: {code.name}: {details})"
                         ) from None
                     if self._stop.is_set():
-                        raise
+                        raise PeerGoneError(
+                            f"party {self.name!r} closed its endpoint while sending {tag!r} "
+                            f"to {to!r}"
+                        ) from None
                     time.sleep(delay)
                     delay = min(2.0, delay * 2)
 
@@ -485,6 +533,11 @@ class GrpcFederation(Federation):
                 data = inbox.take(frm, tag)
                 if data is not None:
                     return data
+                if frm in inbox.restarted:
+                    raise PeerGoneError(
+                        f"party {self.name!r} waits for {tag!r} from {frm!r}, but {frm!r} has "
+                        "restarted and lost its state; restart every party"
+                    )
                 if frm in inbox.finished:
                     raise PeerGoneError(
                         f"party {self.name!r} waits for {tag!r} from {frm!r}, but {frm!r} has "

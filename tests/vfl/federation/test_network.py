@@ -306,3 +306,26 @@ def test_training_over_grpc_processes_gives_the_in_process_model(tmp_path: Path)
         remote = PartyModel.from_json((tmp_path / f"{name}.json").read_text())
         np.testing.assert_allclose(remote.coef, local.parts_[name].coef, rtol=0, atol=1e-12)
         assert remote.intercept == pytest.approx(local.parts_[name].intercept, abs=1e-12)
+
+
+def test_a_restarted_sender_is_refused_and_its_peer_told(pki) -> None:  # type: ignore[no-untyped-def]
+    pa, pb = free_port(), free_port()
+    with endpoint(pki, "b", pb, {"a": pa}) as b:
+        with endpoint(pki, "a", pa, {"b": pb}) as a:
+            a.send("b", "one", 1)
+            assert b.recv("a", "one") == 1
+        # a new process of 'a' (a new session) while 'b' is mid-job: refused on both sides
+        with (
+            endpoint(pki, "a", pa, {"b": pb}) as again,
+            pytest.raises(PeerRefusedError, match="earlier process of 'a'"),
+        ):
+            again.send("b", "one", 1)
+        with pytest.raises(PeerGoneError, match="'a' has restarted"):
+            b.recv("a", "two", timeout=5)
+
+
+def test_certificates_refuse_unsafe_names_and_hosts(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="cannot be a party name"):
+        make_certificates(tmp_path, ["../evil"])
+    with pytest.raises(ValueError, match="are also party names"):
+        make_certificates(tmp_path, ["lab", "localhost"])
