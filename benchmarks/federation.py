@@ -238,8 +238,8 @@ def bench_grpc(quick: bool) -> None:
                 t_grpc = time.perf_counter() - started
                 t_local = federation_stream(payload, count)
                 print(
-                    f"  {_size(payload.nbytes):>10} {count:6d} {mb / t_grpc:10.0f} "
-                    f"{mb / t_local:11.0f} {t_local / t_grpc:6.2f}"
+                    f"  {_size(payload.nbytes):>10} {count:6d} {mb / t_grpc:10.1f} "
+                    f"{mb / t_local:11.1f} {t_local / t_grpc:6.2f}"
                 )
             rounds = 100 if quick else 500
 

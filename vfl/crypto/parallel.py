@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import multiprocessing
+import multiprocessing.util
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -67,6 +68,9 @@ def split(items: Sequence[T], parts: int) -> list[Sequence[T]]:
     return [items[a:b] for a, b in itertools.pairwise(bounds.tolist())]
 
 
+_registered_exit = [False]
+
+
 def _process_pool(workers: int) -> Executor:
     with _pool_lock:
         pool = _process_pools.get(workers)
@@ -74,6 +78,12 @@ def _process_pool(workers: int) -> Executor:
             context = multiprocessing.get_context("forkserver")
             pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
             _process_pools[workers] = pool
+            if not _registered_exit[0]:
+                # in a process that multiprocessing started itself, the exit joins every child
+                # before atexit runs, and closes queues first: shut the pools down (waiting for
+                # their workers) before either, or the exit would wait for them forever
+                multiprocessing.util.Finalize(None, _shutdown_and_wait, exitpriority=100)
+                _registered_exit[0] = True
         return pool
 
 
@@ -84,6 +94,11 @@ def _thread_pool(workers: int) -> Executor:
             pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vflink-crypto")
             _thread_pools[workers] = pool
         return pool
+
+
+def _shutdown_and_wait() -> None:
+    for pool in list(_process_pools.values()):
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 @atexit.register

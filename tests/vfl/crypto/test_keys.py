@@ -164,3 +164,36 @@ def test_a_forked_child_forgets_the_pooled_obfuscators(keypair: Keys) -> None:
     assert public.obfuscator_pool_size() == 8
     _forget_pools_in_child()  # what os.register_at_fork runs in a child
     assert public.obfuscator_pool_size() == 0
+
+
+@pytest.mark.slow
+def test_a_process_started_by_multiprocessing_exits_after_using_the_worker_pool(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Regression: a party run as a multiprocessing child that encrypted with workers hung at
+    exit (multiprocessing joined the pool's workers after closing their queues)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "child.py"
+    script.write_text(
+        "import multiprocessing, warnings\n"
+        "def child():\n"
+        "    warnings.simplefilter('ignore')\n"
+        "    from vfl.crypto import generate_paillier_keypair\n"
+        "    public, _ = generate_paillier_keypair(1024, insecure=True)\n"
+        "    assert len(public.raw_encrypt([1] * 300, workers=2)) == 300\n"
+        "if __name__ == '__main__':\n"
+        "    ctx = multiprocessing.get_context('spawn')\n"
+        "    codes = []\n"
+        "    for _ in range(3):\n"
+        "        p = ctx.Process(target=child)\n"
+        "        p.start()\n"
+        "        p.join(60)\n"
+        "        codes.append(p.exitcode)\n"
+        "        if p.exitcode is None:\n"
+        "            p.kill()\n"
+        "    print(codes)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert result.stdout.strip() == "[0, 0, 0]", result.stderr[-2000:]
