@@ -1161,9 +1161,12 @@ class _Exchange:
                 slot = (1 << value_bits) + secrets.randbits(value_bits + KAPPA)
                 mask += slot << (self.packing.slot_bits * j)
             masks.append(mask)
-        # the coordinator knows the factorisation: the masks' encryptions carry uniform
-        # randomness, so nothing of how the shares were made shows in what it decrypts
-        encrypted_masks = _uniform_rerandomise(self.key, [1 + self.key.n * m for m in masks])
+        # the coordinator knows the factorisation, so it could compute discrete logarithms of
+        # the masked sum's randomness modulo small factors of the group order: all of it lies
+        # in the group of the key's DJN base h (rows and masks alike), and the mask's fresh
+        # uniform exponent, far longer than any such factor, makes each of those residues
+        # uniform. (A share going to the key's owner has no such mask: see combine.)
+        encrypted_masks = self.key.raw_encrypt(masks)
         masked = EncryptedVector(
             self.key,
             [
