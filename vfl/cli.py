@@ -161,8 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``vflink`` command; returns the exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
+    logging.basicConfig(  # a party process logs its progress; other commands only when -v
+        level=logging.INFO if args.verbose or args.command == "party" else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if args.command is None:

@@ -151,6 +151,14 @@ def test_oversized_and_malformed_messages_are_refused_and_the_receiver_carries_o
         with pytest.raises(grpc.RpcError) as info:
             send(iter([header, b"garbage"]), timeout=5)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        send_one = channel.unary_unary(f"/{SERVICE}/SendOne")
+        for junk in (b"", b"\x00\x00\x00\x05{}", b"\xff" * 64):
+            with pytest.raises(grpc.RpcError) as info:
+                send_one(junk, timeout=5)
+            assert info.value.code() in (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                grpc.StatusCode.PERMISSION_DENIED,
+            )
         channel.close()
         a.send("b", "fine", [1, 2, 3])
         assert b.recv("a", "fine") == [1, 2, 3]
