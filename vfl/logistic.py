@@ -289,6 +289,7 @@ class VerticalLogisticRegression(ClassifierMixin, BaseEstimator):  # type: ignor
         """
         frames = _check_parts(parts, label_party)
         labels = _check_labels(y, frames[label_party].index, label_party)
+        _check_data_parties(list(frames), label_party)
         if self.protocol == "two_party" and len(frames) != 2:
             raise ValueError(
                 f"protocol='two_party' needs exactly two data parties, got {sorted(frames)}; "
@@ -382,6 +383,7 @@ class VerticalLogisticRegression(ClassifierMixin, BaseEstimator):  # type: ignor
             if name == label_party and frame is not None
             else None
         )
+        _check_data_parties(list(data_parties), label_party)
         frames = {p: (frame if p == name else None) for p in data_parties}
         result = self._fit_role(federation, frame, labels, label_party, frames)
         self.label_party_ = label_party
@@ -567,6 +569,15 @@ def _check_parts(parts: Any, label_party: str) -> dict[str, pd.DataFrame]:
                 "same order needed); align the parties first (vfl.align or linkage)"
             )
     return dict(parts)
+
+
+def _check_data_parties(parties: list[str], label_party: str) -> None:
+    if label_party not in parties or len(set(parties)) < 2 or len(set(parties)) != len(parties):
+        raise ValueError(
+            f"vertical training needs the label party {label_party!r} and at least one other "
+            f"data party, each named once; got {parties} (for one party alone, use "
+            "scikit-learn's LogisticRegression)"
+        )
 
 
 def _check_labels(y: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:

@@ -174,6 +174,8 @@ def test_bad_input_gets_clear_errors(breast) -> None:  # type: ignore[no-untyped
         est.fit({**parts, "lab": parts["lab"].iloc[:, :0]}, y, label_party="imaging")
     with pytest.raises(ValueError, match="needs exactly two data parties"):
         small(protocol="two_party").fit({**parts, "x": parts["lab"]}, y, label_party="imaging")
+    with pytest.raises(ValueError, match="needs the label party 'imaging' and at least one other"):
+        small().fit({"imaging": parts["imaging"]}, y, label_party="imaging")
     fitted = small(max_iter=1, tol=None).fit(parts, y, label_party="imaging")
     renamed = {**parts, "lab": parts["lab"].rename(columns=lambda c: c + "!")}
     with pytest.raises(ValueError, match="party 'lab': the columns differ from those fitted"):
