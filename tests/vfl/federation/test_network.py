@@ -8,7 +8,9 @@ import contextlib
 import json
 import logging
 import multiprocessing
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -337,3 +339,28 @@ def test_certificates_refuse_unsafe_names_and_hosts(tmp_path: Path) -> None:
         make_certificates(tmp_path, ["../evil"])
     with pytest.raises(ValueError, match="are also party names"):
         make_certificates(tmp_path, ["lab", "localhost"])
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_the_endpoint_negotiates_tls_1_3_with_a_client_certificate(pki) -> None:  # type: ignore[no-untyped-def]
+    pb = free_port()
+    with endpoint(pki, "b", pb, {"a": free_port()}):
+        client = ["-cert", str(pki["a"]), "-key", str(pki["a_key"]), "-CAfile", str(pki["ca"])]
+        result = subprocess.run(
+            [
+                "openssl",
+                "s_client",
+                "-connect",
+                f"127.0.0.1:{pb}",
+                "-brief",
+                "-alpn",
+                "h2",
+                *client,
+            ],
+            input=b"",
+            capture_output=True,
+            timeout=30,
+        )
+    text = (result.stdout + result.stderr).decode(errors="replace")
+    assert "Protocol version: TLSv1.3" in text
+    assert "Verification: OK" in text
