@@ -4,7 +4,8 @@ Subcommands arrive with the capabilities they drive; for now:
 
 ``vflink cohort --out DIR``
     Write a synthetic lab + imaging cohort (:func:`vfl.datasets.make_lab_imaging_cohort`) as
-    ``lab.csv``, ``imaging.csv`` and ``true_pairs.csv`` for trying vflink on files.
+    ``lab.csv``, ``imaging.csv``, ``true_pairs.csv`` and ``identity_schema.json`` (the
+    :class:`linkage.Schema` of the identity columns) for trying vflink on files.
 
 ``vflink certs --out DIR (--config FILE | --parties NAME ...)``
     Create a federation CA and a key and certificate per party, for pilots
@@ -55,9 +56,13 @@ def _cohort(args: argparse.Namespace) -> int:
     _write_csv_atomically(lab, out / "lab.csv", index=True)
     _write_csv_atomically(imaging, out / "imaging.csv", index=True)
     _write_csv_atomically(pairs, out / "true_pairs.csv", index=False)
+    from vfl.datasets import identity_schema
+
+    (out / "identity_schema.json").write_text(identity_schema().to_json())
     print(
         f"wrote {out / 'lab.csv'} ({len(lab)} rows), {out / 'imaging.csv'} ({len(imaging)} rows) "
-        f"and {out / 'true_pairs.csv'} ({len(pairs)} true pairs)"
+        f", {out / 'true_pairs.csv'} ({len(pairs)} true pairs) and the identity columns' "
+        f"linkage schema {out / 'identity_schema.json'}"
     )
     return 0
 
@@ -84,8 +89,20 @@ def _party(args: argparse.Namespace) -> int:
     from vfl.party import run_party
 
     config = FederationConfig.load(args.config)
+    secret = None
+    if args.secret_file:
+        try:
+            secret = Path(args.secret_file).read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read the secret file {args.secret_file}: {exc}") from None
     summary = run_party(
-        config, args.name, data=args.data, out=args.out, cert=args.cert, key=args.key
+        config,
+        args.name,
+        data=args.data,
+        out=args.out,
+        cert=args.cert,
+        key=args.key,
+        secret=secret,
     )
     line = f"party {args.name!r} done: {summary['rows']} common rows"
     if "test_auc" in summary:
@@ -153,6 +170,11 @@ def _parser() -> argparse.ArgumentParser:
     party.add_argument("--out", default=".", help="folder for this party's outputs (.)")
     party.add_argument("--cert", help="this party's certificate (overrides the config)")
     party.add_argument("--key", help="this party's private key (overrides the config)")
+    party.add_argument(
+        "--secret-file",
+        help='the data parties\' shared linkage secret (align = "bloom"; or set '
+        "VFLINK_LINKAGE_SECRET)",
+    )
     party.set_defaults(handler=_party)
     return parser
 

@@ -6,6 +6,9 @@ with its own data file::
     [job]
     id_column = "patient_id"      # exact ID column for the alignment (ECDH PSI)
     label_column = "diagnosis"    # in the active party's file
+    align = "psi"                 # or "bloom": fuzzy identity linkage by the coordinator
+    # schema = "identity_schema.json"   # "bloom": the linkage.Schema (Schema.to_json)
+    # threshold = 0.8                   # "bloom": match threshold (else chosen from the scores)
     test_fraction = 0.3           # common rows held out for the test AUC
     split_seed = 0                # the same split at every party (no message needed)
 
@@ -13,11 +16,15 @@ with its own data file::
     max_iter = 10
     batch_size = 256
 
-Steps: align the data parties' rows to their common patients by PSI on ``id_column``
-(:func:`vfl.align_party`); split the common rows into training and test rows with the shared
-seed; train :class:`~vfl.VerticalLogisticRegression` (protocol ``"coordinator"`` when the
-config has a coordinator, else ``"two_party"``); score the test rows, which only the active
-party learns; the active party computes the test AUC.
+Steps: align the data parties' rows to their common patients (:func:`vfl.align_party`): by
+ECDH PSI on the exact ``id_column``, or with ``align = "bloom"`` by Bloom-filter encodings of the
+schema's identity columns, linked by the coordinator, which never has the data parties' shared
+secret (each data party reads it from ``--secret-file`` or the ``VFLINK_LINKAGE_SECRET``
+environment variable: it must not be in the shared config); with ``"bloom"`` the
+``id_column`` is only each party's own row ID in the outputs. Then split the common rows into
+training and test rows with the shared seed; train :class:`~vfl.VerticalLogisticRegression`
+(protocol ``"coordinator"`` when the config has a coordinator, else ``"two_party"``); score
+the test rows, which only the active party learns; the active party computes the test AUC.
 
 Each party's features are the ``columns`` of its ``[[party]]`` table (by default every numeric
 column other than the ID and the label, which are logged). Outputs, written only when the job
@@ -50,7 +57,16 @@ __all__ = ["run_party"]
 
 logger = logging.getLogger("vflink.party")
 
-_JOB_KEYS = {"id_column", "label_column", "test_fraction", "split_seed", "model"}
+_JOB_KEYS = {
+    "id_column",
+    "label_column",
+    "test_fraction",
+    "split_seed",
+    "model",
+    "align",
+    "schema",
+    "threshold",
+}
 
 
 def _publish(target: Path, outputs: dict[str, str]) -> None:
@@ -83,6 +99,23 @@ def _job(config: FederationConfig) -> dict[str, Any]:
         raise ValueError(f"{where} test_fraction must be in [0, 1), got {fraction!r}")
     if not isinstance(job.setdefault("split_seed", 0), int):
         raise ValueError(f"{where} split_seed must be an integer")
+    method = job.setdefault("align", "psi")
+    if method not in ("psi", "bloom"):
+        raise ValueError(f'{where} align must be "psi" or "bloom", got {method!r}')
+    if method == "bloom":
+        if config.coordinator is None:
+            raise ValueError(f'{where} align = "bloom" needs a coordinator (the linkage unit)')
+        if not isinstance(job.get("schema"), str):
+            raise ValueError(f'{where} align = "bloom" needs schema = "<schema JSON file>"')
+        path = Path(job["schema"])
+        job["schema"] = path if path.is_absolute() else config.path.parent / path
+    threshold = job.get("threshold")
+    if threshold is not None and (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, (int, float))
+        or not 0 < threshold <= 1
+    ):
+        raise ValueError(f"{where} threshold must be in (0, 1], got {threshold!r}")
     model = job.setdefault("model", {})
     if not isinstance(model, dict):
         raise ValueError(f"{where}.model must be a table of VerticalLogisticRegression arguments")
@@ -103,11 +136,13 @@ def _estimator(config: FederationConfig, job: dict[str, Any]) -> Any:
         raise ValueError(f"{config.path}: [job.model]: {exc}") from None
 
 
-def _read_data(path: str | Path | None, name: str) -> pd.DataFrame:
+def _read_data(path: str | Path | None, name: str, text: list[str]) -> pd.DataFrame:
+    """The party's CSV; the identity columns in ``text`` are read as text (a postcode or a
+    date of birth must keep its leading zeros)."""
     if path is None:
         raise ValueError(f"party {name!r} holds data: pass its file with --data FILE.csv")
     try:
-        return pd.read_csv(path)
+        return pd.read_csv(path, dtype={c: str for c in text})
     except (OSError, ValueError) as exc:
         raise ValueError(f"party {name!r}: cannot read its data file {path}: {exc}") from None
 
@@ -144,17 +179,30 @@ def run_party(
     out: str | Path = ".",
     cert: str | Path | None = None,
     key: str | Path | None = None,
+    secret: str | None = None,
 ) -> dict[str, Any]:
     """Run party ``name``'s side of the config's job; returns a summary (the active party's
-    includes the test AUC). Raises ValueError for bad input, a FederationError when a peer
-    fails; writes nothing unless the whole job succeeded."""
+    includes the test AUC). ``secret`` is the data parties' shared linkage secret (``align =
+    "bloom"``; default: the ``VFLINK_LINKAGE_SECRET`` environment variable). Raises ValueError
+    for bad input, a FederationError when a peer fails; writes nothing unless the whole job
+    succeeded."""
+    import linkage
     from vfl.align import align_party
 
     me = config.party(name)
     job = _job(config)
     estimator = _estimator(config, job)
     data_parties = config.data_parties
-    frame = None if me.role == "coordinator" else _read_data(data, name)
+    schema = None
+    if job["align"] == "bloom":
+        try:
+            schema = linkage.Schema.from_json(Path(job["schema"]).read_text())
+        except OSError as exc:
+            raise ValueError(
+                f"party {name!r}: cannot read the schema {job['schema']}: {exc}"
+            ) from None
+    text = [job["id_column"], *(schema.columns if schema is not None else [])]
+    frame = None if me.role == "coordinator" else _read_data(data, name, text)
     id_column, label_column = job["id_column"], job["label_column"]
     if frame is not None:
         needed = [id_column] + ([label_column] if me.role == "active" else [])
@@ -162,6 +210,13 @@ def run_party(
         if missing:
             raise ValueError(f"party {name!r}: its data file has no column {missing[0]!r}")
         features = _features(frame, name, me.columns, {id_column, label_column})
+    if job["align"] == "bloom" and frame is not None:
+        secret = secret if secret is not None else os.environ.get("VFLINK_LINKAGE_SECRET")
+        if not secret:
+            raise ValueError(
+                f"party {name!r}: Bloom-filter alignment needs the data parties' shared "
+                "secret: --secret-file FILE or the VFLINK_LINKAGE_SECRET variable"
+            )
     target = Path(out)
     target.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
@@ -169,11 +224,24 @@ def run_party(
     with config.federation(name, cert=cert, key=key) as fed:
         began = time.perf_counter()
         aligned = None
-        if frame is not None:
+        if job["align"] == "bloom":
+            logger.info("party %r: aligning by Bloom-filter linkage", name)
+            aligned = align_party(
+                fed,
+                frame,
+                method="bloom",
+                schema=schema,
+                secret=secret,
+                parties=data_parties,
+                threshold=job.get("threshold"),
+                linkage_unit=config.coordinator,  # type: ignore[arg-type]
+            )
+        elif frame is not None:
             logger.info("party %r: aligning %d rows by PSI on %r", name, len(frame), id_column)
             aligned = align_party(
                 fed, frame, method="psi", id_column=id_column, parties=data_parties
             )
+        if aligned is not None:
             logger.info("party %r: %d common rows", name, len(aligned))
         seconds["align"] = time.perf_counter() - began
         n = fed.recv(config.active, "job/n") if aligned is None else len(aligned)

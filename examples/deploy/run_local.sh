@@ -5,6 +5,7 @@
 # no process behind; the work folder (certificates, data, logs, outputs) is printed at the end.
 #
 #   examples/deploy/run_local.sh            (after `make demo` or `make test` made .venv)
+#   ALIGN=bloom examples/deploy/run_local.sh  (fuzzy identity linkage instead of PSI on the ID)
 #   VFLINK=/path/to/vflink examples/deploy/run_local.sh
 set -euo pipefail
 
@@ -30,6 +31,15 @@ config="$work/federation.toml"
 cp "$here/federation.toml" "$config"
 "$vflink" certs --config "$config" --out "$work/certs"
 "$vflink" cohort --out "$work/data" --n-patients 2000 --seed 7
+secret=()
+if [[ "${ALIGN:-psi}" == "bloom" ]]; then
+    # the data parties' shared linkage secret: never in the shared config, never at the coordinator
+    (umask 077 && "$(dirname "$vflink")/python" -c "import secrets; print(secrets.token_hex(32))" \
+        >"$work/linkage.secret")
+    secret=(--secret-file "$work/linkage.secret")
+    sed -i -e 's/^id_column = .*/id_column = "record_id"/' \
+        -e 's/^label_column = .*/&\nalign = "bloom"\nschema = "data\/identity_schema.json"/' "$config"
+fi
 
 start() {  # name, then extra arguments
     local name="$1"
@@ -40,8 +50,8 @@ start() {  # name, then extra arguments
     echo "started $name (pid $!), log $work/$name.log"
 }
 start coordinator
-start lab --data "$work/data/lab.csv"
-start imaging --data "$work/data/imaging.csv"
+start lab --data "$work/data/lab.csv" "${secret[@]}"
+start imaging --data "$work/data/imaging.csv" "${secret[@]}"
 
 status=0
 names=(coordinator lab imaging)

@@ -54,6 +54,7 @@ def test_cohort_writes_three_files(tmp_path: Path, capsys: pytest.CaptureFixture
     assert set(pairs["lab"]) <= set(lab.index) and set(pairs["imaging"]) <= set(imaging.index)
     assert lab["postcode"].dropna().str.len().eq(5).all()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "identity_schema.json",
         "imaging.csv",
         "lab.csv",
         "true_pairs.csv",

@@ -49,9 +49,10 @@ key = "certs/imaging.key"
 columns = ["lesion_volume_cm3", "suv_max", "margin_irregularity", "texture_entropy"]
 
 [job]
-id_column = "patient_id"
+id_column = "{id_column}"
 label_column = "diagnosis"
 test_fraction = 0.3
+{job_extra}
 
 [job.model]
 max_iter = {max_iter}
@@ -76,11 +77,22 @@ def vflink(*args: str) -> list[str]:
     return [sys.executable, "-m", "vfl.cli", *args]
 
 
-def write_config(folder: Path, *, max_iter: int = 5, tol: str = "1e-4", peer: int = 20) -> Path:
+def write_config(
+    folder: Path, *, max_iter: int = 5, tol: str = "1e-4", peer: int = 20, bloom: bool = False
+) -> Path:
     p0, p1, p2 = free_ports(3)
     path = folder / "federation.toml"
     path.write_text(
-        CONFIG.format(p0=p0, p1=p1, p2=p2, max_iter=max_iter, tol=tol, peer_timeout=peer)
+        CONFIG.format(
+            p0=p0,
+            p1=p1,
+            p2=p2,
+            max_iter=max_iter,
+            tol=tol,
+            peer_timeout=peer,
+            id_column="record_id" if bloom else "patient_id",
+            job_extra='align = "bloom"\nschema = "data/identity_schema.json"' if bloom else "",
+        )
     )
     subprocess.run(
         vflink("certs", "--config", str(path), "--out", str(folder / "certs")), check=True
@@ -93,8 +105,9 @@ def write_config(folder: Path, *, max_iter: int = 5, tol: str = "1e-4", peer: in
     return path
 
 
-def start(folder: Path, config: Path, name: str) -> subprocess.Popen[str]:
+def start(folder: Path, config: Path, name: str, *extra: str) -> subprocess.Popen[str]:
     data = [] if name == "coordinator" else ["--data", str(folder / "data" / f"{name}.csv")]
+    data += list(extra) if name != "coordinator" else []
     log = open(folder / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(
         vflink(
@@ -225,3 +238,30 @@ def test_run_local_script_runs_the_pipeline_and_leaves_no_process(tmp_path: Path
         ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True
     ).stdout.split()
     assert leftover == []
+
+
+@pytest.mark.network
+def test_bloom_alignment_by_the_coordinator_without_the_secret(tmp_path: Path) -> None:
+    config = write_config(tmp_path, bloom=True)
+    secret = tmp_path / "linkage.secret"
+    secret.write_text("a secret only the lab and the imaging centre share")
+    procs = {
+        n: start(tmp_path, config, n, "--secret-file", str(secret))
+        for n in ("coordinator", "lab", "imaging")
+    }
+    for name, proc in procs.items():
+        assert proc.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
+    log = (tmp_path / "imaging.log").read_text()
+    auc = float(log.split("test AUC ")[1].split(";")[0])
+    assert auc > 0.7
+    # the common rows found by fuzzy linkage are (nearly all) the true pairs
+    import pandas as pd
+
+    lab = pd.read_csv(tmp_path / "out" / "lab" / "aligned_lab.csv")
+    img = pd.read_csv(tmp_path / "out" / "imaging" / "aligned_imaging.csv")
+    truth = pd.read_csv(tmp_path / "data" / "true_pairs.csv")
+    found = set(zip(lab["record_id"], img["record_id"], strict=True))
+    true = set(zip(truth["lab"], truth["imaging"], strict=True))
+    assert len(found & true) >= 0.9 * len(true)
+    assert len(found - true) <= 0.02 * len(found)
+    assert secret.read_text() not in (tmp_path / "coordinator.log").read_text()
