@@ -364,3 +364,50 @@ def test_the_endpoint_negotiates_tls_1_3_with_a_client_certificate(pki) -> None:
     text = (result.stdout + result.stderr).decode(errors="replace")
     assert "Protocol version: TLSv1.3" in text
     assert "Verification: OK" in text
+
+
+def test_handshake_refusals_are_logged_by_the_receiving_party(pki, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A certificate from another CA, or none, fails the TLS handshake inside gRPC's core,
+    which logs it on the receiving process's standard error (the party's log)."""
+    import sys
+
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from vfl.federation.network import GrpcFederation\n"
+            f"f = GrpcFederation.from_files('b', '127.0.0.1:{port}', {{'a': '127.0.0.1:9'}}, "
+            f"ca=r'{pki['ca']}', cert=r'{pki['b']}', key=r'{pki['b_key']}').start()\n"
+            "print('up', flush=True)\n"
+            "sys.stdin.read()\n"
+            "f.close()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "up"
+        rogue = GrpcFederation(
+            "a",
+            f"127.0.0.1:{free_port()}",
+            {"b": f"127.0.0.1:{port}"},
+            ca_cert=pki["ca"].read_bytes(),
+            cert=pki["rogue_a"].read_bytes(),
+            key=pki["rogue_a_key"].read_bytes(),
+            connect_timeout=1.5,
+        )
+        with rogue, pytest.raises(PeerGoneError):
+            rogue.send("b", "x", 1)
+        channel = raw_channel(pki, port, cert=None)
+        with pytest.raises(grpc.RpcError):
+            channel.unary_unary(f"/{SERVICE}/Ping")(b"{}", timeout=2)
+        channel.close()
+    finally:
+        _, err = server.communicate(input="", timeout=30)
+    failures = [line for line in err.splitlines() if "Handshake failed" in line]
+    assert any("certificate signature failure" in line for line in failures), err[-2000:]
+    assert any("PEER_DID_NOT_RETURN_A_CERTIFICATE" in line for line in failures), err[-2000:]
