@@ -274,6 +274,11 @@ def _lr_data(rows: int) -> tuple[dict[str, Any], Any]:
     return {"active": frame.iloc[:, :13], "passive": frame.iloc[:, 13:]}, y
 
 
+def _is_setup(tag: str) -> bool:
+    """Messages of the fit's setup: keys, encrypted rows, the packing size."""
+    return tag in ("key", "rows", "groups") or tag.startswith("rows/")
+
+
 LR_PARAMS = {"max_iter": 3, "tol": None, "batch_size": 1024, "random_state": 0}
 
 
@@ -302,8 +307,8 @@ def _lr_party(name: str, rows: int, ports: dict[str, int], paths: dict[str, str]
             label_party="active",
             data_parties=["active", "passive"],
         )
-    per_epoch = sum(r.nbytes for r in fed.transcript if r.tag not in ("key", "rows"))
-    setup = sum(r.nbytes for r in fed.transcript if r.tag in ("key", "rows"))
+    per_epoch = sum(r.nbytes for r in fed.transcript if not _is_setup(r.tag))
+    setup = sum(r.nbytes for r in fed.transcript if _is_setup(r.tag))
     out.put(
         (
             name,
@@ -334,8 +339,8 @@ def bench_lr_over_grpc(quick: bool) -> None:
             parts, y, label_party="active"
         )
     records = local.transcript_.records
-    local_setup = sum(r.nbytes for r in records if r.tag in ("key", "rows"))
-    local_epoch = sum(r.nbytes for r in records if r.tag not in ("key", "rows"))
+    local_setup = sum(r.nbytes for r in records if _is_setup(r.tag))
+    local_epoch = sum(r.nbytes for r in records if not _is_setup(r.tag))
     names = ["active", "passive", "coordinator"]
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()

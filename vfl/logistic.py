@@ -105,6 +105,8 @@ KAPPA = 40
 """Bits of statistical hiding of every mask."""
 SCORE_BITS = 32
 """Partial scores and residual terms ``z`` are rounded to multiples of ``2**-SCORE_BITS``."""
+ROWS_PER_MESSAGE = 50_000
+"""Encrypted feature rows per setup message (25 MiB per column group at 2048 bits)."""
 Z_BITS = SCORE_BITS + 17
 """Bits of ``|z| * 2**SCORE_BITS`` (``|z| <= SCORE_BOUND + 2 < 2**17``)."""
 PROTOCOLS = ("coordinator", "two_party")
@@ -1015,22 +1017,68 @@ class _PeerRows:
         self._inverses: list[list[Any] | None] = [None] * len(groups)
 
     @classmethod
-    def from_wire(
-        cls, key: PaillierPublicKey, payload: Any, sender: str, n_rows: int, batch_size: int
+    def send(
+        cls, fed: Federation, to: list[str], key: Any, packing: _RowPacking, groups: list[Any]
+    ) -> None:
+        """Send encrypted rows: a header, then parts of ``ROWS_PER_MESSAGE`` rows (so that a
+        large cohort stays under the wire format's message limit)."""
+        n_rows = len(groups[0])
+        starts = range(0, n_rows, ROWS_PER_MESSAGE)
+        fed.broadcast("rows", {"packing": packing.to_dict(), "parts": len(starts)}, to=to)
+        for k, start in enumerate(starts):
+            blocks = [
+                EncryptedVector(key, cts[start : start + ROWS_PER_MESSAGE], 0, fresh=True).to_wire()
+                for cts in groups
+            ]
+            fed.broadcast(f"rows/{k}", blocks, to=to)
+
+    @classmethod
+    def receive(
+        cls, fed: Federation, sender: str, key: PaillierPublicKey, n_rows: int, batch_size: int
     ) -> _PeerRows:
-        if not isinstance(payload, dict) or not isinstance(payload.get("rows"), list):
-            raise ValueError(f"party {sender!r} sent malformed encrypted rows")
-        packing = _RowPacking.from_dict(payload.get("packing"), sender, key.n_length)
+        header = fed.recv(sender, "rows")
+        parts = header.get("parts") if isinstance(header, dict) else None
+        if not isinstance(parts, int) or not 1 <= parts <= n_rows:
+            raise ValueError(f"party {sender!r} sent a malformed header of encrypted rows")
+        return cls.from_parts(
+            key,
+            header,
+            [fed.recv(sender, f"rows/{k}") for k in range(parts)],
+            sender,
+            n_rows,
+            batch_size,
+        )
+
+    @classmethod
+    def from_parts(
+        cls,
+        key: PaillierPublicKey,
+        header: dict[str, Any],
+        parts: list[Any],
+        sender: str,
+        n_rows: int,
+        batch_size: int,
+    ) -> _PeerRows:
+        """Check and join received parts (each a list of one block per column group)."""
+        packing = _RowPacking.from_dict(header.get("packing"), sender, key.n_length)
         # the shares we compute on these rows reveal X^T z to their owner: as many columns as
         # a batch has rows would let it solve for our z (checked by us, not only by it)
         _check_batch_size(sender, n_rows, packing.columns, batch_size)
-        groups = [_vector_from(key, block, sender) for block in payload["rows"]]
-        if len(groups) != packing.groups or any(v.shape != (n_rows,) for v in groups):
+        groups: list[list[Any]] = [[] for _ in range(packing.groups)]
+        for part in parts:
+            if not isinstance(part, list) or len(part) != packing.groups:
+                raise ValueError(f"party {sender!r} sent malformed encrypted rows")
+            vectors = [_vector_from(key, block, sender) for block in part]
+            if any(v.ndim != 1 or v.exponent != 0 or len(v) != len(vectors[0]) for v in vectors):
+                raise ValueError(f"party {sender!r} sent malformed encrypted rows")
+            for g, vector in enumerate(vectors):
+                groups[g] += vector.ciphertexts
+        if any(len(g) != n_rows for g in groups):
             raise ValueError(
                 f"party {sender!r} sent encrypted rows of the wrong shape (expected "
                 f"{packing.groups} groups of {n_rows} rows)"
             )
-        return cls(key, [v.ciphertexts for v in groups], packing)
+        return cls(key, groups, packing)
 
     def combine(
         self, rows: np.ndarray[Any, Any], z_int: np.ndarray[Any, Any], *, to_key_owner: bool
@@ -1118,16 +1166,15 @@ class _Exchange:
         )
         x_int = np.round(x * 2.0**FEATURE_BITS).astype(np.int64)
         encrypt = (self.secret or self.key).raw_encrypt
-        blocks = [
-            EncryptedVector(self.key, encrypt(plain, workers=cfg.workers), 0, fresh=True).to_wire()
+        groups = [
+            encrypt(plain, workers=cfg.workers)
             for plain in _pack_rows(x_int, self.packing, int(self.key.n))
         ]
-        fed.broadcast("rows", {"packing": self.packing.to_dict(), "rows": blocks}, to=self.others)
+        _PeerRows.send(fed, self.others, self.key, self.packing, groups)
         if coordinator is not None:  # it decrypts only requests of this size
             fed.send(coordinator, "groups", self.packing.groups)
         self.peers = {
-            p: _PeerRows.from_wire(self.keys[p], fed.recv(p, "rows"), p, len(x), cfg.batch_size)
-            for p in self.others
+            p: _PeerRows.receive(fed, p, self.keys[p], len(x), cfg.batch_size) for p in self.others
         }
 
     def remote(self, rows: np.ndarray[Any, Any], z: np.ndarray[Any, Any]) -> Any:

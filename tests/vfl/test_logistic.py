@@ -113,12 +113,12 @@ def test_no_plaintext_feature_or_label_crosses_a_party_boundary(breast, protocol
     # between data parties, what carries data is ciphertexts: encrypted rows once, then per
     # batch one packed gradient share each way, and the encrypted loss piece per epoch
     between = [r for r in records if {r.sender, r.receiver} == {"imaging", "lab"}]
-    assert {r.tag for r in between} <= {"key", "rows", "epoch", "g", "loss8"}
+    assert {r.tag for r in between} <= {"key", "rows", "rows/0", "epoch", "g", "loss8"}
     for record in between:
         if record.tag in ("g", "loss8"):
             assert isinstance(record.payload(), CiphertextBlock)
-        if record.tag == "rows":
-            assert all(isinstance(b, CiphertextBlock) for b in record.payload()["rows"])
+        if record.tag == "rows/0":
+            assert all(isinstance(b, CiphertextBlock) for b in record.payload())
 
 
 @pytest.mark.slow
@@ -386,21 +386,26 @@ def test_batches_cover_every_row_once(n: int, batch: int) -> None:
 
 
 def test_peers_refuse_bad_packings_and_overflowing_shares() -> None:
-    from vfl.crypto import generate_paillier_keypair
+    from vfl.crypto import EncryptedVector, generate_paillier_keypair
     from vfl.logistic import _PeerRows, _RowPacking, _unpack_signed
 
     public, _ = generate_paillier_keypair(1024, insecure=True)
     block = public.encrypt(np.zeros(40)).to_wire()
     # a party declaring as many columns as a batch has rows could solve our z from its shares
-    wide = {"packing": {"columns": 39, "slot_bits": 100, "per_ct": 10}, "rows": [block] * 4}
+    wide = {"packing": {"columns": 39, "slot_bits": 100, "per_ct": 10}, "parts": 1}
     with pytest.raises(ValueError, match=r"party 'lab': mini-batches of \d+ rows would reveal"):
-        _PeerRows.from_wire(public, wide, "lab", 40, 32)
-    bad = {"packing": {"columns": 3, "slot_bits": 900, "per_ct": 3}, "rows": [block]}
+        _PeerRows.from_parts(public, wide, [[block] * 4], "lab", 40, 32)
+    bad = {"packing": {"columns": 3, "slot_bits": 900, "per_ct": 3}, "parts": 1}
     with pytest.raises(ValueError, match="party 'lab' sent an impossible row packing"):
-        _PeerRows.from_wire(public, bad, "lab", 40, 32)
+        _PeerRows.from_parts(public, bad, [[block]], "lab", 40, 32)
+    fine = {"packing": {"columns": 3, "slot_bits": 100, "per_ct": 3}, "parts": 2}
+    half = EncryptedVector(public, public.raw_encrypt([0] * 20), 0, fresh=True).to_wire()
+    assert len(_PeerRows.from_parts(public, fine, [[half], [half]], "lab", 40, 32).groups[0]) == 40
+    with pytest.raises(ValueError, match="party 'lab' sent encrypted rows of the wrong shape"):
+        _PeerRows.from_parts(public, fine, [[half]], "lab", 40, 32)
     packing = _RowPacking(3, 64, 3)
-    fine = (5 << 128) + (-7 << 64) + 3
-    assert _unpack_signed(fine, packing, 0, "c", 60) == [3, -7, 5]
+    value = (5 << 128) + (-7 << 64) + 3
+    assert _unpack_signed(value, packing, 0, "c", 60) == [3, -7, 5]
     with pytest.raises(OverflowError, match="via 'c' overflowed"):
         _unpack_signed((5 << 128) + (2**61 << 64) + 3, packing, 0, "c", 60)  # middle slot
 
