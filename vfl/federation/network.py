@@ -7,9 +7,9 @@ and sends to its peers' endpoints; protocols written against
 Security: every connection is mutual TLS (TLS 1.3 where both ends support it, which gRPC's
 BoringSSL negotiates by default). Each party holds a key and a certificate signed by the
 federation's CA, whose certificate every party has. A server accepts only clients with a
-certificate from that CA, and only messages whose claimed sender is the name in that
-certificate (common name or DNS subject alternative name); a client checks that the server's
-certificate names the party it wants to reach (the address may be anything: a proxy, a NAT).
+certificate from that CA, and only messages whose claimed sender is that certificate's common
+name; a client checks that the server's certificate names the party it wants to reach as a DNS
+subject alternative name (the address may be anything: a proxy, a NAT).
 Refusals are logged at WARNING with the peer's address and claimed name.
 
 Transport, per message:
