@@ -11,7 +11,8 @@ Subcommands arrive with the capabilities they drive; for now:
     Create a federation CA and a key and certificate per party, for pilots
     (:func:`vfl.federation.certs.make_certificates`).
 
-``vflink party --config FILE --name NAME [--data CSV] [--out DIR]``
+``vflink party --config FILE --name NAME [--data CSV] [--out DIR] [--cert F --key F]
+[--secret-file F]``
     Run one party's side of the config's job over gRPC with mutual TLS (:mod:`vfl.party`):
     alignment, training, prediction. Exits 0 on success; otherwise prints the error (naming
     the party or peer at fault) and exits non-zero, having written no output.
@@ -22,10 +23,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -58,13 +61,21 @@ def _cohort(args: argparse.Namespace) -> int:
     _write_csv_atomically(pairs, out / "true_pairs.csv", index=False)
     from vfl.datasets import identity_schema
 
-    (out / "identity_schema.json").write_text(identity_schema().to_json())
+    schema = out / "identity_schema.json"
+    fd, tmp = tempfile.mkstemp(prefix=f".{schema.name}.", dir=out)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(identity_schema().to_json())
+    os.replace(tmp, schema)
     print(
-        f"wrote {out / 'lab.csv'} ({len(lab)} rows), {out / 'imaging.csv'} ({len(imaging)} rows) "
-        f", {out / 'true_pairs.csv'} ({len(pairs)} true pairs) and the identity columns' "
-        f"linkage schema {out / 'identity_schema.json'}"
+        f"wrote {out / 'lab.csv'} ({len(lab)} rows), {out / 'imaging.csv'} ({len(imaging)} rows), "
+        f"{out / 'true_pairs.csv'} ({len(pairs)} true pairs) and the identity columns' "
+        f"linkage schema {schema}"
     )
     return 0
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _certs(args: argparse.Namespace) -> int:
@@ -95,6 +106,8 @@ def _party(args: argparse.Namespace) -> int:
             secret = Path(args.secret_file).read_text().strip()
         except OSError as exc:
             raise ValueError(f"cannot read the secret file {args.secret_file}: {exc}") from None
+        if not secret:
+            raise ValueError(f"the secret file {args.secret_file} is empty")
     summary = run_party(
         config,
         args.name,
@@ -130,7 +143,10 @@ def _parser() -> argparse.ArgumentParser:
     cohort = sub.add_parser(
         "cohort",
         help="write a synthetic lab + imaging cohort as CSV files",
-        description="Write lab.csv, imaging.csv and true_pairs.csv of a synthetic cohort.",
+        description=(
+            "Write lab.csv, imaging.csv, true_pairs.csv and identity_schema.json (the linkage "
+            "schema of the identity columns) of a synthetic cohort."
+        ),
     )
     cohort.add_argument("--out", required=True, help="folder to write into (created if missing)")
     cohort.add_argument("--n-patients", type=int, default=2000, help="distinct patients (2000)")
@@ -192,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from vfl.federation import FederationError
 
+    if args.command == "party":  # a service manager's stop: shut down cleanly, tell the peers
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         status: int = args.handler(args)
     except (ValueError, OSError) as exc:

@@ -105,8 +105,8 @@ KAPPA = 40
 """Bits of statistical hiding of every mask."""
 SCORE_BITS = 32
 """Partial scores and residual terms ``z`` are rounded to multiples of ``2**-SCORE_BITS``."""
-ROWS_PER_MESSAGE = 50_000
-"""Encrypted feature rows per setup message (25 MiB per column group at 2048 bits)."""
+ROWS_MESSAGE_BYTES = 32 * 2**20
+"""Bytes of encrypted feature rows per setup message (62k rows of one group at 2048 bits)."""
 Z_BITS = SCORE_BITS + 17
 """Bits of ``|z| * 2**SCORE_BITS`` (``|z| <= SCORE_BOUND + 2 < 2**17``)."""
 PROTOCOLS = ("coordinator", "two_party")
@@ -1017,37 +1017,45 @@ class _PeerRows:
         self._inverses: list[list[Any] | None] = [None] * len(groups)
 
     @classmethod
-    def send(
-        cls, fed: Federation, to: list[str], key: Any, packing: _RowPacking, groups: list[Any]
-    ) -> None:
-        """Send encrypted rows: a header, then parts of ``ROWS_PER_MESSAGE`` rows (so that a
-        large cohort stays under the wire format's message limit)."""
-        n_rows = len(groups[0])
-        starts = range(0, n_rows, ROWS_PER_MESSAGE)
-        fed.broadcast("rows", {"packing": packing.to_dict(), "parts": len(starts)}, to=to)
-        for k, start in enumerate(starts):
-            blocks = [
-                EncryptedVector(key, cts[start : start + ROWS_PER_MESSAGE], 0, fresh=True).to_wire()
-                for cts in groups
-            ]
-            fed.broadcast(f"rows/{k}", blocks, to=to)
-
-    @classmethod
-    def receive(
-        cls, fed: Federation, sender: str, key: PaillierPublicKey, n_rows: int, batch_size: int
-    ) -> _PeerRows:
-        header = fed.recv(sender, "rows")
-        parts = header.get("parts") if isinstance(header, dict) else None
-        if not isinstance(parts, int) or not 1 <= parts <= n_rows:
-            raise ValueError(f"party {sender!r} sent a malformed header of encrypted rows")
-        return cls.from_parts(
-            key,
-            header,
-            [fed.recv(sender, f"rows/{k}") for k in range(parts)],
-            sender,
-            n_rows,
-            batch_size,
-        )
+    def exchange(
+        cls,
+        fed: Federation,
+        own: tuple[Any, _RowPacking, list[list[Any]]],
+        keys: dict[str, PaillierPublicKey],
+        n_rows: int,
+        batch_size: int,
+    ) -> dict[str, _PeerRows]:
+        """Send our encrypted rows (``own``: key, packing, ciphertexts per column group) to
+        every peer in ``keys`` and receive theirs: a header, then parts of at most
+        ``ROWS_MESSAGE_BYTES``, sent and received in step (part k out, then every peer's part
+        k in), so that no receive queue ever holds more than about two parts."""
+        key, packing, groups = own
+        per_part = max(1, ROWS_MESSAGE_BYTES // (packing.groups * key.ciphertext_bytes))
+        starts = list(range(0, n_rows, per_part))
+        peers = list(keys)
+        fed.broadcast("rows", {"packing": packing.to_dict(), "parts": len(starts)}, to=peers)
+        headers = {}
+        for p in peers:
+            header = fed.recv(p, "rows")
+            parts = header.get("parts") if isinstance(header, dict) else None
+            if not isinstance(parts, int) or not 1 <= parts <= n_rows:
+                raise ValueError(f"party {p!r} sent a malformed header of encrypted rows")
+            headers[p] = header
+        received: dict[str, list[Any]] = {p: [] for p in peers}
+        for k in range(max([len(starts), *(h["parts"] for h in headers.values())])):
+            if k < len(starts):
+                blocks = [
+                    EncryptedVector(key, cts[starts[k] : starts[k] + per_part], 0, fresh=True)
+                    for cts in groups
+                ]
+                fed.broadcast(f"rows/{k}", [b.to_wire() for b in blocks], to=peers)
+            for p in peers:
+                if k < headers[p]["parts"]:
+                    received[p].append(fed.recv(p, f"rows/{k}"))
+        return {
+            p: cls.from_parts(keys[p], headers[p], received[p], p, n_rows, batch_size)
+            for p in peers
+        }
 
     @classmethod
     def from_parts(
@@ -1170,12 +1178,11 @@ class _Exchange:
             encrypt(plain, workers=cfg.workers)
             for plain in _pack_rows(x_int, self.packing, int(self.key.n))
         ]
-        _PeerRows.send(fed, self.others, self.key, self.packing, groups)
         if coordinator is not None:  # it decrypts only requests of this size
             fed.send(coordinator, "groups", self.packing.groups)
-        self.peers = {
-            p: _PeerRows.receive(fed, p, self.keys[p], len(x), cfg.batch_size) for p in self.others
-        }
+        self.peers = _PeerRows.exchange(
+            fed, (self.key, self.packing, groups), self.keys, len(x), cfg.batch_size
+        )
 
     def remote(self, rows: np.ndarray[Any, Any], z: np.ndarray[Any, Any]) -> Any:
         """Send this party's contributions for ``z`` and return the decrypted sum of the

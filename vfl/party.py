@@ -72,6 +72,7 @@ _JOB_KEYS = {
 def _publish(target: Path, outputs: dict[str, str]) -> None:
     """Write every output into a staging folder first, then move each into ``target`` (a
     rename each): a failure while writing leaves nothing behind."""
+    target.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".vflink-staging-", dir=target))
     try:
         for filename, text in outputs.items():
@@ -193,15 +194,22 @@ def run_party(
     job = _job(config)
     estimator = _estimator(config, job)
     data_parties = config.data_parties
+    if job["align"] == "psi" and len(data_parties) != 2:
+        raise ValueError(
+            f"{config.path}: PSI alignment runs between two data parties, the config has "
+            f'{data_parties}; use align = "bloom" for more'
+        )
     schema = None
-    if job["align"] == "bloom":
+    if job["align"] == "bloom" and me.role != "coordinator":
         try:
             schema = linkage.Schema.from_json(Path(job["schema"]).read_text())
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise ValueError(
-                f"party {name!r}: cannot read the schema {job['schema']}: {exc}"
+                f"party {name!r}: cannot use the schema {job['schema']}: {exc}"
             ) from None
-    text = [job["id_column"], *(schema.columns if schema is not None else [])]
+    # identity columns are read as text (leading zeros); PSI IDs keep pandas' reading, which
+    # normalize_ids expects (an integer ID written as 1234.0 is 1234)
+    text = schema.columns if schema is not None else []
     frame = None if me.role == "coordinator" else _read_data(data, name, text)
     id_column, label_column = job["id_column"], job["label_column"]
     if frame is not None:
@@ -210,15 +218,26 @@ def run_party(
         if missing:
             raise ValueError(f"party {name!r}: its data file has no column {missing[0]!r}")
         features = _features(frame, name, me.columns, {id_column, label_column})
+        absent = [c for c in (schema.columns if schema is not None else []) if c not in frame]
+        if absent:
+            raise ValueError(
+                f"party {name!r}: the linkage schema reads columns {absent} that its data file "
+                "does not have"
+            )
+    if me.role == "coordinator" and secret is not None:
+        raise ValueError(
+            f"party {name!r} is the coordinator: it must never have the data parties' linkage "
+            "secret (do not pass --secret-file to it)"
+        )
     if job["align"] == "bloom" and frame is not None:
         secret = secret if secret is not None else os.environ.get("VFLINK_LINKAGE_SECRET")
-        if not secret:
+        if not secret or len(secret) < 16:
             raise ValueError(
                 f"party {name!r}: Bloom-filter alignment needs the data parties' shared "
-                "secret: --secret-file FILE or the VFLINK_LINKAGE_SECRET variable"
+                "secret, at least 16 characters: --secret-file FILE or the "
+                "VFLINK_LINKAGE_SECRET variable"
             )
     target = Path(out)
-    target.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     summary: dict[str, Any] = {"party": name, "role": me.role}
     with config.federation(name, cert=cert, key=key) as fed:
@@ -281,7 +300,8 @@ def run_party(
             summary.update(test_auc=auc, epochs=int(estimator.n_iter_))
             outputs["predictions.csv"] = predictions.to_csv(index=False)
             outputs["metrics.json"] = json.dumps(summary, indent=1)
-    _publish(target, outputs)
+    if outputs:
+        _publish(target, outputs)
     summary["outputs"] = list(outputs)
     return summary
 

@@ -16,29 +16,33 @@ if [[ ! -x "$vflink" ]]; then
     echo "run_local.sh: $vflink not found; run 'make demo' first or set VFLINK" >&2
     exit 2
 fi
+align="${ALIGN:-psi}"
+if [[ "$align" != "psi" && "$align" != "bloom" ]]; then
+    echo "run_local.sh: ALIGN must be psi or bloom, got '$align'" >&2
+    exit 2
+fi
 work="$(mktemp -d "${TMPDIR:-/tmp}/vflink-deploy.XXXXXX")"
 pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do
+cleanup() {  # parties stop cleanly on SIGTERM (telling their peers, stopping their workers)
+    for pid in ${pids[@]+"${pids[@]}"}; do
         kill "$pid" 2>/dev/null || true
     done
     wait 2>/dev/null || true
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT TERM HUP
+
 
 config="$work/federation.toml"
 cp "$here/federation.toml" "$config"
 "$vflink" certs --config "$config" --out "$work/certs"
 "$vflink" cohort --out "$work/data" --n-patients 2000 --seed 7
 secret=()
-if [[ "${ALIGN:-psi}" == "bloom" ]]; then
+if [[ "$align" == "bloom" ]]; then
     # the data parties' shared linkage secret: never in the shared config, never at the coordinator
-    (umask 077 && "$(dirname "$vflink")/python" -c "import secrets; print(secrets.token_hex(32))" \
-        >"$work/linkage.secret")
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$work/linkage.secret")
     secret=(--secret-file "$work/linkage.secret")
-    sed -i -e 's/^id_column = .*/id_column = "record_id"/' \
-        -e 's/^label_column = .*/&\nalign = "bloom"\nschema = "data\/identity_schema.json"/' "$config"
+    printf 'align = "bloom"\nschema = "data/identity_schema.json"\n' >>"$config"  # into [job]
 fi
 
 start() {  # name, then extra arguments
@@ -50,8 +54,8 @@ start() {  # name, then extra arguments
     echo "started $name (pid $!), log $work/$name.log"
 }
 start coordinator
-start lab --data "$work/data/lab.csv" "${secret[@]}"
-start imaging --data "$work/data/imaging.csv" "${secret[@]}"
+start lab --data "$work/data/lab.csv" ${secret[@]+"${secret[@]}"}
+start imaging --data "$work/data/imaging.csv" ${secret[@]+"${secret[@]}"}
 
 status=0
 names=(coordinator lab imaging)

@@ -424,3 +424,18 @@ def test_the_coordinator_decrypts_only_requests_of_a_shares_size() -> None:
         LocalFederation(timeout=10).run(
             {"lab": asker, "coordinator": lambda fed: _answer_raw(fed, "lab", secret, 1)}
         )
+
+
+def test_encrypted_rows_sent_in_many_parts_give_the_same_model(breast, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import vfl.logistic as lr
+
+    parts, y, _, _ = breast
+    whole = small(max_iter=1, batch_size=100, tol=None).fit(parts, y, label_party="imaging")
+    monkeypatch.setattr(lr, "ROWS_MESSAGE_BYTES", 256 * 37)  # 37 rows of a 1024-bit key
+    est = small(max_iter=1, batch_size=100, tol=None)
+    est.fit(parts, y, label_party="imaging", keep_payloads=True)
+    for sender in parts:  # 37 rows at most per part, fewer with several column groups
+        sent = {r.tag for r in est.transcript_.records if r.sender == sender}
+        assert len({t for t in sent if t.startswith("rows/")}) >= -(-len(y) // 37)
+    for name in parts:
+        np.testing.assert_array_equal(est.parts_[name].coef, whole.parts_[name].coef)

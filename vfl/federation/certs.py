@@ -9,8 +9,9 @@ Real deployments may bring their own PKI instead: any CA works, as long as every
 certificate carries the party's name (as in the federation config) as its common name (what a
 server checks of a client) and as a DNS subject alternative name (what a client checks of a
 server), names no other party, allows both TLS server and client authentication, and every
-party has the CA certificate. The CA's private key should then live offline; :func:`make_certificates`
-keeps it beside the certificates only because a pilot has no better place.
+party has the CA certificate. The CA's private key should then live offline;
+:func:`make_certificates` keeps it beside the certificates only because a pilot has no better
+place.
 """
 
 from __future__ import annotations

@@ -264,7 +264,10 @@ class GrpcFederation(Federation):
             "Ping": grpc.unary_unary_rpc_method_handler(self._serve_ping),
             "Bye": grpc.unary_unary_rpc_method_handler(self._serve_bye),
         }
-        options = [("grpc.max_receive_message_length", self.chunk_bytes + 2 * _HEADER_LIMIT)]
+        options = [
+            ("grpc.max_receive_message_length", self.chunk_bytes + 2 * _HEADER_LIMIT),
+            ("grpc.so_reuseport", 0),  # a port in use is an error, not a shared listener
+        ]
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=4 + 2 * len(self.peers)),
             handlers=[grpc.method_handlers_generic_handler(SERVICE, handlers)],
