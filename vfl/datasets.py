@@ -414,7 +414,7 @@ def _perturb_common(
     n_bad = round(typo_rate * n_common)
     for row in rng.choice(n_common, size=n_bad, replace=False):
         kinds = rng.choice(len(_CORRUPTIONS), size=1 if rng.random() < 0.7 else 2, replace=False)
-        for kind in {_CORRUPTIONS[k] for k in kinds}:
+        for kind in dict.fromkeys(_CORRUPTIONS[k] for k in kinds):  # ordered, not a set
             table = lab if rng.random() < 0.5 else imaging
             _perturb(table, int(row), kind, rng)
         if _identity(lab, int(row)) == _identity(imaging, int(row)):

@@ -137,3 +137,30 @@ def test_neither_side_alone_reaches_the_joint_auc() -> None:
 def test_bad_arguments(kwargs: dict[str, float], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make_lab_imaging_cohort(**kwargs)  # type: ignore[arg-type]
+
+
+def test_the_same_seed_gives_the_same_cohort_in_every_process() -> None:
+    """Regression: the perturbations once iterated a set of strings, whose order follows the
+    process's hash seed, so one random_state gave different cohorts in different runs."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import hashlib, pandas as pd\n"
+        "from vfl.datasets import make_lab_imaging_cohort\n"
+        "tables = make_lab_imaging_cohort(800, random_state=5)\n"
+        "print(hashlib.sha256(b''.join(pd.util.hash_pandas_object(t).values.tobytes() "
+        "for t in tables)).hexdigest())\n"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1
