@@ -22,30 +22,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 import vfl
 
 logger = logging.getLogger("vflink")
-
-
-def _write_csv_atomically(frame: pd.DataFrame, path: Path, *, index: bool) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            frame.to_csv(handle, index=index)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _cohort(args: argparse.Namespace) -> int:
@@ -56,16 +41,14 @@ def _cohort(args: argparse.Namespace) -> int:
     lab, imaging, pairs = make_lab_imaging_cohort(
         args.n_patients, overlap=args.overlap, typo_rate=args.typo_rate, random_state=args.seed
     )
-    _write_csv_atomically(lab, out / "lab.csv", index=True)
-    _write_csv_atomically(imaging, out / "imaging.csv", index=True)
-    _write_csv_atomically(pairs, out / "true_pairs.csv", index=False)
     from vfl.datasets import identity_schema
+    from vfl.files import write_atomically
 
+    write_atomically(out / "lab.csv", lab.to_csv(index=True))
+    write_atomically(out / "imaging.csv", imaging.to_csv(index=True))
+    write_atomically(out / "true_pairs.csv", pairs.to_csv(index=False))
     schema = out / "identity_schema.json"
-    fd, tmp = tempfile.mkstemp(prefix=f".{schema.name}.", dir=out)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(identity_schema().to_json())
-    os.replace(tmp, schema)
+    write_atomically(schema, identity_schema().to_json())
     print(
         f"wrote {out / 'lab.csv'} ({len(lab)} rows), {out / 'imaging.csv'} ({len(imaging)} rows), "
         f"{out / 'true_pairs.csv'} ({len(pairs)} true pairs) and the identity columns' "

@@ -682,7 +682,7 @@ def _quantize(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return out
 
 
-def _matvec_bits(x: np.ndarray[Any, Any]) -> int:
+def _feature_bits(x: np.ndarray[Any, Any]) -> int:
     peak = float(np.max(np.abs(x))) if x.size else 1.0
     return max(1, math.frexp(peak)[1]) + FEATURE_BITS
 
@@ -785,10 +785,6 @@ def _penalty(w: np.ndarray[Any, Any], alpha: float, has_intercept: bool) -> Any:
     if has_intercept:
         g[-1] = 0.0
     return g
-
-
-def _gradient_bound(x: np.ndarray[Any, Any]) -> float:
-    return float(np.abs(x).sum(axis=0).max() + 1.0) * (SCORE_BOUND + 2.0)
 
 
 def _batches(order: np.ndarray[Any, Any], batch_size: int) -> list[np.ndarray[Any, Any]]:
@@ -1165,7 +1161,7 @@ class _Exchange:
             fed.broadcast("key", _public_key_payload(self.key), to=self.others)
             self.keys = {p: _public_key_from(fed.recv(p, "key"), p, cfg) for p in self.others}
         self.packing = _RowPacking.plan(
-            _matvec_bits(x),
+            _feature_bits(x),
             x.shape[1],
             min(len(x), 2 * cfg.batch_size),
             len(self.others),

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from vfl.federation.config import NAME_RE as _NAME_RE
+from vfl.files import write_atomically
 
 __all__ = ["make_certificates"]
 
@@ -40,19 +39,6 @@ def _name(common_name: str) -> x509.Name:
             x509.NameAttribute(NameOID.COMMON_NAME, common_name),
         ]
     )
-
-
-def _write(path: Path, data: bytes, *, private: bool) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        if not private:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -139,8 +125,8 @@ def make_certificates(
         .sign(ca_key, hashes.SHA256())
     )
     paths = {"ca": out / "ca.pem", "ca_key": out / "ca.key"}
-    _write(paths["ca"], ca_cert.public_bytes(serialization.Encoding.PEM), private=False)
-    _write(paths["ca_key"], _pem_key(ca_key), private=True)
+    write_atomically(paths["ca"], ca_cert.public_bytes(serialization.Encoding.PEM), private=False)
+    write_atomically(paths["ca_key"], _pem_key(ca_key), private=True)
     extra: list[x509.GeneralName] = []
     for host in hosts:
         try:
@@ -171,6 +157,6 @@ def make_certificates(
         )
         paths[name] = out / f"{name}.pem"
         paths[f"{name}_key"] = out / f"{name}.key"
-        _write(paths[name], cert.public_bytes(serialization.Encoding.PEM), private=False)
-        _write(paths[f"{name}_key"], _pem_key(key), private=True)
+        write_atomically(paths[name], cert.public_bytes(serialization.Encoding.PEM), private=False)
+        write_atomically(paths[f"{name}_key"], _pem_key(key), private=True)
     return paths
