@@ -1,23 +1,58 @@
 """vflink's centre: parties, the channels they talk over, and vertical federated models.
 
-Sub-packages:
+Sub-packages and modules (see the README's folder map):
 
-* :mod:`vfl.federation` -- the :class:`~vfl.federation.Federation` interface every protocol is
-  written against, the in-process :class:`~vfl.federation.LocalFederation`, and the wire format;
-* :mod:`vfl.crypto` -- Paillier encryption on whole numpy vectors, compatible with phe;
-* :mod:`vfl.datasets` -- synthetic cohorts (the lab network + imaging centre scenario);
+* :mod:`vfl.federation` -- the runtime every protocol is written against (in-process and gRPC),
+  the wire format and typed messages;
+* :mod:`vfl.crypto` -- Paillier on whole numpy vectors, packing, the one masked decryption;
+* :mod:`vfl.privacy` -- differential-privacy mechanisms, the accountant and the privacy ledger;
+* :mod:`vfl.training` -- batch schedules from an agreed seed, optimisers, convergence;
+* :mod:`vfl.estimator`, :mod:`vfl.validation`, :mod:`vfl.persistence` -- the role runner, input
+  checks and the model format every estimator shares;
+* :mod:`vfl.linear` -- vertical linear models (logistic, multiclass, linear regression);
 * :mod:`vfl.align` -- aligning parties' rows to their common patients over a federation;
-* :mod:`vfl.logistic` -- :class:`VerticalLogisticRegression` under Paillier encryption.
+* :mod:`vfl.jobs` -- the jobs ``vflink party`` can run; :mod:`vfl.audit` -- privacy attacks;
+* :mod:`vfl.datasets` -- synthetic cohorts.
+
+Names are exported lazily: ``import vfl`` (and ``import vfl.federation`` or ``vfl.crypto``)
+loads neither pandas, scikit-learn nor linkage until a name that needs them is used.
 """
 
+from __future__ import annotations
+
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 try:
     __version__ = version("vflink")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
-from vfl.align import align, align_party
-from vfl.logistic import VerticalLogisticRegression
+_EXPORTS = {
+    "align": "vfl.align",
+    "align_party": "vfl.align",
+    "VerticalLogisticRegression": "vfl.linear",
+    "VerticalLinearRegression": "vfl.linear",
+    "PrivacyLedger": "vfl.privacy",
+}
 
-__all__ = ["VerticalLogisticRegression", "__version__", "align", "align_party"]
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+if TYPE_CHECKING:
+    from vfl.align import align, align_party
+    from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
+    from vfl.privacy import PrivacyLedger
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vfl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

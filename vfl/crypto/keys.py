@@ -39,9 +39,8 @@ from gmpy2 import mpz
 
 from vfl.crypto import fixedpoint, parallel
 from vfl.crypto.kernels import FixedBaseTable, crt_combine
-
-if TYPE_CHECKING:
-    from vfl.crypto.vector import EncryptedVector
+from vfl.crypto.packing import PackingLayout, unpack_slots
+from vfl.crypto.vector import EncryptedVector
 
 __all__ = [
     "MIN_SECURE_BITS",
@@ -270,8 +269,6 @@ class PaillierPublicKey:
     def _wrap(
         self, ciphertexts: list[Any], exponent: int, shape: tuple[int, ...]
     ) -> EncryptedVector:
-        from vfl.crypto.vector import EncryptedVector
-
         return EncryptedVector(self, ciphertexts, exponent, shape=shape, fresh=True)
 
     def raw_encrypt(self, plaintexts: list[int], *, workers: int | None = None) -> list[Any]:
@@ -325,8 +322,6 @@ class PaillierPublicKey:
         ValueError
             The block claims another public key, or holds values that are not ciphertexts.
         """
-        from vfl.crypto.vector import EncryptedVector
-
         return EncryptedVector.from_wire(self, block)
 
 
@@ -428,8 +423,6 @@ class PaillierPrivateKey:
         ``layout`` is a :class:`~vfl.crypto.packing.PackingLayout` or its dict from the wire.
         The key holder learns only ``value + offset + mask`` per slot.
         """
-        from vfl.crypto.packing import PackingLayout, unpack_slots
-
         self._check_vector(vector)
         if not isinstance(layout, PackingLayout):
             layout = PackingLayout.from_dict(layout, n_bits=self.public_key.n_length)

@@ -1,4 +1,12 @@
-"""Masked packing: many encrypted values per ciphertext for the trip to the key holder.
+"""Packing many integers into one Paillier plaintext: the layouts and the slot arithmetic.
+
+Pure integer arithmetic, no ciphertexts (this module is the leaf of :mod:`vfl.crypto`):
+:class:`PackingLayout` and :class:`PackingMasks` describe masked slots for the trip to a key
+holder (:mod:`vfl.crypto.masked` does the homomorphic part); :class:`RowPacking`,
+:func:`pack_rows` and :func:`unpack_signed` pack a party's fixed-point feature rows into signed
+slots for vertical linear models.
+
+Masked packing, step by step:
 
 A party that must have an encrypted vector decrypted by the key holder (a gradient, in vertical
 logistic regression) without showing it does three things:
@@ -25,18 +33,21 @@ from __future__ import annotations
 import math
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import gmpy2
 import numpy as np
-from gmpy2 import mpz
 
 from vfl.crypto import fixedpoint
 
-if TYPE_CHECKING:
-    from vfl.crypto.vector import EncryptedVector
-
-__all__ = ["MIN_KAPPA", "PackingLayout", "PackingMasks", "pack_masked", "unpack_slots"]
+__all__ = [
+    "MIN_KAPPA",
+    "PackingLayout",
+    "PackingMasks",
+    "RowPacking",
+    "pack_rows",
+    "unpack_signed",
+    "unpack_slots",
+]
 
 MIN_KAPPA = 40
 """Smallest statistical masking parameter (bits) accepted."""
@@ -134,47 +145,6 @@ class PackingMasks:
         return fixedpoint.ints_to_floats(self.unmask_integers(slots), self.exponent)
 
 
-def pack_masked(
-    vector: EncryptedVector, *, bound: float, kappa: int = MIN_KAPPA
-) -> tuple[EncryptedVector, PackingMasks]:
-    """Mask and pack an encrypted 1-d vector whose values satisfy ``|v| <= bound``.
-
-    Returns
-    -------
-    (EncryptedVector, PackingMasks)
-        The packed ciphertexts (send them, with ``masks.layout.to_dict()``) and the masks to keep.
-    """
-    if kappa < MIN_KAPPA:
-        raise ValueError(
-            f"kappa must be at least {MIN_KAPPA} bits for statistical hiding, got {kappa}"
-        )
-    if not bound > 0 or not math.isfinite(bound):
-        raise ValueError(f"bound must be a positive finite number, got {bound!r}")
-    pk = vector.public_key
-    value_bits = max(1, math.ceil(math.log2(bound) - vector.exponent) + 1) + 1
-    slot_bits = value_bits + kappa + 1
-    slots = (pk.n_length - 2) // slot_bits
-    if slots < 1:
-        raise ValueError(f"a value of {value_bits} bits with kappa={kappa} does not fit the key")
-    layout = PackingLayout(count=vector.size, value_bits=value_bits, kappa=kappa, slots=slots)
-    offset = 1 << (value_bits - 1)
-    masks = tuple(offset + secrets.randbits(value_bits + kappa) for _ in range(vector.size))
-    n, nsq = pk.n, pk.nsquare
-    masked = [c * (1 + n * m) % nsq for c, m in zip(vector.ciphertexts, masks, strict=True)]
-    shift = mpz(1) << slot_bits
-    packed = []
-    for start in range(0, len(masked), slots):
-        group = masked[start : start + slots]
-        acc = group[-1]
-        for c in reversed(group[:-1]):  # slot 0 holds the group's first value
-            acc = gmpy2.powmod(acc, shift, nsq) * c % nsq
-        packed.append(acc)
-    from vfl.crypto.vector import EncryptedVector
-
-    out = EncryptedVector(pk, packed, 0)
-    return out, PackingMasks(layout, vector.exponent, masks)
-
-
 def unpack_slots(plaintexts: list[int], layout: PackingLayout) -> list[int]:
     """Split decrypted packed plaintexts into the ``layout.count`` masked slot values."""
     if len(plaintexts) != layout.n_ciphertexts:
@@ -187,4 +157,107 @@ def unpack_slots(plaintexts: list[int], layout: PackingLayout) -> list[int]:
         k = min(layout.slots, layout.count - i * layout.slots)
         m = int(m)
         out += [(m >> (layout.slot_bits * j)) & mask for j in range(k)]
+    return out
+
+
+@dataclass(frozen=True)
+class RowPacking:
+    """How a party packs its feature rows: ``per_ct`` columns per plaintext, each in a signed
+    slot of ``slot_bits`` bits (public; sent with the encrypted rows).
+
+    A slot must hold a sum over a batch of ``x * z`` plus, when the sum is decrypted by
+    another party, a mask of ``kappa`` extra bits (see :meth:`masked_layout`).
+    """
+
+    columns: int
+    slot_bits: int
+    per_ct: int
+
+    @property
+    def groups(self) -> int:
+        """Plaintexts (ciphertexts) per row."""
+        return -(-self.columns // self.per_ct)
+
+    def group(self, g: int) -> range:
+        """The columns in group ``g``."""
+        return range(g * self.per_ct, min(self.columns, (g + 1) * self.per_ct))
+
+    @classmethod
+    def plan(cls, value_bits: int, columns: int, key_bits: int, *, kappa: int | None) -> RowPacking:
+        """Slots for signed sums ``|v| < 2**value_bits``, with room for a ``kappa``-bit mask
+        when the sums are decrypted by someone else (``kappa=None``: by their owner)."""
+        slot_bits = value_bits + 2 + (kappa + 1 if kappa is not None else 0)
+        per_ct = (key_bits - 2) // slot_bits
+        if per_ct < 1:
+            raise ValueError(f"a {key_bits}-bit key cannot hold a {slot_bits}-bit slot")
+        return cls(columns, slot_bits, per_ct)
+
+    def value_bits(self, kappa: int | None) -> int:
+        """Bits of a slot's value (``|v| < 2**value_bits``)."""
+        return self.slot_bits - 2 - (kappa + 1 if kappa is not None else 0)
+
+    def masked_layout(self, kappa: int) -> PackingLayout:
+        """The layout a key holder decrypts the masked group sums with: one value per column,
+        ``per_ct`` slots per ciphertext, slots as wide as ours."""
+        return PackingLayout(
+            count=self.columns, value_bits=self.slot_bits - kappa - 1, kappa=kappa, slots=self.per_ct
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {"columns": self.columns, "slot_bits": self.slot_bits, "per_ct": self.per_ct}
+
+    @classmethod
+    def from_dict(cls, data: Any, *, key_bits: int, min_slot_bits: int = 1) -> RowPacking:
+        """Check a received packing (ValueError when malformed or impossible for the key)."""
+        try:
+            packing = cls(int(data["columns"]), int(data["slot_bits"]), int(data["per_ct"]))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"malformed row packing {data!r}") from None
+        if (
+            packing.columns < 1
+            or packing.slot_bits < min_slot_bits
+            or packing.per_ct < 1
+            or packing.per_ct * packing.slot_bits > key_bits - 2
+        ):
+            raise ValueError(f"impossible row packing {data!r} for a {key_bits}-bit key")
+        return packing
+
+
+def pack_rows(x_int: np.ndarray[Any, Any], packing: RowPacking, modulus: int) -> list[list[int]]:
+    """Per group of columns, one plaintext per row: ``sum_j x[i, j] * 2**(slot_bits * j)``
+    (signed slots, taken modulo ``modulus``)."""
+    out = []
+    for g in range(packing.groups):
+        cols = packing.group(g)
+        shifts = [packing.slot_bits * j for j in range(len(cols))]
+        plain = []
+        for row in x_int[:, cols.start : cols.stop].tolist():
+            acc = 0
+            for value, shift in zip(row, shifts, strict=True):
+                acc += value << shift
+            plain.append(acc % modulus)
+        out.append(plain)
+    return out
+
+
+def unpack_signed(value: int, packing: RowPacking, g: int, value_bits: int) -> list[int]:
+    """The signed slots of group ``g``'s exact (signed) plaintext, each checked to lie within
+    ``2**value_bits``.
+
+    Raises
+    ------
+    OverflowError
+        A slot beyond the bound (it may have borrowed from its neighbour) or bits left over.
+    """
+    bits = packing.slot_bits
+    full, half, limit = 1 << bits, 1 << (bits - 1), 1 << value_bits
+    out = []
+    for _ in packing.group(g):
+        slot = value & (full - 1)
+        if slot >= half:
+            slot -= full
+        out.append(slot)
+        value = (value - slot) >> bits
+    if value or any(abs(s) >= limit for s in out):
+        raise OverflowError("a packed sum overflowed its slots")
     return out

@@ -35,7 +35,7 @@ enough to wrap back into the valid range is not detected: keep results far below
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gmpy2
 import numpy as np
@@ -43,8 +43,10 @@ from gmpy2 import mpz
 
 from vfl.crypto import fixedpoint, parallel
 from vfl.crypto.kernels import batch_invert, multiexp_rows
-from vfl.crypto.keys import PaillierPublicKey
 from vfl.federation.wire import CiphertextBlock
+
+if TYPE_CHECKING:  # keys import this module to build vectors; vectors only hold a key
+    from vfl.crypto.keys import PaillierPublicKey
 
 __all__ = ["EncryptedVector", "concatenate", "matvec"]
 
@@ -334,13 +336,12 @@ class EncryptedVector:
 
     @classmethod
     def from_phe(
-        cls, numbers: Sequence[Any], public_key: PaillierPublicKey | None = None
+        cls, numbers: Sequence[Any], public_key: PaillierPublicKey
     ) -> EncryptedVector:
-        """A vector from ``phe.EncryptedNumber`` objects (exponents aligned to the smallest)."""
+        """A vector from ``phe.EncryptedNumber`` objects under ``public_key`` (exponents
+        aligned to the smallest); ``PaillierPublicKey.from_phe`` converts phe's key."""
         if not numbers:
             raise ValueError("from_phe needs at least one EncryptedNumber")
-        if public_key is None:
-            public_key = PaillierPublicKey(int(numbers[0].public_key.n))
         if any(int(x.public_key.n) != int(public_key.n) for x in numbers):
             raise ValueError("the EncryptedNumbers are not all under this public key")
         exponent = 4 * min(int(x.exponent) for x in numbers)

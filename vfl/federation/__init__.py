@@ -3,39 +3,66 @@
 A protocol is written once against :class:`Federation` (``name``, ``peers``, ``send``, ``recv``,
 ``gather``, ``broadcast``); :class:`LocalFederation` runs every party as a thread of one process
 (the embedded default, used by simulations, examples and tests). Payloads are the closed set of
-types of :mod:`vfl.federation.wire`.
+types of :mod:`vfl.federation.wire`; protocols exchange typed
+:mod:`~vfl.federation.messages` with namespaced tags. Names are exported lazily, so importing
+one module (the wire format, say) loads only what it needs.
 """
 
-from vfl.federation import wire
-from vfl.federation.base import (
-    DEFAULT_TIMEOUT,
-    Federation,
-    FederationAbortedError,
-    FederationError,
-    FederationTimeoutError,
-    MessageRecord,
-    PartyFailedError,
-    PeerGoneError,
-    ProtocolMismatchError,
-    Transcript,
-)
-from vfl.federation.local import LocalChannel, LocalFederation
-from vfl.federation.wire import CiphertextBlock, WireFormatError
+from __future__ import annotations
 
-__all__ = [
-    "DEFAULT_TIMEOUT",
-    "CiphertextBlock",
-    "Federation",
-    "FederationAbortedError",
-    "FederationError",
-    "FederationTimeoutError",
-    "LocalChannel",
-    "LocalFederation",
-    "MessageRecord",
-    "PartyFailedError",
-    "PeerGoneError",
-    "ProtocolMismatchError",
-    "Transcript",
-    "WireFormatError",
-    "wire",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "DEFAULT_TIMEOUT": "vfl.federation.base",
+    "Federation": "vfl.federation.base",
+    "FederationAbortedError": "vfl.federation.base",
+    "FederationError": "vfl.federation.base",
+    "FederationTimeoutError": "vfl.federation.base",
+    "MessageRecord": "vfl.federation.base",
+    "PartyFailedError": "vfl.federation.base",
+    "PeerGoneError": "vfl.federation.base",
+    "ProtocolMismatchError": "vfl.federation.base",
+    "Transcript": "vfl.federation.base",
+    "LocalChannel": "vfl.federation.local",
+    "LocalFederation": "vfl.federation.local",
+    "CiphertextBlock": "vfl.federation.wire",
+    "WireFormatError": "vfl.federation.wire",
+    "Message": "vfl.federation.messages",
+    "MessageError": "vfl.federation.messages",
+}
+
+__all__ = sorted([*_EXPORTS, "wire"])
+
+if TYPE_CHECKING:
+    from vfl.federation import wire
+    from vfl.federation.base import (
+        DEFAULT_TIMEOUT,
+        Federation,
+        FederationAbortedError,
+        FederationError,
+        FederationTimeoutError,
+        MessageRecord,
+        PartyFailedError,
+        PeerGoneError,
+        ProtocolMismatchError,
+        Transcript,
+    )
+    from vfl.federation.local import LocalChannel, LocalFederation
+    from vfl.federation.messages import Message, MessageError
+    from vfl.federation.wire import CiphertextBlock, WireFormatError
+
+
+def __getattr__(name: str) -> Any:
+    if name == "wire":
+        return importlib.import_module("vfl.federation.wire")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vfl.federation' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -17,7 +17,8 @@ from sklearn.preprocessing import StandardScaler
 from vfl.crypto import SecurityWarning
 from vfl.crypto.fixedpoint import DEFAULT_PRECISION
 from vfl.federation.wire import CiphertextBlock
-from vfl.logistic import FEATURE_BITS, VerticalLogisticRegression, plaintext_reference
+from vfl.linear import VerticalLogisticRegression, plaintext_reference
+from vfl.linear.model import FEATURE_BITS
 
 pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.SecurityWarning")
 
@@ -101,24 +102,26 @@ def test_no_plaintext_feature_or_label_crosses_a_party_boundary(breast, protocol
             windows = {tuple(np.round(array[k : k + 5], 9).tolist()) for k in range(len(array) - 4)}
             leaked = windows & secrets_of.get(record.sender, set())
             assert not leaked, f"{record.sender} -> {record.receiver} [{record.tag}] leaks"
-        if record.tag.endswith("-req"):
+        if record.tag.endswith("/req"):
             decryptor_inputs += 1
             assert isinstance(record.payload()["data"], CiphertextBlock)
     if protocol == "coordinator":
         assert decryptor_inputs > 0
         to_coordinator = [r for r in records if r.receiver == "coordinator"]
-        assert {r.tag for r in to_coordinator} <= {"epoch", "groups", "grad-req", "loss-req"}
+        allowed = {"vlr/epoch", "vlr/setup", "vlr/grad/req", "vlr/loss/req"}
+        assert {r.tag for r in to_coordinator} <= allowed
     else:  # each party decrypts only what is computed on its own rows: no requests at all
         assert decryptor_inputs == 0
     # between data parties, what carries data is ciphertexts: encrypted rows once, then per
     # batch one packed gradient share each way, and the encrypted loss piece per epoch
     between = [r for r in records if {r.sender, r.receiver} == {"imaging", "lab"}]
-    assert {r.tag for r in between} <= {"key", "rows", "rows/0", "epoch", "g", "loss8"}
+    control = {"vlr/seed", "vlr/outputs", "vlr/key", "vlr/rows", "vlr/epoch"}
+    assert {r.tag for r in between} <= control | {"vlr/rows/0", "vlr/share", "vlr/loss-piece"}
     for record in between:
-        if record.tag in ("g", "loss8"):
-            assert isinstance(record.payload(), CiphertextBlock)
-        if record.tag == "rows/0":
-            assert all(isinstance(b, CiphertextBlock) for b in record.payload())
+        if record.tag in ("vlr/share", "vlr/loss-piece"):
+            assert isinstance(record.payload()["data"], CiphertextBlock)
+        if record.tag == "vlr/rows/0":
+            assert all(isinstance(b, CiphertextBlock) for b in record.payload()["blocks"])
 
 
 @pytest.mark.slow
@@ -142,8 +145,10 @@ def test_saved_parts_predict_the_same(breast, tmp_path) -> None:  # type: ignore
     parts, y, test_parts, _ = breast
     est = small(max_iter=1, tol=None).fit(parts, y, label_party="imaging")
     paths = est.save(tmp_path)
-    assert sorted(p.name for p in paths) == ["imaging.json", "lab.json"]
-    assert "coef" in paths[0].read_text() and "key" not in paths[0].read_text().lower()
+    assert sorted(p.name for p in paths) == ["imaging.npz", "lab.npz"]
+    with np.load(paths[0], allow_pickle=False) as saved:  # numbers only, no key material
+        assert "coef" in saved.files and not any("key" in f for f in saved.files)
+        assert b"key" not in saved["__meta__"].tobytes().lower()
     loaded = small().load(*paths, label_party="imaging")
     np.testing.assert_allclose(
         loaded.decision_function(test_parts), est.decision_function(test_parts), atol=1e-6
@@ -168,8 +173,10 @@ def test_bad_input_gets_clear_errors(breast) -> None:  # type: ignore[no-untyped
     constant = parts["lab"].assign(**{parts["lab"].columns[1]: 1.0})
     with pytest.raises(ValueError, match="are constant"):
         est.fit({**parts, "lab": constant}, y, label_party="imaging")
-    with pytest.raises(ValueError, match="must be binary 0/1"):
-        est.fit(parts, y * 2, label_party="imaging")
+    with pytest.raises(ValueError, match="labels of party 'imaging' hold one class only"):
+        est.fit(parts, y * 0, label_party="imaging")
+    with pytest.raises(ValueError, match="labels of party 'imaging' contain missing values"):
+        est.fit(parts, y.where(y.index != y.index[4]), label_party="imaging")
     with pytest.raises(ValueError, match="party 'lab' has no columns"):
         est.fit({**parts, "lab": parts["lab"].iloc[:, :0]}, y, label_party="imaging")
     with pytest.raises(ValueError, match="needs exactly two data parties"):
@@ -216,38 +223,25 @@ def test_deployment_roles_train_the_same_model(breast) -> None:  # type: ignore[
 
 
 def test_what_the_key_holder_decrypts_is_masked(breast) -> None:  # type: ignore[no-untyped-def]
-    from vfl.logistic import KAPPA
-
     parts, y, _, _ = breast
     est = small(max_iter=1, batch_size=128, tol=None)
     est.fit(parts, y, label_party="imaging", keep_payloads=True)
     records = est.transcript_.records
-    packing = {r.sender: r.payload()["packing"] for r in records if r.tag == "rows"}
     requests: dict[tuple[str, str, str], list] = {}  # type: ignore[type-arg]
     answers: dict[tuple[str, str, str], list] = {}  # type: ignore[type-arg]
     for r in records:
-        if r.tag.endswith("-req"):
+        if r.tag.endswith("/req"):
             requests.setdefault((r.sender, r.receiver, r.tag[:-4]), []).append(r)
-        elif r.tag.endswith("-plain"):
+        elif r.tag.endswith("/plain"):
             answers.setdefault((r.receiver, r.sender, r.tag[:-6]), []).append(r)
     assert requests and set(requests) == set(answers)
-    assert {tag for _, _, tag in requests} == {"grad", "loss"}
+    assert {tag for _, _, tag in requests} == {"vlr/grad", "vlr/loss"}
     checked = 0
     for key in requests:
         for request, answer in zip(requests[key], answers[key], strict=True):
-            if key[2] == "loss":
-                layout = request.payload()["layout"]
-                slots, value_bits, kappa = answer.payload(), layout["value_bits"], layout["kappa"]
-                assert len(slots) == layout["count"]
-            else:  # packed gradient shares: cut each plaintext into its slots
-                plan = packing[key[0]]
-                bits = plan["slot_bits"]
-                value_bits, kappa = bits - 3 - KAPPA, KAPPA
-                slots = []
-                for g, plain in enumerate(answer.payload()):
-                    count = min(plan["per_ct"], plan["columns"] - g * plan["per_ct"])
-                    slots += [(plain >> (bits * j)) & ((1 << bits) - 1) for j in range(count)]
-                    assert plain >> (bits * count) == 0  # nothing beyond the slots
+            layout = request.payload()["layout"]
+            slots, value_bits, kappa = answer.payload()["slots"], layout["value_bits"], 40
+            assert layout["kappa"] >= kappa and len(slots) == layout["count"]
             # each slot is value + offset + a uniform mask of value_bits + kappa bits: far
             # above any value it hides (a fraction 2**-8 of masks could be smaller by chance)
             floor = 2 ** (value_bits + kappa - 8)
@@ -258,21 +252,23 @@ def test_what_the_key_holder_decrypts_is_masked(breast) -> None:  # type: ignore
 
 def test_foreign_ciphertexts_and_keys_are_refused_naming_the_sender() -> None:
     from vfl.crypto import generate_paillier_keypair
-    from vfl.logistic import _Config, _public_key_from, _vector_from
+    from vfl.crypto.policy import KeyPolicy, vector_from
 
     key_a, _ = generate_paillier_keypair(1024, insecure=True)
     key_b, _ = generate_paillier_keypair(1024, insecure=True)
     block = key_a.encrypt(np.arange(3.0)).to_wire()
     with pytest.raises(ValueError, match="party 'lab' sent an unusable ciphertext message"):
-        _vector_from(key_b, block, "lab")
+        vector_from(key_b, block, "lab")
     with pytest.raises(ValueError, match="party 'lab' sent an unusable ciphertext message"):
-        _vector_from(key_b, {"not": "a block"}, "lab")
-    cfg = _Config(1, 1, None, 0.1, "adam", 0.0, 2048, False, 1, None)
+        vector_from(key_b, {"not": "a block"}, "lab")
     small_key = {"n": int(key_a.n).to_bytes(128, "big")}
-    with pytest.raises(ValueError, match="party 'coordinator' sent a 1024-bit public key"):
-        _public_key_from(small_key, "coordinator", cfg)
+    with pytest.raises(
+        ValueError, match="party 'coordinator' sent a malformed public key .* 1024-bit key"
+    ):
+        KeyPolicy().receive(small_key, "coordinator")
     with pytest.raises(ValueError, match="party 'coordinator' sent a malformed public key"):
-        _public_key_from([1, 2], "coordinator", cfg)
+        KeyPolicy().receive([1, 2], "coordinator")
+    assert KeyPolicy(insecure=True).receive(small_key, "coordinator") == key_a
 
 
 def test_small_batches_that_would_reveal_rows_are_refused(breast) -> None:  # type: ignore[no-untyped-def]
@@ -303,22 +299,23 @@ def test_a_party_cannot_test_guesses_against_the_shares_computed_on_its_rows() -
     Re-randomisation must break that, while the share still decrypts to ``X^T z``."""
     from vfl.crypto import generate_paillier_keypair
     from vfl.crypto.kernels import multiexp
-    from vfl.logistic import SCORE_BITS, _pack_rows, _PeerRows, _RowPacking, _unpack_signed
+    from vfl.crypto.packing import RowPacking, pack_rows, unpack_signed
+    from vfl.linear.exchange import SCORE_BITS, PeerRows
 
     public, secret = generate_paillier_keypair(1024, insecure=True)
     rng = np.random.default_rng(1)
     x_int = rng.integers(-(2**20), 2**20, size=(40, 3))
     z = rng.normal(size=40)
     z_int = np.round(z * 2.0**SCORE_BITS).astype(np.int64)
-    packing = _RowPacking.plan(21, 3, 40, 1, 1024, masked=False)
-    (plain,) = _pack_rows(x_int, packing, int(public.n))
-    rows = _PeerRows(public, [public.raw_encrypt(plain)], packing)
+    packing = RowPacking.plan(21 + SCORE_BITS + 17 + 6 + 1, 3, 1024, kappa=None)
+    (plain,) = pack_rows(x_int, packing, int(public.n))
+    rows = PeerRows(public, [public.raw_encrypt(plain)], packing)
     everything = np.arange(40)
-    share = rows.combine(everything, z_int, to_key_owner=True)
+    share = rows.combine(everything, z_int[:, None], to_key_owner=True)
     value = int(secret.raw_decrypt(share.ciphertexts)[0])
     value = value - int(public.n) if value > public.n // 2 else value
     expected = [int(v) for v in (x_int.astype(object).T @ z_int.astype(object))]
-    assert _unpack_signed(value, packing, 0, "test", packing.value_bits(False)) == expected
+    assert unpack_signed(value, packing, 0, packing.value_bits(None)) == expected
     negative = z_int < 0
     inverses = [pow(int(c), -1, int(public.nsquare)) for c in rows.groups[0]]
     bases = [
@@ -326,7 +323,8 @@ def test_a_party_cannot_test_guesses_against_the_shares_computed_on_its_rows() -
     ]
     guess = multiexp(bases, np.abs(z_int), public.nsquare)  # the true z, as a best guess
     assert int(guess) != int(share.ciphertexts[0])
-    assert rows.combine(everything, z_int, to_key_owner=True).ciphertexts != share.ciphertexts
+    again = rows.combine(everything, z_int[:, None], to_key_owner=True)
+    assert again.ciphertexts != share.ciphertexts
 
 
 @pytest.mark.slow
@@ -377,57 +375,65 @@ def test_deployment_scoring_gives_only_the_label_party_the_scores(breast) -> Non
 
 @pytest.mark.parametrize(("n", "batch"), [(398, 64), (120, 100), (50, 64), (256, 64)])
 def test_batches_cover_every_row_once(n: int, batch: int) -> None:
-    from vfl.logistic import _batches
+    from vfl.training import batches as make_batches
 
     order = np.random.default_rng(0).permutation(n)
-    batches = _batches(order, batch)
+    batches = make_batches(order, batch)
     np.testing.assert_array_equal(np.concatenate(batches), order)  # all rows, once, in order
     assert min(len(b) for b in batches) >= min(n, batch // 2)
 
 
 def test_peers_refuse_bad_packings_and_overflowing_shares() -> None:
     from vfl.crypto import EncryptedVector, generate_paillier_keypair
-    from vfl.logistic import _PeerRows, _RowPacking, _unpack_signed
+    from vfl.crypto.packing import RowPacking, unpack_signed
+    from vfl.linear.exchange import PeerRows
+    from vfl.linear.messages import RowsHeader, RowsPart
 
     public, _ = generate_paillier_keypair(1024, insecure=True)
     block = public.encrypt(np.zeros(40)).to_wire()
     # a party declaring as many columns as a batch has rows could solve our z from its shares
-    wide = {"packing": {"columns": 39, "slot_bits": 100, "per_ct": 10}, "parts": 1}
+    wide = RowsHeader(packing={"columns": 39, "slot_bits": 100, "per_ct": 10}, parts=1)
     with pytest.raises(ValueError, match=r"party 'lab': mini-batches of \d+ rows would reveal"):
-        _PeerRows.from_parts(public, wide, [[block] * 4], "lab", 40, 32)
-    bad = {"packing": {"columns": 3, "slot_bits": 900, "per_ct": 3}, "parts": 1}
-    with pytest.raises(ValueError, match="party 'lab' sent an impossible row packing"):
-        _PeerRows.from_parts(public, bad, [[block]], "lab", 40, 32)
-    fine = {"packing": {"columns": 3, "slot_bits": 100, "per_ct": 3}, "parts": 2}
+        PeerRows.from_parts(public, wide, [RowsPart(blocks=[block] * 4)], "lab", 40, 32)
+    bad = RowsHeader(packing={"columns": 3, "slot_bits": 900, "per_ct": 3}, parts=1)
+    with pytest.raises(ValueError, match="party 'lab' sent .* 'packing' impossible row packing"):
+        PeerRows.from_parts(public, bad, [RowsPart(blocks=[block])], "lab", 40, 32)
+    fine = RowsHeader(packing={"columns": 3, "slot_bits": 100, "per_ct": 3}, parts=2)
     half = EncryptedVector(public, public.raw_encrypt([0] * 20), 0, fresh=True).to_wire()
-    assert len(_PeerRows.from_parts(public, fine, [[half], [half]], "lab", 40, 32).groups[0]) == 40
-    with pytest.raises(ValueError, match="party 'lab' sent encrypted rows of the wrong shape"):
-        _PeerRows.from_parts(public, fine, [[half]], "lab", 40, 32)
-    packing = _RowPacking(3, 64, 3)
+    two = [RowsPart(blocks=[half]), RowsPart(blocks=[half])]
+    assert len(PeerRows.from_parts(public, fine, two, "lab", 40, 32).groups[0]) == 40
+    with pytest.raises(ValueError, match="party 'lab' sent .* 'blocks' do not add up"):
+        PeerRows.from_parts(public, fine, two[:1], "lab", 40, 32)
+    packing = RowPacking(3, 64, 3)
     value = (5 << 128) + (-7 << 64) + 3
-    assert _unpack_signed(value, packing, 0, "c", 60) == [3, -7, 5]
-    with pytest.raises(OverflowError, match="via 'c' overflowed"):
-        _unpack_signed((5 << 128) + (2**61 << 64) + 3, packing, 0, "c", 60)  # middle slot
+    assert unpack_signed(value, packing, 0, 60) == [3, -7, 5]
+    with pytest.raises(OverflowError, match="overflowed its slots"):
+        unpack_signed((5 << 128) + (2**61 << 64) + 3, packing, 0, 60)  # middle slot
 
 
 def test_the_coordinator_decrypts_only_requests_of_a_shares_size() -> None:
     from vfl.crypto import generate_paillier_keypair
     from vfl.federation import LocalFederation, PartyFailedError
-    from vfl.logistic import _answer_raw
+    from vfl.crypto.masked import DecryptionRequest, serve_decryption
+    from vfl.linear.messages import VLR
 
     public, secret = generate_paillier_keypair(1024, insecure=True)
+    tags = VLR.child("grad")
 
     def asker(fed):  # type: ignore[no-untyped-def]
-        fed.send("coordinator", "grad-req", {"data": public.encrypt(np.zeros(5)).to_wire()})
+        layout = {"count": 5, "value_bits": 60, "kappa": 40, "slots": 1}
+        request = DecryptionRequest(data=public.encrypt(np.zeros(5)).to_wire(), layout=layout)
+        tags.send(fed, "coordinator", "req", request)
 
-    with pytest.raises(PartyFailedError, match="party 'lab' asked for 5 decryptions"):
-        LocalFederation(timeout=10).run(
-            {"lab": asker, "coordinator": lambda fed: _answer_raw(fed, "lab", secret, 1)}
-        )
+    def coordinator(fed):  # type: ignore[no-untyped-def]
+        serve_decryption(fed, "lab", tags, secret, expected=1)
+
+    with pytest.raises(PartyFailedError, match="party 'lab' .* asks for 5 decryptions"):
+        LocalFederation(timeout=10).run({"lab": asker, "coordinator": coordinator})
 
 
 def test_encrypted_rows_sent_in_many_parts_give_the_same_model(breast, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import vfl.logistic as lr
+    import vfl.linear.exchange as lr
 
     parts, y, _, _ = breast
     whole = small(max_iter=1, batch_size=100, tol=None).fit(parts, y, label_party="imaging")
@@ -436,6 +442,6 @@ def test_encrypted_rows_sent_in_many_parts_give_the_same_model(breast, monkeypat
     est.fit(parts, y, label_party="imaging", keep_payloads=True)
     for sender in parts:  # 37 rows at most per part, fewer with several column groups
         sent = {r.tag for r in est.transcript_.records if r.sender == sender}
-        assert len({t for t in sent if t.startswith("rows/")}) >= -(-len(y) // 37)
+        assert len({t for t in sent if t.startswith("vlr/rows/")}) >= -(-len(y) // 37)
     for name in parts:
         np.testing.assert_array_equal(est.parts_[name].coef, whole.parts_[name].coef)

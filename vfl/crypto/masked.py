@@ -1,0 +1,203 @@
+"""The one masked decryption: a party has a key holder decrypt values it must not see.
+
+Every protocol in vflink that asks another party to decrypt uses this pair:
+
+* the requester (:func:`request_decryption`) adds to every value a secret mask ``kappa >= 40``
+  bits longer than the value, packs many values per ciphertext, re-randomises, and sends a
+  :class:`DecryptionRequest` (the packed ciphertexts and their public
+  :class:`~vfl.crypto.packing.PackingLayout`);
+* the key holder (:func:`serve_decryption`) decrypts the packed ciphertexts and answers with the
+  masked slots (:class:`DecryptedSlots`); the requester subtracts its masks.
+
+The key holder sees each value hidden by a mask whose statistical distance from uniform is
+below ``2**-kappa`` and decrypts ``count / slots`` ciphertexts instead of ``count``. Values come
+in two shapes: a vector of encrypted fixed-point numbers (:func:`pack_masked` packs them by
+Horner's rule on ciphertexts) or ciphertexts whose plaintexts are already packed signed slots
+(:func:`mask_slots`, the vertical linear models' gradient shares).
+
+The key holder can check only sizes (``expected``): a requester that deviates from the protocol
+could ask it to decrypt anything under its key; malicious parties are out of scope.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import gmpy2
+from gmpy2 import mpz
+
+from vfl.crypto.keys import PaillierPrivateKey
+from vfl.crypto.packing import MIN_KAPPA, PackingLayout, PackingMasks
+from vfl.crypto.vector import EncryptedVector
+from vfl.federation.messages import Message, Namespace
+from vfl.federation.wire import CiphertextBlock
+
+if TYPE_CHECKING:
+    from vfl.federation.base import Federation
+
+__all__ = [
+    "DecryptedSlots",
+    "DecryptionRequest",
+    "decrypt_masked",
+    "mask_slots",
+    "pack_masked",
+    "request_decryption",
+    "serve_decryption",
+]
+
+
+@dataclass(frozen=True)
+class DecryptionRequest(Message):
+    """Packed, masked ciphertexts and their public layout (``PackingLayout.to_dict()``)."""
+
+    KIND = "decryption request"
+    data: CiphertextBlock
+    layout: dict[str, int]
+
+
+@dataclass(frozen=True)
+class DecryptedSlots(Message):
+    """The key holder's answer: the masked slot values, in order."""
+
+    KIND = "decryption answer"
+    slots: list[int]
+
+
+def pack_masked(
+    vector: EncryptedVector, *, bound: float, kappa: int = MIN_KAPPA
+) -> tuple[EncryptedVector, PackingMasks]:
+    """Mask and pack an encrypted 1-d vector whose values satisfy ``|v| <= bound``.
+
+    Returns
+    -------
+    (EncryptedVector, PackingMasks)
+        The packed ciphertexts (send them, with ``masks.layout.to_dict()``) and the masks to keep.
+    """
+    if kappa < MIN_KAPPA:
+        raise ValueError(
+            f"kappa must be at least {MIN_KAPPA} bits for statistical hiding, got {kappa}"
+        )
+    if not bound > 0 or not math.isfinite(bound):
+        raise ValueError(f"bound must be a positive finite number, got {bound!r}")
+    pk = vector.public_key
+    value_bits = max(1, math.ceil(math.log2(bound) - vector.exponent) + 1) + 1
+    slot_bits = value_bits + kappa + 1
+    slots = (pk.n_length - 2) // slot_bits
+    if slots < 1:
+        raise ValueError(f"a value of {value_bits} bits with kappa={kappa} does not fit the key")
+    layout = PackingLayout(count=vector.size, value_bits=value_bits, kappa=kappa, slots=slots)
+    offset = 1 << (value_bits - 1)
+    masks = tuple(offset + secrets.randbits(value_bits + kappa) for _ in range(vector.size))
+    n, nsq = pk.n, pk.nsquare
+    masked = [c * (1 + n * m) % nsq for c, m in zip(vector.ciphertexts, masks, strict=True)]
+    shift = mpz(1) << slot_bits
+    packed = []
+    for start in range(0, len(masked), slots):
+        group = masked[start : start + slots]
+        acc = group[-1]
+        for c in reversed(group[:-1]):  # slot 0 holds the group's first value
+            acc = gmpy2.powmod(acc, shift, nsq) * c % nsq
+        packed.append(acc)
+    return EncryptedVector(pk, packed, 0), PackingMasks(layout, vector.exponent, masks)
+
+
+def mask_slots(
+    vector: EncryptedVector, layout: PackingLayout
+) -> tuple[EncryptedVector, PackingMasks]:
+    """Mask ciphertexts whose plaintexts are already packed signed slots (``layout.slots`` per
+    ciphertext, the last one possibly fewer; each ``|v| < 2**(layout.value_bits - 1)``).
+
+    Each ciphertext is multiplied by a fresh encryption of its masks (offset plus
+    ``value_bits + kappa`` random bits per slot). The fresh DJN obfuscator also re-randomises:
+    under the key holder's key, everything the requester computed lies in the group of the
+    key's base ``h``, and the mask's fresh uniform exponent makes each of its residues modulo
+    the group order's small factors uniform to the key holder.
+    """
+    if vector.ndim != 1 or vector.size != layout.n_ciphertexts or vector.exponent != 0:
+        raise ValueError(
+            f"expected {layout.n_ciphertexts} packed integer ciphertexts, got {vector.shape} at "
+            f"exponent {vector.exponent}"
+        )
+    offset = 1 << (layout.value_bits - 1)
+    width = layout.value_bits + layout.kappa
+    masks = tuple(offset + secrets.randbits(width) for _ in range(layout.count))
+    packed = []
+    for c in range(layout.n_ciphertexts):
+        chunk = masks[c * layout.slots : (c + 1) * layout.slots]
+        packed.append(sum(m << (layout.slot_bits * j) for j, m in enumerate(chunk)))
+    pk = vector.public_key
+    encrypted = pk.raw_encrypt(packed)
+    nsq = pk.nsquare
+    out = [c * e % nsq for c, e in zip(vector.ciphertexts, encrypted, strict=True)]
+    masked = EncryptedVector(pk, out, 0, fresh=True)
+    return masked, PackingMasks(layout, 0, masks)
+
+
+def request_decryption(
+    fed: Federation,
+    holder: str,
+    tags: Namespace,
+    packed: EncryptedVector,
+    masks: PackingMasks,
+) -> list[int]:
+    """Send masked, packed ciphertexts to ``holder`` (tags ``<namespace>/req`` and
+    ``<namespace>/plain``) and return the unmasked signed integers (at ``masks.exponent``)."""
+    request = DecryptionRequest(data=packed.to_wire(), layout=masks.layout.to_dict())
+    tags.send(fed, holder, "req", request)
+    answer = tags.recv(fed, holder, "plain", DecryptedSlots)
+    if len(answer.slots) != masks.layout.count:
+        DecryptedSlots.refuse(
+            holder, "slots", f"holds {len(answer.slots)} values, {masks.layout.count} asked for"
+        )
+    return masks.unmask_integers(answer.slots)
+
+
+def decrypt_masked(
+    fed: Federation,
+    holder: str,
+    tags: Namespace,
+    vector: EncryptedVector,
+    *,
+    bound: float,
+    kappa: int = MIN_KAPPA,
+    exact: bool = False,
+) -> Any:
+    """Have ``holder`` decrypt ``vector`` (``|v| <= bound``) under masks only we know: float64
+    values, or with ``exact`` the signed fixed-point integers at ``vector.exponent``."""
+    packed, masks = pack_masked(vector, bound=bound, kappa=kappa)
+    values = request_decryption(fed, holder, tags, packed, masks)
+    if exact:
+        return values
+    from vfl.crypto import fixedpoint
+
+    return fixedpoint.ints_to_floats(values, masks.exponent)
+
+
+def serve_decryption(
+    fed: Federation,
+    requester: str,
+    tags: Namespace,
+    private_key: PaillierPrivateKey,
+    *,
+    expected: int | None = None,
+) -> None:
+    """The key holder's side: decrypt one :class:`DecryptionRequest` from ``requester`` and
+    answer with its masked slots. ``expected`` (packed ciphertexts), when given, refuses a
+    request of any other size."""
+    request = tags.recv(fed, requester, "req", DecryptionRequest)
+    try:
+        vector = private_key.public_key.vector_from_wire(request.data)
+    except (TypeError, ValueError) as exc:
+        DecryptionRequest.refuse(requester, "data", f"is not usable: {exc}")
+    if expected is not None and vector.size != expected:
+        DecryptionRequest.refuse(
+            requester, "data", f"asks for {vector.size} decryptions; this step has {expected}"
+        )
+    try:
+        slots = private_key.decrypt_packed(vector, request.layout)
+    except ValueError as exc:
+        DecryptionRequest.refuse(requester, "layout", f"does not fit: {exc}")
+    tags.send(fed, requester, "plain", DecryptedSlots(slots=[int(v) for v in slots]))

@@ -1,0 +1,76 @@
+"""The role runner: one set of roles, run in simulation or in deployment.
+
+A federated estimator describes a job as ``{party: role}``, each role a callable that takes
+that party's :class:`~vfl.federation.Federation` and returns the party's result. It builds
+the roles once, from each party's own data only (a role object holds its party's frame and
+nothing of another's), and this module runs them:
+
+* simulation -- :func:`run_simulation` runs every role as a thread of one
+  :class:`~vfl.federation.LocalFederation` and returns ``{party: result}`` and the transcript;
+* deployment -- :func:`run_deployed` runs this party's role on its own federation (gRPC, say).
+
+Roles return their results; the estimator reads them afterwards in its ``_collect``
+(never written to from party threads), so the same estimator code path serves both.
+
+:class:`FederatedEstimator` is the scikit-learn-style base: ``fit(parts, y, label_party=...)``
+and ``fit_party(federation, frame, y, ...)`` both call :meth:`FederatedEstimator._fit_roles`
+and :meth:`FederatedEstimator._collect`; subclasses implement those two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
+
+from vfl.federation.base import Federation, Transcript
+from vfl.federation.local import LocalFederation
+
+__all__ = ["FederatedEstimator", "Role", "run_deployed", "run_simulation"]
+
+Role = Callable[[Federation], Any]
+
+
+def run_simulation(
+    roles: Mapping[str, Role], *, timeout: float, record_payloads: bool = False
+) -> tuple[dict[str, Any], Transcript]:
+    """Run every role in one process (a thread each); ``({party: result}, transcript)``."""
+    federation = LocalFederation(timeout=timeout, record_payloads=record_payloads)
+    results = federation.run(dict(roles))
+    return results, federation.transcript
+
+
+def run_deployed(roles: Mapping[str, Role], federation: Federation) -> dict[str, Any]:
+    """Run this party's role (``roles[federation.name]``) on its own federation."""
+    name = federation.name
+    if name not in roles:
+        raise ValueError(f"party {name!r} has no role in this job (roles: {sorted(roles)})")
+    return {name: roles[name](federation)}
+
+
+class FederatedEstimator(BaseEstimator):  # type: ignore[misc]
+    """Base of vflink's federated estimators (see the module docstring).
+
+    Subclasses keep scikit-learn's contract: keyword-only hyperparameters stored unchanged in
+    ``__init__``, validation in ``fit``, learned attributes ending in ``_``.
+    """
+
+    timeout: float
+
+    def _check_fitted(self, attribute: str = "parts_") -> None:
+        if not getattr(self, attribute, None):
+            raise NotFittedError(
+                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with "
+                "appropriate arguments before using this estimator."
+            )
+
+    def _simulate(
+        self, roles: Mapping[str, Role], *, keep_payloads: bool = False
+    ) -> dict[str, Any]:
+        results, transcript = run_simulation(
+            roles, timeout=self.timeout, record_payloads=keep_payloads
+        )
+        self.transcript_ = transcript
+        return results

@@ -1,0 +1,208 @@
+"""Typed messages and namespaced tags: what crosses a channel, checked in one place.
+
+A protocol step sends a small frozen dataclass (a :class:`Message`), never an ad-hoc dict. The
+dataclass's field annotations are its schema: :meth:`Message.to_payload` turns it into a wire
+payload (a dict of the wire format's types) and :meth:`Message.from_payload` checks a received
+payload against the annotations -- missing, unknown or mistyped fields raise
+:class:`MessageError` naming the sender, the message and the field. Semantic checks that need
+context (a share's length against the batch) stay in the protocol, raised through
+:meth:`Message.refuse` so that they read the same.
+
+Field types understood: ``int`` (not bool), ``float`` (ints accepted), ``bool``, ``str``,
+``bytes``, ``np.ndarray`` (numeric, any shape), :class:`~vfl.federation.wire.CiphertextBlock`,
+``list[X]`` and ``dict[str, X]`` of these, and ``X | None``.
+
+Tags are namespaced by protocol (``"vlr/grad"``, ``"align/psi"``, ``"fedavg/update"``), so two
+protocols can share one federation without their messages crossing; a :class:`Namespace`
+builds them, with an optional round index (``"vlr/rows/3"``)::
+
+    VLR = Namespace("vlr")
+    VLR.send(fed, "lab", "key", PublicKey(n=...))
+    key = VLR.recv(fed, "coordinator", "key", PublicKey)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Iterable
+from typing import Any, ClassVar, TypeVar, Union, get_args, get_origin
+
+import numpy as np
+
+from vfl.federation.wire import CiphertextBlock
+
+if typing.TYPE_CHECKING:
+    from vfl.federation.base import Federation
+
+__all__ = ["Message", "MessageError", "Namespace"]
+
+M = TypeVar("M", bound="Message")
+
+_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+
+
+class MessageError(ValueError):
+    """A received message is malformed; the text names the sender, the message and the field."""
+
+
+class Message:
+    """Base of every typed message: subclass it as a frozen dataclass.
+
+    ``KIND`` (a class attribute) names the message in errors; it defaults to the class name.
+    """
+
+    KIND: ClassVar[str] = ""
+
+    @classmethod
+    def kind(cls) -> str:
+        return cls.KIND or cls.__name__
+
+    def to_payload(self) -> dict[str, Any]:
+        """The wire payload: ``{field: value}``."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_payload(cls: type[M], payload: Any, sender: str) -> M:
+        """Check ``payload`` against the fields' annotations and build the message.
+
+        Raises
+        ------
+        MessageError
+            Not a dict, a field missing, unknown, or of the wrong type; the text names
+            ``sender``, the message and the field.
+        """
+        if not isinstance(payload, dict):
+            raise MessageError(
+                f"party {sender!r} sent a malformed {cls.kind()} message: expected a dict of "
+                f"fields, got {type(payload).__name__}"
+            )
+        hints = _hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(str(k) for k in payload if k not in fields)
+        if unknown:
+            cls.refuse(sender, unknown[0], "is not a field of this message")
+        values = {}
+        for name, f in fields.items():
+            if name not in payload:
+                if f.default is not dataclasses.MISSING:
+                    continue
+                cls.refuse(sender, name, "is missing")
+            problem = _check(payload[name], hints[name])
+            if problem:
+                cls.refuse(sender, name, problem)
+            values[name] = _convert(payload[name], hints[name])
+        return cls(**values)
+
+    @classmethod
+    def refuse(cls, sender: str, field: str, problem: str) -> typing.NoReturn:
+        """Raise the :class:`MessageError` for ``field`` of a message from ``sender``."""
+        raise MessageError(
+            f"party {sender!r} sent a malformed {cls.kind()} message: field {field!r} {problem}"
+        )
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:  # each class's annotations resolve in its own module
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _describe(value: Any) -> str:
+    return type(value).__name__
+
+
+def _check(value: Any, hint: Any) -> str | None:
+    """None when ``value`` fits ``hint``, else what is wrong."""
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        problems = [_check(value, o) for o in options if o is not type(None)]
+        return None if any(p is None for p in problems) else problems[0]
+    if hint is Any:
+        return None
+    if hint is bool:
+        return None if isinstance(value, bool) else f"must be a bool, got {_describe(value)}"
+    if hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return None if ok else f"must be an integer, got {_describe(value)}"
+    if hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else f"must be a number, got {_describe(value)}"
+    if hint in (str, bytes, CiphertextBlock):
+        return None if isinstance(value, hint) else f"must be {hint.__name__}, got {_describe(value)}"
+    if hint is np.ndarray or origin is np.ndarray:
+        if not isinstance(value, np.ndarray):
+            return f"must be a numeric array, got {_describe(value)}"
+        return None if value.dtype.kind in "biuf" else f"has dtype {value.dtype}, not numeric"
+    if origin is list:
+        if not isinstance(value, list):
+            return f"must be a list, got {_describe(value)}"
+        (inner,) = get_args(hint) or (Any,)
+        for i, item in enumerate(value):
+            problem = _check(item, inner)
+            if problem:
+                return f"item {i} {problem}"
+        return None
+    if origin is dict:
+        if not isinstance(value, dict):
+            return f"must be a dict, got {_describe(value)}"
+        key_type, inner = get_args(hint) or (Any, Any)
+        for key, item in value.items():
+            problem = _check(key, key_type) or _check(item, inner)
+            if problem:
+                return f"entry {key!r} {problem}"
+        return None
+    raise TypeError(f"message field type {hint!r} is not supported")
+
+
+def _convert(value: Any, hint: Any) -> Any:
+    if hint is float and isinstance(value, int):
+        return float(value)
+    return value
+
+
+class Namespace:
+    """The tags of one protocol: ``Namespace("vlr").tag("grad", 3) == "vlr/grad/3"``."""
+
+    def __init__(self, name: str) -> None:
+        if not all(_NAME.match(part) for part in name.split("/")):
+            raise ValueError(
+                f"a protocol namespace is lowercase words separated by '/', got {name!r}"
+            )
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Namespace({self.name!r})"
+
+    def tag(self, step: str, *index: int) -> str:
+        """The tag of ``step`` (and its round ``index``, if any)."""
+        return "/".join([self.name, step, *(str(int(i)) for i in index)])
+
+    def child(self, name: str) -> Namespace:
+        """A sub-namespace (``Namespace("vlr").child("score")`` tags ``"vlr/score/..."``)."""
+        return Namespace(f"{self.name}/{name}")
+
+    def send(self, fed: Federation, to: str, step: str, message: Message, *index: int) -> None:
+        fed.send(to, self.tag(step, *index), message.to_payload())
+
+    def broadcast(
+        self,
+        fed: Federation,
+        step: str,
+        message: Message,
+        *index: int,
+        to: Iterable[str] | None = None,
+    ) -> None:
+        fed.broadcast(self.tag(step, *index), message.to_payload(), to=to)
+
+    def recv(self, fed: Federation, frm: str, step: str, cls: type[M], *index: int) -> M:
+        """Receive ``step`` from ``frm`` and check it as a ``cls``."""
+        return cls.from_payload(fed.recv(frm, self.tag(step, *index)), frm)

@@ -1,0 +1,334 @@
+"""What every vertical linear estimator shares: hyperparameters, the roles it builds, scoring,
+persistence. :class:`~vfl.linear.VerticalLogisticRegression` and
+:class:`~vfl.linear.VerticalLinearRegression` add only their loss and their targets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vfl.crypto.policy import KeyPolicy
+from vfl.estimator import FederatedEstimator, Role, run_deployed
+from vfl.federation.base import Federation
+from vfl.linear.losses import LinearLoss
+from vfl.linear.model import PartyModel
+from vfl.linear.protocol import CoordinatorRole, DataRole, FitResult, FitSpec
+from vfl.linear.scoring import ScoreCoordinatorRole, ScoreRole, ScoreSpec
+from vfl.training.optimizers import OPTIMIZERS
+from vfl.training.schedule import check_batch_size
+from vfl.validation import check_data_parties, check_parts
+
+__all__ = ["PROTOCOLS", "VerticalLinearModel"]
+
+PROTOCOLS = ("coordinator", "two_party")
+
+
+class VerticalLinearModel(FederatedEstimator):
+    """Base of the vertical linear estimators (see :mod:`vfl.linear` for the protocol).
+
+    Subclasses set ``_loss`` and implement :meth:`_targets` (the label party's targets in the
+    loss's units, and what it keeps of them) and the prediction methods.
+    """
+
+    _loss: LinearLoss
+
+    def __init__(
+        self,
+        *,
+        max_iter: int = 30,
+        batch_size: int = 256,
+        tol: float | None = 1e-4,
+        learning_rate: float = 0.05,
+        optimizer: str = "adam",
+        alpha: float = 1e-3,
+        protocol: str = "coordinator",
+        key_bits: int = 2048,
+        random_state: int | None = None,
+        standardize: bool = True,
+        warm_start: bool = False,
+        coordinator: str = "coordinator",
+        workers: int | None = None,
+        timeout: float = 600.0,
+        insecure: bool = False,
+    ) -> None:
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.tol = tol
+        self.learning_rate = learning_rate
+        self.optimizer = optimizer
+        self.alpha = alpha
+        self.protocol = protocol
+        self.key_bits = key_bits
+        self.random_state = random_state
+        self.standardize = standardize
+        self.warm_start = warm_start
+        self.coordinator = coordinator
+        self.workers = workers
+        self.timeout = timeout
+        self.insecure = insecure
+
+    # -- what subclasses provide -------------------------------------------------------------
+
+    def _targets(
+        self, y: Any, index: pd.Index, party: str
+    ) -> tuple[np.ndarray[Any, Any], dict[str, Any]]:
+        """``(targets (rows, outputs) in the loss's units, fields for the label party's part)``."""
+        raise NotImplementedError
+
+    def _learn_labels(self, part: PartyModel) -> None:
+        """Set label-derived attributes (``classes_``) from the label party's part."""
+
+    def _from_scores(self, scores: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """What the label party's :meth:`predict_party` returns for scores ``(rows, K)``."""
+        return scores
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def _check_params(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(
+                f"optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}"
+            )
+        for name in ("max_iter", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not self.learning_rate > 0 or not self.alpha >= 0:
+            raise ValueError("learning_rate must be > 0 and alpha >= 0")
+
+    def _workers(self) -> int:
+        # worker processes pay off on large batches; on small ones the parties' threads
+        # already keep the cores busy and the inter-process traffic costs more than it saves
+        default = min(os.cpu_count() or 1, 4) if self.batch_size >= 512 else 1
+        return self.workers if self.workers is not None else default
+
+    def _policy(self) -> KeyPolicy:
+        return KeyPolicy(self.key_bits, self.insecure)
+
+    def _key_holder(self) -> str | None:
+        return self.coordinator if self.protocol == "coordinator" else None
+
+    def _spec(self, label_party: str, data_parties: list[str]) -> FitSpec:
+        self._check_params()
+        check_data_parties(list(data_parties), label_party)
+        if self.protocol == "two_party" and len(data_parties) != 2:
+            raise ValueError(
+                f"protocol='two_party' needs exactly two data parties, got "
+                f"{sorted(data_parties)}; use protocol='coordinator' for more"
+            )
+        if self.protocol == "coordinator" and self.coordinator in data_parties:
+            raise ValueError(
+                f"{self.coordinator!r} is both a data party and the coordinator's name; pass "
+                "coordinator='...' with another name"
+            )
+        return FitSpec(
+            loss=self._loss,
+            label_party=label_party,
+            data_parties=tuple(data_parties),
+            coordinator=self._key_holder(),
+            max_iter=self.max_iter,
+            batch_size=self.batch_size,
+            tol=self.tol,
+            learning_rate=float(self.learning_rate),
+            optimizer=self.optimizer,
+            alpha=float(self.alpha),
+            policy=self._policy(),
+            workers=self._workers(),
+            random_state=self.random_state,
+        )
+
+    # -- the roles ---------------------------------------------------------------------------
+
+    def _fit_roles(
+        self,
+        spec: FitSpec,
+        frames: dict[str, pd.DataFrame | None],
+        y: Any,
+    ) -> dict[str, Role]:
+        """One role per party of ``frames`` (None: a party whose data is elsewhere), plus the
+        coordinator's; each data role holds only its own frame (and the labels, at the label
+        party), all checked before any role starts."""
+        roles: dict[str, Role] = {}
+        previous = getattr(self, "parts_", {}) if self.warm_start else {}
+        for name, frame in frames.items():
+            if frame is None:
+                continue
+            is_label = name == spec.label_party
+            targets, keep = self._targets(y, frame.index, name) if is_label else (None, {})
+            outputs = targets.shape[1] if targets is not None else 1
+            if name in previous:
+                part = previous[name]
+                if part.columns != [str(c) for c in frame.columns]:
+                    raise ValueError(f"party {name!r}: warm start with other columns than fitted")
+                part = PartyModel(**{**part.__dict__, "coef": part.coef.copy()})
+            else:
+                part = PartyModel.fresh(
+                    name, frame, standardize=self.standardize, active=is_label, outputs=outputs
+                )
+            for key, value in keep.items():
+                setattr(part, key, value)
+            x = part.design(frame)
+            check_batch_size(name, len(x), x.shape[1] + int(is_label), spec.batch_size)
+            roles[name] = DataRole(spec, part, x, targets)
+        if spec.coordinator is not None:
+            roles[spec.coordinator] = CoordinatorRole(spec)
+        return roles
+
+    def _collect(self, results: dict[str, Any], spec: FitSpec) -> None:
+        """Read the roles' results (after the run)."""
+        done = {n: r for n, r in results.items() if isinstance(r, FitResult)}
+        fits = {n: r for n, r in done.items() if r.part is not None}
+        self.parts_ = {n: r.part for n, r in fits.items()}
+        self.label_party_ = spec.label_party
+        self.data_parties_ = list(spec.data_parties)
+        self.n_iter_ = max((r.n_iter for r in done.values()), default=0)
+        label = fits.get(spec.label_party)
+        if label is not None:
+            self.loss_curve_ = list(label.loss_curve)
+            self.epoch_seconds_ = list(label.epoch_seconds)
+            self.setup_seconds_ = label.setup_seconds
+            self.intercept_ = np.atleast_1d(np.asarray(label.part.intercept, dtype=float))  # type: ignore[union-attr]
+            self._learn_labels(label.part)  # type: ignore[arg-type]
+        else:
+            self.loss_curve_ = []  # the loss is the label party's to learn
+
+    # -- simulation --------------------------------------------------------------------------
+
+    def fit(
+        self,
+        parts: dict[str, pd.DataFrame],
+        y: Any,
+        *,
+        label_party: str,
+        keep_payloads: bool = False,
+    ) -> VerticalLinearModel:
+        """Train with every party simulated in this process (one thread each).
+
+        Parameters
+        ----------
+        parts : dict of str to DataFrame
+            Each party's features, all with the same index (the aligned common rows).
+        y : array-like or Series
+            Labels (targets) of those rows (a Series is aligned by index), held by
+            ``label_party``.
+        label_party : str
+            The active party: one of ``parts``.
+        keep_payloads : bool
+            Keep every message's payload in ``transcript_`` for audits (memory grows with the
+            data); sizes are always kept.
+        """
+        frames = check_parts(parts, label_party)
+        spec = self._spec(label_party, list(frames))
+        roles = self._fit_roles(spec, dict(frames), y)
+        results = self._simulate(roles, keep_payloads=keep_payloads)
+        self._collect(results, spec)
+        return self
+
+    def _scores(self, parts: dict[str, pd.DataFrame]) -> np.ndarray[Any, Any]:
+        """Scores ``(rows, outputs)`` of the rows of ``parts`` (simulated secure scoring)."""
+        self._check_fitted()
+        frames = check_parts(parts, self.label_party_)
+        missing = sorted(set(self.parts_) - set(frames))
+        extra = sorted(set(frames) - set(self.parts_))
+        if missing or extra:
+            raise ValueError(
+                f"predict needs the parties the model was fitted with: missing {missing}, "
+                f"unknown {extra}"
+            )
+        spec = self._score_spec(list(frames))
+        roles: dict[str, Role] = {
+            name: ScoreRole(spec, self.parts_[name], self.parts_[name].design(frame))
+            for name, frame in frames.items()
+        }
+        if spec.coordinator is not None:
+            roles[spec.coordinator] = ScoreCoordinatorRole(spec)
+        results = self._simulate(roles)
+        scores: np.ndarray[Any, Any] = results[self.label_party_]
+        return scores
+
+    def _score_spec(self, data_parties: list[str]) -> ScoreSpec:
+        self._check_params()
+        return ScoreSpec(
+            self.label_party_,
+            tuple(data_parties),
+            self._key_holder(),
+            self._policy(),
+            self._workers(),
+        )
+
+    # -- deployment: one party, its own federation -------------------------------------------
+
+    def fit_party(
+        self,
+        federation: Federation,
+        frame: pd.DataFrame | None,
+        y: Any = None,
+        *,
+        label_party: str,
+        data_parties: list[str],
+    ) -> VerticalLinearModel:
+        """Run this party's role of training (deployment): ``frame`` is its own aligned
+        features (None for the coordinator), ``y`` its labels if it is ``label_party``,
+        ``data_parties`` the names of all parties holding features."""
+        name = federation.name
+        spec = self._spec(label_party, list(data_parties))
+        if frame is not None:
+            frame = check_parts({name: frame}, name)[name]
+        roles = self._fit_roles(spec, {name: frame}, y if name == label_party else None)
+        self._collect(run_deployed(roles, federation), spec)
+        return self
+
+    def predict_party(
+        self,
+        federation: Federation,
+        frame: pd.DataFrame | None,
+        *,
+        data_parties: list[str] | None = None,
+    ) -> np.ndarray[Any, Any] | None:
+        """Run this party's role of scoring (deployment): ``frame`` its own rows (None for the
+        coordinator); ``data_parties`` defaults to those of the fit. The label party gets what
+        ``decision_function`` (classifiers) or ``predict`` (regressors) would give, the
+        others None."""
+        name = federation.name
+        parties = data_parties or getattr(self, "data_parties_", None)
+        if not parties:
+            raise ValueError("predict_party needs data_parties= (the parties holding features)")
+        spec = self._score_spec(list(parties))
+        roles: dict[str, Role] = {}
+        if frame is not None:
+            part = getattr(self, "parts_", {}).get(name)
+            if part is None:
+                raise ValueError(f"party {name!r} has no fitted part: fit or load it first")
+            roles[name] = ScoreRole(spec, part, part.design(frame))
+        elif spec.coordinator is not None:
+            roles[spec.coordinator] = ScoreCoordinatorRole(spec)
+        result = run_deployed(roles, federation)[name]
+        return None if result is None else self._from_scores(np.asarray(result))
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def save(self, folder: str | Path) -> list[Path]:
+        """Write each held party's part to ``folder/<party>.npz`` (vflink's model format:
+        weights, columns, standardisation; no key material, nothing of other parties)."""
+        self._check_fitted()
+        target = Path(folder)
+        target.mkdir(parents=True, exist_ok=True)
+        return [part.save(target / f"{name}.npz") for name, part in self.parts_.items()]
+
+    def load(self, *paths: str | Path, label_party: str) -> VerticalLinearModel:
+        """Load parts written by :meth:`save` (a party loads its own)."""
+        self.parts_ = {}
+        for path in paths:
+            part = PartyModel.load(path)
+            self.parts_[part.party] = part
+        self.label_party_ = label_party
+        if label_party in self.parts_:
+            self._learn_labels(self.parts_[label_party])
+        return self
+

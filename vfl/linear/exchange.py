@@ -1,0 +1,306 @@
+"""The gradient exchange of vertical linear models: packed encrypted feature rows.
+
+Setup (once per fit): each data party rounds its features to multiples of ``2**-FEATURE_BITS``,
+packs each row into as few plaintexts as fit (signed slots wide enough for a batch sum), encrypts
+them -- under its own key (``two_party``) or the coordinator's -- and sends them to every other
+data party (:class:`PeerRows`). One encryption per row and column group, for any number of
+outputs and epochs.
+
+Per batch (:meth:`GradientExchange.remote`): every party ``p`` turns its vectors ``z_p`` (one per
+output) into ``[[X_t^T z_p]]`` for every other party ``t`` by one Pippenger multi-exponentiation
+over ``t``'s encrypted rows per output and column group, re-randomised, and sends them to ``t``;
+``t`` multiplies together what it receives, has the sum decrypted -- by itself, or by the
+coordinator under slot masks (:mod:`vfl.crypto.masked`) -- and adds ``X_t^T z_t`` of its own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from vfl.crypto import EncryptedVector
+from vfl.crypto.kernels import batch_invert, multiexp
+from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
+from vfl.crypto.masked import mask_slots, request_decryption
+from vfl.crypto.packing import MIN_KAPPA, PackingLayout, RowPacking, pack_rows, unpack_signed
+from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
+from vfl.crypto.rerandomize import rerandomize
+from vfl.federation.base import Federation
+from vfl.linear.messages import VLR, Encrypted, RowsHeader, RowsPart, SetupCounts
+from vfl.linear.model import FEATURE_BITS, feature_bits
+from vfl.training.schedule import check_batch_size
+
+__all__ = ["KAPPA", "ROWS_MESSAGE_BYTES", "SCORE_BITS", "Z_BITS", "GradientExchange", "PeerRows"]
+
+KAPPA = MIN_KAPPA
+"""Bits of statistical hiding of every mask."""
+SCORE_BITS = 32
+"""Partial scores and residual terms ``z`` are rounded to multiples of ``2**-SCORE_BITS``."""
+Z_BITS = SCORE_BITS + 17
+"""Bits of ``|z| * 2**SCORE_BITS`` (``|z| < 2**17``: scores and targets within ``2**16``)."""
+ROWS_MESSAGE_BYTES = 32 * 2**20
+"""Bytes of encrypted feature rows per setup message."""
+
+
+def plan_packing(
+    x: np.ndarray[Any, Any], rows: int, contributors: int, key_bits: int, *, masked: bool
+) -> RowPacking:
+    """Slots wide enough for the sum over ``contributors`` parties and ``rows`` rows of
+    ``x * z`` (plus the masks when ``masked``)."""
+    value_bits = (
+        feature_bits(x) + Z_BITS + max(1, rows - 1).bit_length() + contributors.bit_length()
+    )
+    return RowPacking.plan(value_bits, x.shape[1], key_bits, kappa=KAPPA if masked else None)
+
+
+class PeerRows:
+    """Another party's packed, encrypted feature rows, kept for the whole fit."""
+
+    def __init__(self, key: PaillierPublicKey, groups: list[list[Any]], packing: RowPacking):
+        self.key, self.groups, self.packing = key, groups, packing
+        self._inverses: list[list[Any] | None] = [None] * len(groups)
+
+    @classmethod
+    def exchange(
+        cls,
+        fed: Federation,
+        own: tuple[PaillierPublicKey, RowPacking, list[list[Any]]],
+        keys: dict[str, PaillierPublicKey],
+        n_rows: int,
+        batch_size: int,
+    ) -> dict[str, PeerRows]:
+        """Send our encrypted rows (``own``: key, packing, ciphertexts per column group) to
+        every peer in ``keys`` and receive theirs: a header, then parts of at most
+        ``ROWS_MESSAGE_BYTES``, sent and received in step (part k out, then every peer's part
+        k in), so that no receive queue ever holds more than about two parts."""
+        key, packing, groups = own
+        per_part = max(1, ROWS_MESSAGE_BYTES // (packing.groups * key.ciphertext_bytes))
+        starts = list(range(0, n_rows, per_part))
+        peers = list(keys)
+        header = RowsHeader(packing=packing.to_dict(), parts=len(starts))
+        VLR.broadcast(fed, "rows", header, to=peers)
+        headers = {p: VLR.recv(fed, p, "rows", RowsHeader) for p in peers}
+        for p, h in headers.items():
+            if not 1 <= h.parts <= n_rows:
+                RowsHeader.refuse(p, "parts", f"is {h.parts}, not between 1 and {n_rows}")
+        received: dict[str, list[RowsPart]] = {p: [] for p in peers}
+        for k in range(max([len(starts), *(h.parts for h in headers.values())])):
+            if k < len(starts):
+                blocks = [
+                    EncryptedVector(key, cts[starts[k] : starts[k] + per_part], 0, fresh=True)
+                    for cts in groups
+                ]
+                part = RowsPart(blocks=[b.to_wire() for b in blocks])
+                VLR.broadcast(fed, "rows", part, k, to=peers)
+            for p in peers:
+                if k < headers[p].parts:
+                    received[p].append(VLR.recv(fed, p, "rows", RowsPart, k))
+        return {
+            p: cls.from_parts(keys[p], headers[p], received[p], p, n_rows, batch_size)
+            for p in peers
+        }
+
+    @classmethod
+    def from_parts(
+        cls,
+        key: PaillierPublicKey,
+        header: RowsHeader,
+        parts: list[RowsPart],
+        sender: str,
+        n_rows: int,
+        batch_size: int,
+    ) -> PeerRows:
+        """Check and join received parts."""
+        try:
+            packing = RowPacking.from_dict(
+                header.packing, key_bits=key.n_length, min_slot_bits=Z_BITS
+            )
+        except ValueError as exc:
+            RowsHeader.refuse(sender, "packing", str(exc))
+        # the shares we compute on these rows reveal X^T z to their owner: as many columns as
+        # a batch has rows would let it solve for our z (checked by us, not only by it)
+        check_batch_size(sender, n_rows, packing.columns, batch_size)
+        groups: list[list[Any]] = [[] for _ in range(packing.groups)]
+        for part in parts:
+            if len(part.blocks) != packing.groups:
+                RowsPart.refuse(sender, "blocks", f"has {len(part.blocks)} groups")
+            vectors = [vector_from(key, block, sender) for block in part.blocks]
+            if any(v.ndim != 1 or v.exponent != 0 or len(v) != len(vectors[0]) for v in vectors):
+                RowsPart.refuse(sender, "blocks", "are not integer vectors of one length")
+            for g, vector in enumerate(vectors):
+                groups[g] += vector.ciphertexts
+        if any(len(g) != n_rows for g in groups):
+            RowsPart.refuse(
+                sender,
+                "blocks",
+                f"do not add up to {packing.groups} groups of {n_rows} rows",
+            )
+        return cls(key, groups, packing)
+
+    def combine(
+        self, rows: np.ndarray[Any, Any], z_int: np.ndarray[Any, Any], *, to_key_owner: bool
+    ) -> EncryptedVector:
+        """``[[X[rows]^T z]]`` for every column of ``z_int`` (``(len(rows), K)`` integers), packed
+        (one ciphertext per output and group, output-major), re-randomised: one Pippenger
+        multi-exponentiation each; negative ``z`` use the rows' inverses (computed once).
+
+        The owner of the rows knows their randomness and could otherwise test guesses of ``z``
+        against the product; a share going to the key's owner gets uniform ``r**n``
+        (:mod:`vfl.crypto.rerandomize`)."""
+        nsq = self.key.nsquare
+        out = []
+        for k in range(z_int.shape[1]):
+            column = z_int[:, k]
+            negative = (column < 0).tolist()
+            magnitudes = np.abs(column)
+            for g, cts in enumerate(self.groups):
+                if any(negative) and self._inverses[g] is None:
+                    self._inverses[g] = batch_invert(cts, nsq)
+                inverses = self._inverses[g]
+                bases = [
+                    inverses[i] if neg else cts[i]  # type: ignore[index]
+                    for i, neg in zip(rows.tolist(), negative, strict=True)
+                ]
+                out.append(multiexp(bases, magnitudes, nsq))
+        return rerandomize(EncryptedVector(self.key, out, 0), for_key_owner=to_key_owner)
+
+
+class GradientExchange:
+    """One data party's side of the gradient exchange, for both protocols.
+
+    Parameters
+    ----------
+    fed : Federation
+    x : array (rows, columns)
+        The party's design matrix (rounded features, the intercept column at the label party).
+    data_parties : list of str
+        Every data party, this one included.
+    outputs : int
+        Outputs trained at once (K one-vs-rest models share the encrypted rows).
+    coordinator : str or None
+        The key holder (``coordinator`` protocol), or None: each party owns a key.
+    """
+
+    def __init__(
+        self,
+        fed: Federation,
+        x: np.ndarray[Any, Any],
+        data_parties: list[str],
+        *,
+        outputs: int,
+        batch_size: int,
+        coordinator: str | None,
+        policy: KeyPolicy,
+        workers: int,
+    ) -> None:
+        self.fed, self.x, self.outputs, self.coordinator = fed, x, outputs, coordinator
+        self.others = [p for p in data_parties if p != fed.name]
+        self.secret: PaillierPrivateKey | None
+        if coordinator is not None:
+            self.key = policy.accept(
+                VLR.recv(fed, coordinator, "key", PublicKeyMessage), coordinator
+            )
+            self.secret = None
+            self.keys = {p: self.key for p in self.others}
+        else:
+            self.key, self.secret = policy.generate()
+            VLR.broadcast(fed, "key", PublicKeyMessage.of(self.key), to=self.others)
+            self.keys = {
+                p: policy.accept(VLR.recv(fed, p, "key", PublicKeyMessage), p)
+                for p in self.others
+            }
+        self.packing = plan_packing(
+            x,
+            min(len(x), 2 * batch_size),
+            len(self.others),
+            self.key.n_length,
+            masked=coordinator is not None,
+        )
+        x_int = np.round(x * 2.0**FEATURE_BITS).astype(np.int64)
+        encrypt = (self.secret or self.key).raw_encrypt
+        groups = [
+            encrypt(plain, workers=workers)
+            for plain in pack_rows(x_int, self.packing, int(self.key.n))
+        ]
+        self.peers = PeerRows.exchange(
+            fed, (self.key, self.packing, groups), self.keys, len(x), batch_size
+        )
+
+    @property
+    def share_ciphertexts(self) -> int:
+        """Ciphertexts of one decrypted gradient share (outputs times column groups)."""
+        return self.outputs * self.packing.groups
+
+    def setup_counts(self, rows: int | None = None) -> SetupCounts:
+        return SetupCounts(share_ciphertexts=self.share_ciphertexts, rows=rows)
+
+    def remote(self, rows: np.ndarray[Any, Any], z: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """Send this party's contributions for ``z`` (``(len(rows), K)``) and return the
+        decrypted sum of the others': ``X[rows]^T (sum of the other parties' z)``, shape
+        ``(columns, K)``. With ``X^T z`` of its own added, that is the party's gradient
+        numerator for the batch."""
+        z_int = np.round(z * 2.0**SCORE_BITS).astype(np.int64)
+        owner = self.coordinator is None  # two_party: the shares go to the key's owner
+        for p, peer in self.peers.items():
+            share = peer.combine(rows, z_int, to_key_owner=owner)
+            VLR.send(self.fed, p, "share", Encrypted(data=share.to_wire()))
+        total: EncryptedVector | None = None
+        for p in self.others:
+            part = vector_from(self.key, VLR.recv(self.fed, p, "share", Encrypted).data, p)
+            if part.shape != (self.share_ciphertexts,) or part.exponent != 0:
+                Encrypted.refuse(p, "data", f"is a gradient share of shape {part.shape}")
+            total = part if total is None else total + part
+        if total is None:
+            raise RuntimeError("a gradient exchange needs at least one other data party")
+        value_bits = self.packing.value_bits(KAPPA if self.coordinator else None)
+        slots = self._open(total)
+        columns = self.x.shape[1]
+        out = np.empty((columns, self.outputs))
+        scale = -(FEATURE_BITS + SCORE_BITS)
+        for k in range(self.outputs):
+            for g in range(self.packing.groups):
+                values = slots[k * self.packing.groups + g]
+                cols = self.packing.group(g)
+                if any(abs(v) >= 1 << value_bits for v in values) or any(
+                    values[len(cols) :]
+                ):
+                    raise OverflowError(
+                        f"a gradient decrypted via {self.coordinator or self.fed.name!r} "
+                        "overflowed its packing; standardise the features or lower "
+                        "learning_rate"
+                    )
+                out[cols.start : cols.stop, k] = [math.ldexp(v, scale) for v in values[: len(cols)]]
+        return out
+
+    def _open(self, total: EncryptedVector) -> list[list[int]]:
+        """Per ciphertext of ``total``, its exact signed slots (``per_ct`` each; slots beyond a
+        group's columns are 0): decrypted by this party's own key, or by the coordinator under
+        masks of ``KAPPA`` bits of statistical hiding."""
+        per_ct = self.packing.per_ct
+        if self.secret is not None:
+            n = int(self.key.n)
+            plain = [int(v) for v in self.secret.raw_decrypt(total.ciphertexts)]
+            full = RowPacking(per_ct, self.packing.slot_bits, per_ct)
+            try:
+                return [
+                    unpack_signed(v - n if v > n // 2 else v, full, 0, self.packing.slot_bits - 1)
+                    for v in plain
+                ]
+            except OverflowError:
+                raise OverflowError(
+                    f"a gradient decrypted by {self.fed.name!r} overflowed its packing; "
+                    "standardise the features or lower learning_rate"
+                ) from None
+        if self.coordinator is None:
+            raise RuntimeError("no key to open the gradient share with")
+        layout = PackingLayout(
+            count=len(total) * per_ct,
+            value_bits=self.packing.slot_bits - KAPPA - 1,
+            kappa=KAPPA,
+            slots=per_ct,
+        )
+        masked, masks = mask_slots(total, layout)
+        values = request_decryption(self.fed, self.coordinator, VLR.child("grad"), masked, masks)
+        return [values[i : i + per_ct] for i in range(0, len(values), per_ct)]

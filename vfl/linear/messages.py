@@ -1,0 +1,83 @@
+"""The messages of the vertical linear protocol (tags under ``vlr/``; scoring under
+``vlr-score/``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vfl.federation.messages import Message, Namespace
+from vfl.federation.wire import CiphertextBlock
+
+__all__ = [
+    "SCORE",
+    "VLR",
+    "CrossScores",
+    "Encrypted",
+    "EpochControl",
+    "Outputs",
+    "RowsHeader",
+    "RowsPart",
+    "SetupCounts",
+]
+
+VLR = Namespace("vlr")
+SCORE = Namespace("vlr-score")
+
+
+@dataclass(frozen=True)
+class SetupCounts(Message):
+    """To the coordinator at setup: a data party's ciphertexts per gradient share; the label
+    party's also the number of rows (for the batch count)."""
+
+    KIND = "setup counts"
+    share_ciphertexts: int
+    rows: int | None = None
+
+
+@dataclass(frozen=True)
+class RowsHeader(Message):
+    """Before the encrypted feature rows: their packing and how many parts follow."""
+
+    KIND = "encrypted rows header"
+    packing: dict[str, int]
+    parts: int
+
+
+@dataclass(frozen=True)
+class RowsPart(Message):
+    """One part of the encrypted rows: one block per column group."""
+
+    KIND = "encrypted rows"
+    blocks: list[CiphertextBlock]
+
+
+@dataclass(frozen=True)
+class Encrypted(Message):
+    """One encrypted vector: a gradient share, scores, a loss piece or a cross-term sum."""
+
+    KIND = "encrypted vector"
+    data: CiphertextBlock
+
+
+@dataclass(frozen=True)
+class CrossScores(Message):
+    """The label party forwards earlier passives' encrypted scores (cross terms of the loss)."""
+
+    KIND = "cross-term scores"
+    scores: list[CiphertextBlock]
+
+
+@dataclass(frozen=True)
+class EpochControl(Message):
+    """The label party, before each epoch: go on or stop."""
+
+    KIND = "epoch control"
+    stop: bool
+
+
+@dataclass(frozen=True)
+class Outputs(Message):
+    """The label party, at setup: how many outputs are trained (1, or K one-vs-rest)."""
+
+    KIND = "output count"
+    count: int

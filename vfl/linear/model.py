@@ -1,0 +1,172 @@
+"""One party's fitted part of a vertical linear model, and how it reads its own columns."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vfl import persistence
+from vfl.validation import check_numeric
+
+__all__ = ["FEATURE_BITS", "KIND", "PartyModel", "feature_bits", "quantize"]
+
+FEATURE_BITS = 20
+"""Features are rounded to multiples of ``2**-FEATURE_BITS`` before training."""
+KIND = "vfl.linear.PartyModel"
+
+
+def quantize(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Round to multiples of ``2**-FEATURE_BITS`` (so encrypted sums are exact integers)."""
+    peak = float(np.max(np.abs(values))) if values.size else 0.0
+    if peak >= 2.0**40:
+        raise ValueError("features beyond 2**40 in magnitude: standardise them")
+    out: np.ndarray[Any, Any] = np.round(values * 2.0**FEATURE_BITS) / 2.0**FEATURE_BITS
+    return out
+
+
+def feature_bits(x: np.ndarray[Any, Any]) -> int:
+    """Bits of the largest ``|x| * 2**FEATURE_BITS`` (public: it sizes the packing)."""
+    peak = float(np.max(np.abs(x))) if x.size else 1.0
+    return max(1, math.frexp(peak)[1]) + FEATURE_BITS
+
+
+@dataclass
+class PartyModel:
+    """One party's fitted part: its columns, standardisation and weights (nothing else).
+
+    ``coef`` has shape ``(columns,)`` for one output (binary or regression) and
+    ``(columns, K)`` for K one-vs-rest outputs; ``intercept`` likewise a float or ``(K,)``
+    (nonzero at the label party only). ``target_mean``/``target_scale`` are the label party's
+    own target standardisation (regression), never sent.
+    """
+
+    party: str
+    role: str
+    columns: list[str]
+    mean: np.ndarray[Any, Any]
+    scale: np.ndarray[Any, Any]
+    coef: np.ndarray[Any, Any]
+    intercept: Any = 0.0
+    target_mean: float = 0.0
+    target_scale: float = 1.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def fresh(
+        cls, party: str, frame: pd.DataFrame, *, standardize: bool, active: bool, outputs: int
+    ) -> PartyModel:
+        """An unfitted part for ``frame``'s columns (zero weights; the party's own means and
+        deviations when ``standardize``); refuses constant columns."""
+        columns = [str(c) for c in frame.columns]
+        values = check_numeric(frame, party, list(frame.columns))
+        std = values.std(axis=0)
+        constant = [c for c, s in zip(columns, std, strict=True) if s == 0]
+        if constant:
+            raise ValueError(
+                f"party {party!r}: columns {constant} are constant; they carry no information, "
+                "drop them"
+            )
+        mean = values.mean(axis=0) if standardize else np.zeros(len(columns))
+        scale = std if standardize else np.ones(len(columns))
+        coef = np.zeros(len(columns)) if outputs == 1 else np.zeros((len(columns), outputs))
+        intercept: Any = 0.0 if outputs == 1 else np.zeros(outputs)
+        return cls(party, "active" if active else "passive", columns, mean, scale, coef, intercept)
+
+    def with_outputs(self, outputs: int) -> PartyModel:
+        """The same part with zero weights for ``outputs`` outputs."""
+        d = len(self.columns)
+        coef = np.zeros(d) if outputs == 1 else np.zeros((d, outputs))
+        intercept: Any = 0.0 if outputs == 1 else np.zeros(outputs)
+        return PartyModel(self.party, self.role, self.columns, self.mean, self.scale, coef, intercept)
+
+    @property
+    def outputs(self) -> int:
+        return 1 if self.coef.ndim == 1 else int(self.coef.shape[1])
+
+    def weights(self, *, with_intercept: bool) -> np.ndarray[Any, Any]:
+        """``(columns [+1], K)``: the coefficients, and the intercept as the last row."""
+        w = self.coef.reshape(len(self.columns), self.outputs)
+        if with_intercept:
+            w = np.vstack([w, np.reshape(self.intercept, (1, self.outputs))])
+        return np.array(w, dtype=float)
+
+    def set_weights(self, w: np.ndarray[Any, Any], *, with_intercept: bool) -> None:
+        """Store ``(columns [+1], K)`` weights in this part's shapes."""
+        coef = w[:-1] if with_intercept else w
+        single = self.outputs == 1
+        self.coef = coef[:, 0].copy() if single else coef.copy()
+        if with_intercept:
+            self.intercept = float(w[-1, 0]) if single else w[-1].copy()
+
+    def design(self, frame: pd.DataFrame) -> np.ndarray[Any, Any]:
+        """This party's standardised, rounded feature matrix of ``frame`` (checked)."""
+        values = check_numeric(frame, self.party, self.columns)
+        return quantize((values - self.mean) / self.scale)
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        """The part in vflink's model format (:mod:`vfl.persistence`)."""
+        meta, arrays = self._fields()
+        return persistence.dump_model(KIND, meta, arrays)
+
+    def save(self, path: str | Path) -> Path:
+        meta, arrays = self._fields()
+        return persistence.save_model(path, KIND, meta, arrays)
+
+    def _fields(self) -> tuple[dict[str, Any], dict[str, np.ndarray[Any, Any]]]:
+        meta = {
+            "party": self.party,
+            "role": self.role,
+            "columns": self.columns,
+            "target_mean": self.target_mean,
+            "target_scale": self.target_scale,
+            "extra": self.extra,
+        }
+        arrays = {
+            "mean": self.mean,
+            "scale": self.scale,
+            "coef": self.coef,
+            "intercept": np.asarray(self.intercept, dtype=float),
+        }
+        return meta, arrays
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str = "the model") -> PartyModel:
+        meta, arrays = persistence.parse_model(data, kind=KIND, source=source)
+        return cls._from_fields(meta, arrays, source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> PartyModel:
+        meta, arrays = persistence.load_model(path, kind=KIND)
+        return cls._from_fields(meta, arrays, str(path))
+
+    @classmethod
+    def _from_fields(
+        cls, meta: dict[str, Any], arrays: dict[str, np.ndarray[Any, Any]], source: str
+    ) -> PartyModel:
+        try:
+            intercept = arrays["intercept"]
+            part = cls(
+                party=str(meta["party"]),
+                role=str(meta["role"]),
+                columns=[str(c) for c in meta["columns"]],
+                mean=arrays["mean"].astype(float),
+                scale=arrays["scale"].astype(float),
+                coef=arrays["coef"].astype(float),
+                intercept=float(intercept) if intercept.ndim == 0 else intercept.astype(float),
+                target_mean=float(meta["target_mean"]),
+                target_scale=float(meta["target_scale"]),
+                extra=dict(meta.get("extra", {})),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{source} is not a saved vertical linear part: {exc}") from None
+        d = len(part.columns)
+        if part.mean.shape != (d,) or part.scale.shape != (d,) or part.coef.shape[:1] != (d,):
+            raise ValueError(f"{source}: the arrays do not match its {d} columns")
+        return part

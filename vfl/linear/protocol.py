@@ -1,0 +1,408 @@
+"""The roles of vertical linear training: label party, passive parties, coordinator.
+
+Each role is an object built with its own party's data only and called with that party's
+federation; it returns a :class:`FitResult` (it never writes to the estimator). The estimator
+builds them in :mod:`vfl.linear.base`; :mod:`vfl.estimator` runs them in simulation or
+deployment.
+
+The label party drives the epochs. Per batch, every data party computes its partial scores
+``u_p = X_p W_p`` (one column per output) and its vector ``z_p`` -- ``u_A - t(y)`` at the label
+party, ``u_k`` at a passive party -- and the gradient exchange (:mod:`vfl.linear.exchange`)
+gives each party ``X_p^T sum_q z_q``, its gradient numerator. The loss needs
+``|sum_q z_q|^2``, which splits into the label party's ``|z_A|^2``, each passive's
+``2 w_k^T G_k + |u_k|^2`` (``G_k`` the share it decrypted, so ``w_k^T G_k`` is the inner product
+of its scores with the others') and, with two or more passives, cross terms ``-2 u_k . u_l``
+from one encrypted score vector per batch of all passives but the last. The passives send
+their epoch sums encrypted; the label party learns the total once per epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vfl.crypto import EncryptedVector, matvec
+from vfl.crypto.masked import decrypt_masked, serve_decryption
+from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
+from vfl.federation.base import Federation
+from vfl.linear.exchange import SCORE_BITS, GradientExchange
+from vfl.linear.losses import LinearLoss
+from vfl.linear.messages import VLR, CrossScores, Encrypted, EpochControl, Outputs, SetupCounts
+from vfl.linear.model import PartyModel
+from vfl.training.convergence import LossCurve
+from vfl.training.optimizers import make_optimizer
+from vfl.training.schedule import Schedule, agree_seed
+
+__all__ = [
+    "LOSS_BOUND",
+    "SCORE_BOUND",
+    "CoordinatorRole",
+    "DataRole",
+    "FitResult",
+    "FitSpec",
+    "check_scores",
+    "penalty",
+]
+
+logger = logging.getLogger(__name__)
+
+SCORE_BOUND = 2.0**16
+"""Public bound on ``|u|`` (and on targets) used to size masks; beyond it training stops."""
+LOSS_BOUND = 2.0**70
+"""Public bound on an epoch's ``sum |z|^2``, the size of the loss's mask."""
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """Everything every role agrees on (the estimator's hyperparameters and the parties)."""
+
+    loss: LinearLoss
+    label_party: str
+    data_parties: tuple[str, ...]
+    coordinator: str | None
+    max_iter: int
+    batch_size: int
+    tol: float | None
+    learning_rate: float
+    optimizer: str
+    alpha: float
+    policy: KeyPolicy
+    workers: int
+    random_state: int | None
+
+    @property
+    def passives(self) -> list[str]:
+        return [p for p in self.data_parties if p != self.label_party]
+
+
+@dataclass
+class FitResult:
+    """What a role returns: its fitted part (None at the coordinator) and what it learnt."""
+
+    part: PartyModel | None
+    n_iter: int = 0
+    loss_curve: list[float] = field(default_factory=list)
+    epoch_seconds: list[float] = field(default_factory=list)
+    setup_seconds: float = 0.0
+    converged: bool = False
+
+
+def check_scores(u: np.ndarray[Any, Any], party: str) -> None:
+    if u.size and float(np.max(np.abs(u))) > SCORE_BOUND:
+        raise FloatingPointError(
+            f"party {party!r}: partial scores beyond {SCORE_BOUND:g}; training diverged "
+            "(lower learning_rate, raise alpha, or standardize the features)"
+        )
+
+
+def penalty(w: np.ndarray[Any, Any], alpha: float, has_intercept: bool) -> np.ndarray[Any, Any]:
+    """The L2 penalty's gradient ``alpha * w``, zero on the intercept row."""
+    g = alpha * w
+    if has_intercept:
+        g[-1] = 0.0
+    return g
+
+
+class DataRole:
+    """A data party's side of training (the label party's when ``targets`` is given).
+
+    Parameters
+    ----------
+    spec : FitSpec
+    part : PartyModel
+        This party's part to train (fresh, or the previous fit's for a warm start).
+    x : array (rows, columns)
+        Its design matrix, ``part.design(frame)``.
+    targets : array (rows, outputs), optional
+        ``t(y)`` -- at the label party only.
+    """
+
+    def __init__(
+        self,
+        spec: FitSpec,
+        part: PartyModel,
+        x: np.ndarray[Any, Any],
+        targets: np.ndarray[Any, Any] | None = None,
+    ) -> None:
+        self.spec, self.part, self.targets = spec, part, targets
+        self.is_label = targets is not None
+        self.x = np.column_stack([x, np.ones(len(x))]) if self.is_label else x
+
+    def __call__(self, fed: Federation) -> FitResult:
+        spec = self.spec
+        began = time.perf_counter()
+        outputs = self.agree_outputs(fed)
+        seed = agree_seed(fed, spec.data_parties, VLR.tag("seed"), spec.random_state)
+        exchange = GradientExchange(
+            fed,
+            self.x,
+            list(spec.data_parties),
+            outputs=outputs,
+            batch_size=spec.batch_size,
+            coordinator=spec.coordinator,
+            policy=spec.policy,
+            workers=spec.workers,
+        )
+        if spec.coordinator is not None:  # it decrypts only requests of this size
+            rows = len(self.x) if self.is_label else None
+            VLR.send(fed, spec.coordinator, "setup", exchange.setup_counts(rows))
+        setup = time.perf_counter() - began
+        schedule = Schedule(len(self.x), spec.batch_size, seed)
+        w = self.part.weights(with_intercept=self.is_label)
+        trainer: _Trainer
+        if self.is_label:
+            trainer = _LabelTrainer(fed, spec, self.x, w, exchange, self.targets)  # type: ignore[arg-type]
+        else:
+            trainer = _PassiveTrainer(fed, spec, self.x, w, exchange)
+        result = trainer.run(schedule)
+        self.part.set_weights(trainer.w, with_intercept=self.is_label)
+        result.part, result.setup_seconds = self.part, setup
+        return result
+
+    def agree_outputs(self, fed: Federation) -> int:
+        """The label party tells the passives how many outputs (K one-vs-rest models share
+        the encrypted rows; K is the number of classes, which the passives thus learn)."""
+        label = self.spec.label_party
+        if self.targets is not None:
+            count = int(self.targets.shape[1])
+            VLR.broadcast(fed, "outputs", Outputs(count=count), to=self.spec.passives)
+            return count
+        count = VLR.recv(fed, label, "outputs", Outputs).count
+        if not 1 <= count <= 1024:
+            Outputs.refuse(label, "count", f"is {count}, not between 1 and 1024")
+        if self.part.outputs != count:
+            if np.any(self.part.coef):
+                raise ValueError(
+                    f"party {fed.name!r}: warm start of a model with {self.part.outputs} "
+                    f"outputs, but the label party trains {count}"
+                )
+            self.part = self.part.with_outputs(count)
+        return count
+
+
+class _Trainer:
+    def __init__(
+        self,
+        fed: Federation,
+        spec: FitSpec,
+        x: np.ndarray[Any, Any],
+        w: np.ndarray[Any, Any],
+        exchange: GradientExchange,
+    ) -> None:
+        self.fed, self.spec, self.x, self.w, self.exchange = fed, spec, x, w, exchange
+        self.optimizer = make_optimizer(spec.optimizer, learning_rate=spec.learning_rate)
+
+    def step(self, grad: np.ndarray[Any, Any], rows: int, epoch: int, intercept: bool) -> None:
+        scaled = grad / (self.spec.loss.c * rows) + penalty(self.w, self.spec.alpha, intercept)
+        self.w = self.optimizer.step(self.w, scaled, epoch)
+
+    def run(self, schedule: Schedule) -> FitResult:
+        raise NotImplementedError
+
+
+class _LabelTrainer(_Trainer):
+    """The label party: drives the epochs, computes ``z = u_A - t(y)`` and learns the loss."""
+
+    def __init__(
+        self,
+        fed: Federation,
+        spec: FitSpec,
+        x: np.ndarray[Any, Any],
+        w: np.ndarray[Any, Any],
+        exchange: GradientExchange,
+        targets: np.ndarray[Any, Any],
+    ) -> None:
+        super().__init__(fed, spec, x, w, exchange)
+        self.t = targets
+        self.own = 0.0
+        self.cross: EncryptedVector | None = None
+        self.followers = [*spec.passives, *([spec.coordinator] if spec.coordinator else [])]
+
+    def run(self, schedule: Schedule) -> FitResult:
+        result = FitResult(part=None)
+        curve = LossCurve(self.spec.tol)
+        epochs = schedule.epochs()
+        for epoch in range(self.spec.max_iter):
+            began = time.perf_counter()
+            VLR.broadcast(self.fed, "epoch", EpochControl(stop=False), to=self.followers)
+            for rows in next(epochs):
+                self.train_batch(rows, epoch)
+            loss = self.epoch_loss(len(self.x))
+            result.epoch_seconds.append(time.perf_counter() - began)
+            logger.info("epoch %d: training loss %.6f", epoch + 1, loss)
+            if curve.add(loss):
+                result.converged = True
+                break
+        VLR.broadcast(self.fed, "epoch", EpochControl(stop=True), to=self.followers)
+        if not result.converged and self.spec.tol is not None:
+            from sklearn.exceptions import ConvergenceWarning
+
+            warnings.warn(
+                f"stopped after max_iter={self.spec.max_iter} epochs before the loss settled "
+                f"within tol={self.spec.tol}; raise max_iter",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        result.loss_curve, result.n_iter = curve.values, len(curve.values)
+        return result
+
+    def train_batch(self, rows: np.ndarray[Any, Any], epoch: int) -> None:
+        x = self.x[rows]
+        u = x @ self.w
+        check_scores(u, self.fed.name)
+        z = u - self.t[rows]
+        grad = x.T @ z + self.exchange.remote(rows, z)
+        self.own += float(np.sum(z * z))
+        self.add_cross_terms(len(rows))
+        self.step(grad, len(rows), epoch, intercept=True)
+
+    def add_cross_terms(self, rows: int) -> None:
+        """With two or more passives: forward each earlier passive's encrypted scores to the
+        later ones and collect ``-2 u_k . u_l`` under encryption."""
+        passives = self.spec.passives
+        if len(passives) < 2:
+            return
+        key = self.exchange.key
+        scores = {}
+        outputs = self.w.shape[1]
+        for q in passives[:-1]:
+            scores[q] = vector_from(key, VLR.recv(self.fed, q, "u", Encrypted).data, q)
+            if scores[q].shape != (rows * outputs,):
+                Encrypted.refuse(q, "data", f"holds {scores[q].shape} scores for {rows} rows")
+        for k, p in enumerate(passives[1:], start=1):
+            message = CrossScores(scores=[scores[q].to_wire() for q in passives[:k]])
+            VLR.send(self.fed, p, "cross", message)
+            total = vector_from(key, VLR.recv(self.fed, p, "cross-sum", Encrypted).data, p)
+            if total.size != 1:
+                Encrypted.refuse(p, "data", "is not one cross-term sum")
+            total = total * -2
+            self.cross = total if self.cross is None else self.cross + total
+
+    def epoch_loss(self, n: int) -> float:
+        """The epoch's mean training loss: the encrypted pieces plus its own, decrypted once."""
+        pieces = []
+        for p in self.spec.passives:
+            piece = vector_from(
+                self.exchange.key, VLR.recv(self.fed, p, "loss-piece", Encrypted).data, p
+            )
+            if piece.size != 1:
+                Encrypted.refuse(p, "data", "is not one loss piece")
+            pieces.append(piece)
+        total = pieces[0] + self.own
+        for piece in [*pieces[1:], *([self.cross] if self.cross is not None else [])]:
+            total = total + piece
+        self.own, self.cross = 0.0, None
+        if self.exchange.secret is not None:
+            value = float(self.exchange.secret.decrypt(total))
+        else:
+            holder = self.spec.coordinator
+            if holder is None:
+                raise RuntimeError("no key holder to decrypt the loss")
+            value = float(
+                decrypt_masked(self.fed, holder, VLR.child("loss"), total, bound=LOSS_BOUND)[0]
+            )
+        return self.spec.loss.mean_loss(value, n)
+
+
+class _PassiveTrainer(_Trainer):
+    """A passive party: ``z = u_k``, its partial scores; it sends its loss piece per epoch."""
+
+    def __init__(
+        self,
+        fed: Federation,
+        spec: FitSpec,
+        x: np.ndarray[Any, Any],
+        w: np.ndarray[Any, Any],
+        exchange: GradientExchange,
+    ) -> None:
+        super().__init__(fed, spec, x, w, exchange)
+        self.position = spec.passives.index(fed.name)
+        self.piece = 0.0
+
+    def run(self, schedule: Schedule) -> FitResult:
+        label = self.spec.label_party
+        epochs = schedule.epochs()
+        epoch = 0
+        while not VLR.recv(self.fed, label, "epoch", EpochControl).stop:
+            for rows in next(epochs):
+                self.train_batch(rows, epoch)
+            key = self.exchange.keys[label]
+            piece = Encrypted(data=key.encrypt(np.array(self.piece)).to_wire())
+            VLR.send(self.fed, label, "loss-piece", piece)
+            self.piece = 0.0
+            epoch += 1
+        return FitResult(part=None, n_iter=epoch)
+
+    def train_batch(self, rows: np.ndarray[Any, Any], epoch: int) -> None:
+        x = self.x[rows]
+        u = x @ self.w
+        check_scores(u, self.fed.name)
+        label = self.spec.label_party
+        last = self.position == len(self.spec.passives) - 1
+        if not last:  # for the cross terms of the later passives
+            scores = self.exchange.key.encrypt(u.ravel(), precision=2.0**-SCORE_BITS)
+            VLR.send(self.fed, label, "u", Encrypted(data=scores.to_wire()))
+        remote = self.exchange.remote(rows, u)
+        grad = x.T @ u + remote
+        self.piece += float(2 * np.sum(self.w * remote) + np.sum(u * u))
+        if self.position:
+            self.send_cross_sum(u)
+        self.step(grad, len(rows), epoch, intercept=False)
+
+    def send_cross_sum(self, u: np.ndarray[Any, Any]) -> None:
+        """``sum over earlier passives l of u . u_l``, under encryption, to the label party."""
+        label = self.spec.label_party
+        received = VLR.recv(self.fed, label, "cross", CrossScores)
+        if len(received.scores) != self.position:
+            CrossScores.refuse(label, "scores", f"has {len(received.scores)} score vectors")
+        others = [vector_from(self.exchange.key, c, label) for c in received.scores]
+        if any(o.shape != (u.size,) for o in others):
+            CrossScores.refuse(label, "scores", "are not of the batch's length")
+        flat = u.ravel()[None, :]
+        sums = [matvec(flat, o, precision_bits=32)[0] for o in others]
+        total = sums[0]
+        for s in sums[1:]:
+            total = total + s
+        VLR.send(self.fed, label, "cross-sum", Encrypted(data=total.to_wire()))
+
+
+class CoordinatorRole:
+    """The key holder: sends its public key, then decrypts masked gradient shares (one per
+    data party and batch, each of the size the party announced) and the loss once per epoch."""
+
+    def __init__(self, spec: FitSpec) -> None:
+        self.spec = spec
+
+    def __call__(self, fed: Federation) -> FitResult:
+        spec = self.spec
+        label = spec.label_party
+        parties = [label, *spec.passives]
+        public_key, private_key = spec.policy.generate()
+        VLR.broadcast(fed, "key", PublicKeyMessage.of(public_key), to=parties)
+        counts = {p: VLR.recv(fed, p, "setup", SetupCounts) for p in parties}
+        for p, c in counts.items():
+            if not 1 <= c.share_ciphertexts <= 4096:
+                SetupCounts.refuse(p, "share_ciphertexts", f"is {c.share_ciphertexts}")
+        rows = counts[label].rows
+        if rows is None or rows < 1:
+            SetupCounts.refuse(label, "rows", f"is {rows!r}, not a row count")
+        per_epoch = Schedule(rows, spec.batch_size, 0).batches_per_epoch()
+        epochs = 0
+        while not VLR.recv(fed, label, "epoch", EpochControl).stop:
+            for _ in range(per_epoch):
+                for p in parties:
+                    serve_decryption(
+                        fed,
+                        p,
+                        VLR.child("grad"),
+                        private_key,
+                        expected=counts[p].share_ciphertexts,
+                    )
+            serve_decryption(fed, label, VLR.child("loss"), private_key, expected=1)
+            epochs += 1
+        return FitResult(part=None, n_iter=epochs)

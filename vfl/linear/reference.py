@@ -1,0 +1,68 @@
+"""The plaintext twin of the encrypted protocol, for tests and audits: the same batches,
+rounding, optimiser and loss, computed centrally in float64."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vfl.linear.base import VerticalLinearModel
+from vfl.linear.model import PartyModel
+from vfl.linear.protocol import penalty
+from vfl.training.convergence import LossCurve
+from vfl.training.optimizers import make_optimizer
+from vfl.training.schedule import Schedule
+from vfl.validation import check_parts
+
+__all__ = ["plaintext_reference"]
+
+
+def plaintext_reference(
+    estimator: VerticalLinearModel,
+    parts: dict[str, pd.DataFrame],
+    y: Any,
+    *,
+    label_party: str,
+) -> tuple[dict[str, np.ndarray[Any, Any]], list[float]]:
+    """Each party's weights after the same training in plaintext (the label party's intercept
+    last; ``(columns,)`` for one output, ``(columns, K)`` for K) and the loss curve.
+
+    Needs ``estimator.random_state`` (the seed of the batches)."""
+    if estimator.random_state is None:
+        raise ValueError("plaintext_reference needs an estimator with random_state set")
+    frames = check_parts(parts, label_party)
+    spec = estimator._spec(label_party, list(frames))
+    targets, _ = estimator._targets(y, frames[label_party].index, label_party)
+    outputs = targets.shape[1]
+    xs, ws, opts = {}, {}, {}
+    for name, frame in frames.items():
+        part = PartyModel.fresh(
+            name,
+            frame,
+            standardize=estimator.standardize,
+            active=name == label_party,
+            outputs=outputs,
+        )
+        x = part.design(frame)
+        if name == label_party:
+            x = np.column_stack([x, np.ones(len(x))])
+        xs[name], ws[name] = x, np.zeros((x.shape[1], outputs))
+        opts[name] = make_optimizer(spec.optimizer, learning_rate=spec.learning_rate)
+    n = len(targets)
+    schedule = Schedule(n, spec.batch_size, int(estimator.random_state))
+    curve = LossCurve(spec.tol)
+    for epoch, batches in zip(range(spec.max_iter), schedule.epochs(), strict=False):
+        total = 0.0
+        for rows in batches:
+            z = sum(xs[p][rows] @ ws[p] for p in xs) - targets[rows]
+            total += float(np.sum(z * z))
+            for p in xs:
+                grad = xs[p][rows].T @ z / (spec.loss.c * len(rows))
+                grad = grad + penalty(ws[p], spec.alpha, p == label_party)
+                ws[p] = opts[p].step(ws[p], grad, epoch)
+        if curve.add(spec.loss.mean_loss(total, n)):
+            break
+    out = {p: (w[:, 0] if outputs == 1 else w) for p, w in ws.items()}
+    return out, curve.values

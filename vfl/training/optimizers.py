@@ -1,0 +1,80 @@
+"""Optimisers a party runs on its own weights (the same as running them centrally, since
+every update is elementwise): a small abstract base and a name registry.
+
+``make_optimizer("adam", learning_rate=0.05)`` builds one; an unknown name raises a
+``ValueError`` listing the known ones.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+__all__ = ["OPTIMIZERS", "Adam", "Optimizer", "Sgd", "make_optimizer"]
+
+
+class Optimizer(abc.ABC):
+    """Updates weights of any shape from gradients of the same shape."""
+
+    def __init__(self, learning_rate: float) -> None:
+        if not learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {learning_rate!r}")
+        self.learning_rate = float(learning_rate)
+
+    @abc.abstractmethod
+    def step(
+        self, weights: np.ndarray[Any, Any], gradient: np.ndarray[Any, Any], epoch: int
+    ) -> np.ndarray[Any, Any]:
+        """The updated weights (a new array) after one step in ``epoch`` (from 0)."""
+
+
+class Sgd(Optimizer):
+    """Gradient descent with the step decayed as ``learning_rate / (1 + epoch)``."""
+
+    def step(
+        self, weights: np.ndarray[Any, Any], gradient: np.ndarray[Any, Any], epoch: int
+    ) -> np.ndarray[Any, Any]:
+        out: np.ndarray[Any, Any] = weights - self.learning_rate / (1.0 + epoch) * gradient
+        return out
+
+
+class Adam(Optimizer):
+    """Adam (Kingma and Ba 2015) with the usual defaults ``beta1=0.9``, ``beta2=0.999``."""
+
+    def __init__(
+        self, learning_rate: float, *, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8
+    ) -> None:
+        super().__init__(learning_rate)
+        self.beta1, self.beta2, self.eps = beta1, beta2, eps
+        self.m: np.ndarray[Any, Any] | None = None
+        self.v: np.ndarray[Any, Any] | None = None
+        self.t = 0
+
+    def step(
+        self, weights: np.ndarray[Any, Any], gradient: np.ndarray[Any, Any], epoch: int
+    ) -> np.ndarray[Any, Any]:
+        if self.m is None or self.v is None:
+            self.m, self.v = np.zeros_like(gradient), np.zeros_like(gradient)
+        self.t += 1
+        self.m = self.beta1 * self.m + (1 - self.beta1) * gradient
+        self.v = self.beta2 * self.v + (1 - self.beta2) * gradient**2
+        m_hat = self.m / (1 - self.beta1**self.t)
+        v_hat = self.v / (1 - self.beta2**self.t)
+        out: np.ndarray[Any, Any] = weights - self.learning_rate * m_hat / (
+            np.sqrt(v_hat) + self.eps
+        )
+        return out
+
+
+OPTIMIZERS: dict[str, type[Optimizer]] = {"adam": Adam, "sgd": Sgd}
+"""The registry: name -> class."""
+
+
+def make_optimizer(name: str, *, learning_rate: float) -> Optimizer:
+    """A fresh optimiser by name (``ValueError`` listing the known names otherwise)."""
+    cls = OPTIMIZERS.get(name)
+    if cls is None:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {name!r}")
+    return cls(learning_rate)

@@ -1,0 +1,115 @@
+"""Mini-batch schedules from a seed the parties agree on.
+
+Every party derives the same epoch orders from one seed (:class:`Schedule`), so no order
+crosses the wire each epoch and the order never depends on the data. The seed is the user's
+``random_state`` when given (reproducible runs); otherwise the parties agree on one with
+:func:`agree_seed`: each draws 128 bits from the OS and the seed is a hash of all of them, so no
+single honest party's draw is left out (under the honest-but-curious model; a malicious party
+could choose its share last).
+
+The batch-size check (:func:`check_batch_size`) guards the aggregate a party learns per batch:
+with as many rows as columns, one batch's gradient could be solved for per-row values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from vfl.federation.base import Federation
+
+__all__ = ["Schedule", "agree_seed", "batches", "check_batch_size"]
+
+
+def batches(order: np.ndarray[Any, Any], batch_size: int) -> list[np.ndarray[Any, Any]]:
+    """Mini-batches of an epoch's row order; a last batch smaller than half a batch joins the
+    one before, so every batch has at least ``batch_size // 2`` rows (or all of them)."""
+    out = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+    if len(out) > 1 and len(out[-1]) < batch_size // 2:
+        last = out.pop()
+        out[-1] = np.concatenate([out[-1], last])
+    return out
+
+
+def check_batch_size(party: str, n_rows: int, n_columns: int, batch_size: int) -> None:
+    """Refuse mini-batches too small to aggregate: each batch's gradient is an aggregate over
+    its rows that a party learns; with no more rows than the party has columns (plus one), a
+    single batch could be solved for per-row values (partial scores, residuals).
+
+    This bounds only what linear algebra recovers from one batch; binary labels can be solved
+    for from larger batches too (a subset-sum), which is what label DP and secret sharing
+    address.
+    """
+    smallest = min(len(b) for b in batches(np.arange(n_rows), batch_size))
+    if smallest <= n_columns + 1:
+        raise ValueError(
+            f"party {party!r}: mini-batches of {smallest} rows would reveal per-row values "
+            f"through the gradient of its {n_columns} columns; use batch_size of at least "
+            f"{2 * (n_columns + 2)} (and at least that many rows)"
+        )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Epoch orders of ``n_rows`` rows in batches of ``batch_size``, from ``seed``.
+
+    Every party holding the same three numbers iterates the same batches.
+    """
+
+    n_rows: int
+    batch_size: int
+    seed: int
+
+    def epochs(self) -> Iterator[list[np.ndarray[Any, Any]]]:
+        """The batches of epoch 0, 1, 2, ... (endless; the caller stops)."""
+        rng = np.random.default_rng(self.seed)
+        while True:
+            order = rng.permutation(self.n_rows).astype(np.int64)
+            yield batches(order, self.batch_size)
+
+    def batches_per_epoch(self) -> int:
+        return len(batches(np.arange(self.n_rows), self.batch_size))
+
+
+def _digest(shares: Sequence[bytes]) -> int:
+    h = hashlib.sha256(b"vflink/schedule-seed")
+    for share in shares:
+        h.update(len(share).to_bytes(4, "big") + share)
+    return int.from_bytes(h.digest()[:8], "big")
+
+
+def agree_seed(
+    fed: Federation, parties: Sequence[str], tag: str, random_state: int | None = None
+) -> int:
+    """The schedule seed all ``parties`` (this one among them) agree on.
+
+    With ``random_state`` every party uses it (it must be the same everywhere; it is also
+    exchanged and compared, so a mismatch fails at once instead of training on other batches).
+    Without, each party contributes 16 bytes of OS randomness.
+    """
+    others = [p for p in parties if p != fed.name]
+    if random_state is not None:
+        mine = b"seed:" + str(int(random_state)).encode()
+    else:
+        mine = secrets.token_bytes(16)
+    fed.broadcast(tag, mine, to=others)
+    shares = {fed.name: mine}
+    for p in others:
+        share = fed.recv(p, tag)
+        if not isinstance(share, bytes) or not 1 <= len(share) <= 64:
+            raise ValueError(f"party {p!r} sent a malformed schedule-seed share")
+        if random_state is not None and share != mine:
+            raise ValueError(
+                f"party {p!r} trains with another random_state than party {fed.name!r}; "
+                "every party must use the same one (or none)"
+            )
+        shares[p] = share
+    if random_state is not None:
+        return int(random_state)
+    return _digest([shares[p] for p in sorted(shares)])

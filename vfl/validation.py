@@ -1,0 +1,168 @@
+"""Input checks shared by every vertical estimator: ``{party: DataFrame}``, labels, columns.
+
+Every error names the party, the column or row and the fix (STYLE.md item 3). The checks run
+at the door, before any party starts, so a bad input never surfaces as a failure deep inside a
+protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "check_binary_labels",
+    "check_class_labels",
+    "check_data_parties",
+    "check_numeric",
+    "check_parts",
+    "check_targets",
+]
+
+
+def check_parts(parts: Any, label_party: str) -> dict[str, pd.DataFrame]:
+    """``parts`` as a dict of non-empty DataFrames with one shared, unique index, among which
+    ``label_party`` is one."""
+    if not isinstance(parts, dict) or not parts:
+        raise TypeError("parts must be a non-empty dict {party name: DataFrame}")
+    if label_party not in parts:
+        raise ValueError(
+            f"label party {label_party!r} is not among the parties {sorted(parts)}; "
+            "pass label_party= one of them"
+        )
+    index = None
+    for name, frame in parts.items():
+        if not isinstance(frame, pd.DataFrame):
+            raise TypeError(f"party {name!r}: expected a DataFrame, got {type(frame).__name__}")
+        if frame.shape[1] == 0:
+            raise ValueError(f"party {name!r} has no columns")
+        if len(frame) == 0:
+            raise ValueError(f"party {name!r} has no rows")
+        if not frame.index.is_unique:
+            raise ValueError(f"party {name!r}: the index has repeated labels")
+        if index is None:
+            index = frame.index
+        elif not frame.index.equals(index):
+            raise ValueError(
+                f"party {name!r}: rows do not align with the others (same index labels in the "
+                "same order needed); align the parties first (vfl.align or linkage)"
+            )
+    return dict(parts)
+
+
+def check_data_parties(parties: list[str], label_party: str) -> None:
+    """The label party and at least one other data party, each named once."""
+    if label_party not in parties or len(set(parties)) < 2 or len(set(parties)) != len(parties):
+        raise ValueError(
+            f"vertical training needs the label party {label_party!r} and at least one other "
+            f"data party, each named once; got {parties} (for one party alone, use "
+            "scikit-learn)"
+        )
+
+
+def _label_values(y: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:
+    if isinstance(y, pd.DataFrame):
+        if y.shape[1] != 1:
+            raise ValueError(
+                f"labels of party {party!r}: expected one column, got {list(y.columns)}"
+            )
+        y = y.iloc[:, 0]
+    if isinstance(y, pd.Series):
+        if not y.index.equals(index):
+            try:
+                y = y.loc[index]
+            except KeyError:
+                raise ValueError(
+                    f"labels of party {party!r}: their index does not cover the rows"
+                ) from None
+        values = y.to_numpy()
+    else:
+        values = np.asarray(y)
+    if values.ndim != 1 or len(values) != len(index):
+        raise ValueError(
+            f"labels of party {party!r}: expected {len(index)} values, got shape {values.shape}"
+        )
+    if pd.isna(values).any():
+        row = index[int(np.flatnonzero(pd.isna(values))[0])]
+        raise ValueError(
+            f"labels of party {party!r} contain missing values (e.g. row {row!r}); drop those "
+            "rows first"
+        )
+    return values
+
+
+def check_binary_labels(y: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:
+    """Labels 0/1 (float) of the rows ``index``; a Series is aligned by index."""
+    values = _label_values(y, index, party)
+    classes = set(np.unique(values).tolist())
+    if not classes <= {0, 1}:
+        raise ValueError(
+            f"labels of party {party!r} must be binary 0/1, got values {sorted(classes)[:5]}"
+        )
+    if len(classes) < 2:
+        raise ValueError(f"labels of party {party!r} hold one class only")
+    out: np.ndarray[Any, Any] = values.astype(float)
+    return out
+
+
+def check_class_labels(
+    y: Any, index: pd.Index, party: str
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Any two or more distinct labels (strings, -1/1, 0..K-1), as scikit-learn takes them:
+    ``(classes, codes)`` with ``classes`` sorted and ``codes[i]`` the class index of row i."""
+    values = _label_values(y, index, party)
+    try:
+        classes, codes = np.unique(values, return_inverse=True)
+    except TypeError:
+        raise ValueError(
+            f"labels of party {party!r} mix types that cannot be sorted; use one type"
+        ) from None
+    if len(classes) < 2:
+        raise ValueError(f"labels of party {party!r} hold one class only ({classes[0]!r})")
+    return classes, codes.astype(np.int64)
+
+
+def check_targets(y: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:
+    """Finite numeric regression targets (float64) of the rows ``index``."""
+    values = _label_values(y, index, party)
+    if not (np.issubdtype(values.dtype, np.number) and values.dtype.kind != "b"):
+        raise ValueError(
+            f"targets of party {party!r} must be numbers, got dtype {values.dtype}"
+        )
+    out: np.ndarray[Any, Any] = values.astype(float)
+    if not np.isfinite(out).all():
+        row = index[int(np.flatnonzero(~np.isfinite(out))[0])]
+        raise ValueError(f"targets of party {party!r} have inf (e.g. row {row!r})")
+    return out
+
+
+def check_numeric(frame: pd.DataFrame, party: str, columns: list[str]) -> np.ndarray[Any, Any]:
+    """``frame[columns]`` as float64, refusing missing/unexpected columns (listed), non-numeric
+    columns and NaN/inf (naming the column and a row)."""
+    missing = [c for c in columns if c not in frame.columns]
+    extra = [c for c in frame.columns if c not in columns]
+    if missing or extra:
+        raise ValueError(
+            f"party {party!r}: the columns differ from those fitted: missing {missing}, "
+            f"unexpected {extra}"
+        )
+    for column in columns:
+        if not pd.api.types.is_numeric_dtype(frame[column]) or pd.api.types.is_bool_dtype(
+            frame[column]
+        ):
+            raise ValueError(
+                f"party {party!r}: column {column!r} is not numeric ({frame[column].dtype}); "
+                "encode it as numbers first"
+            )
+    values = frame[columns].to_numpy(dtype=float)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise ValueError(
+            f"party {party!r}: column {columns[col]!r} has NaN or inf (e.g. row "
+            f"{frame.index[row]!r}); impute or drop them first"
+        )
+    out: np.ndarray[Any, Any] = values
+    return out
