@@ -286,7 +286,7 @@ def _lr_party(name: str, rows: int, ports: dict[str, int], paths: dict[str, str]
     import warnings
 
     from vfl.federation.network import GrpcFederation
-    from vfl.logistic import VerticalLogisticRegression
+    from vfl.linear import VerticalLogisticRegression
 
     warnings.simplefilter("ignore")
     parts, y = _lr_data(rows)
@@ -325,7 +325,7 @@ def bench_lr_over_grpc(quick: bool) -> None:
     import warnings
 
     from vfl.federation.certs import make_certificates
-    from vfl.logistic import VerticalLogisticRegression
+    from vfl.linear import VerticalLogisticRegression
 
     rows = 3000 if quick else 10_000
     print(

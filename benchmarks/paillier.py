@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from vfl.crypto import PaillierPublicKey, SecurityWarning, generate_paillier_keypair, matvec
-from vfl.crypto.packing import pack_masked
+from vfl.crypto.masked import pack_masked
 
 
 def rate(count: int, fn: Callable[[], object], repeats: int = 3) -> float:

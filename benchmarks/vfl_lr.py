@@ -38,7 +38,7 @@ from sklearn.metrics import roc_auc_score  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
-from vfl.logistic import VerticalLogisticRegression  # noqa: E402
+from vfl.linear import VerticalLogisticRegression  # noqa: E402
 
 
 def phe_epoch_seconds(

@@ -38,7 +38,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from vfl.crypto import PaillierPublicKey, generate_paillier_keypair
-from vfl.crypto.packing import pack_masked
+from vfl.crypto.masked import pack_masked
 from vfl.datasets import (
     IDENTITY_COLUMNS,
     IMAGING_FEATURES,

@@ -42,7 +42,7 @@ from vfl.datasets import (
     identity_schema,
     make_lab_imaging_cohort,
 )
-from vfl.logistic import VerticalLogisticRegression
+from vfl.linear import VerticalLogisticRegression
 
 
 def plain_auc(train_x, train_y, test_x, test_y) -> float:  # type: ignore[no-untyped-def]

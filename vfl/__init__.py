@@ -37,7 +37,14 @@ _EXPORTS = {
     "PrivacyLedger": "vfl.privacy",
 }
 
-__all__ = ["__version__", *sorted(_EXPORTS)]
+__all__ = [
+    "PrivacyLedger",
+    "VerticalLinearRegression",
+    "VerticalLogisticRegression",
+    "__version__",
+    "align",
+    "align_party",
+]
 
 if TYPE_CHECKING:
     from vfl.align import align, align_party

@@ -104,6 +104,10 @@ def _party(args: argparse.Namespace) -> int:
     if "test_auc" in summary:
         auc = summary["test_auc"]
         line += f", test AUC {auc:.4f}" if auc is not None else ", test AUC undefined"
+    if summary.get("test_r2") is not None:
+        line += f", test R^2 {summary['test_r2']:.4f}"
+    if "test_accuracy" in summary and "test_auc" not in summary:
+        line += f", test accuracy {summary['test_accuracy']:.4f}"
     if summary.get("outputs"):
         line += f"; wrote {', '.join(summary['outputs'])} in {Path(args.out)}"
     print(line)

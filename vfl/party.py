@@ -12,7 +12,10 @@ with its own data file::
     test_fraction = 0.3           # common rows held out for the test AUC
     split_seed = 0                # the same split at every party (no message needed)
 
-    [job.model]                   # VerticalLogisticRegression's keyword arguments
+    model = "logistic"            # the learner, from the registry vfl.jobs.JOBS
+                                  # ("logistic": binary or multiclass; "linear": regression)
+
+    [job.params]                  # the learner's keyword arguments
     max_iter = 10
     batch_size = 256
 
@@ -22,19 +25,24 @@ schema's identity columns, linked by the coordinator, which never has the data p
 secret (each data party reads it from ``--secret-file`` or the ``VFLINK_LINKAGE_SECRET``
 environment variable: it must not be in the shared config); with ``"bloom"`` the
 ``id_column`` is only each party's own row ID in the outputs. Then split the common rows into
-training and test rows with the shared seed; train :class:`~vfl.VerticalLogisticRegression`
-(protocol ``"coordinator"`` when the config has a coordinator, else ``"two_party"``); score
-the test rows, which only the active party learns; the active party computes the test AUC.
+training and test rows with the shared seed; train the job's estimator (protocol
+``"coordinator"`` when the config has a coordinator, else ``"two_party"``); score the test
+rows, which only the active party learns; the active party evaluates them (the job's metrics:
+test AUC and accuracy for ``logistic``, R^2 and RMSE for ``linear``).
+
+:func:`run_party` runs the stages in order -- :func:`plan` (every check that needs no peer),
+:func:`read_data`, :func:`align_rows`, :func:`split_rows`, :func:`train`, :func:`score`,
+:func:`outputs` -- each a function of its own.
 
 Each party's features are the ``columns`` of its ``[[party]]`` table (by default every numeric
 column other than the ID and the label, which are logged). Outputs, written only when the job
 has succeeded (written to a staging folder first, then each renamed into place), in the
 ``--out`` folder:
 
-* every data party: ``model_<party>.json`` (its fitted part) and ``aligned_<party>.csv`` (its
-  own row IDs in the common order, with the test flag);
-* the active party: ``predictions.csv`` (its test rows' IDs, scores, probabilities, labels) and
-  ``metrics.json`` (test AUC, row counts, epochs, seconds per stage).
+* every data party: ``model_<party>.npz`` (its fitted part, :mod:`vfl.persistence`) and
+  ``aligned_<party>.csv`` (its own row IDs in the common order, with the test flag);
+* the active party: ``predictions.csv`` (its test rows' IDs, predictions, labels) and
+  ``metrics.json`` (the job's metrics, row counts, epochs, seconds per stage).
 """
 
 from __future__ import annotations
@@ -45,15 +53,27 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from vfl.federation.base import Federation
 from vfl.federation.config import FederationConfig
+from vfl.jobs import Job, get_job, predictions_frame
 
-__all__ = ["run_party"]
+__all__ = [
+    "align_rows",
+    "outputs",
+    "plan",
+    "read_data",
+    "run_party",
+    "score",
+    "split_rows",
+    "train",
+]
 
 logger = logging.getLogger("vflink.party")
 
@@ -63,21 +83,23 @@ _JOB_KEYS = {
     "test_fraction",
     "split_seed",
     "model",
+    "params",
     "align",
     "schema",
     "threshold",
 }
 
 
-def _publish(target: Path, outputs: dict[str, str]) -> None:
+def _publish(target: Path, outputs: dict[str, str | bytes]) -> None:
     """Write every output into a staging folder first, then move each into ``target`` (a
     rename each): a failure while writing leaves nothing behind."""
     target.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".vflink-staging-", dir=target))
     try:
-        for filename, text in outputs.items():
-            with open(staging / filename, "w", newline="") as handle:
-                handle.write(text)
+        for filename, content in outputs.items():
+            data = content.encode() if isinstance(content, str) else content
+            with open(staging / filename, "wb") as handle:
+                handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
         for filename in outputs:
@@ -117,24 +139,31 @@ def _job(config: FederationConfig) -> dict[str, Any]:
         or not 0 < threshold <= 1
     ):
         raise ValueError(f"{where} threshold must be in (0, 1], got {threshold!r}")
-    model = job.setdefault("model", {})
-    if not isinstance(model, dict):
-        raise ValueError(f"{where}.model must be a table of VerticalLogisticRegression arguments")
+    model = job.setdefault("model", "logistic")
+    if isinstance(model, dict):
+        raise ValueError(
+            f"{where}: [job.model] is now [job.params] (the learner's arguments), and model = "
+            '"logistic" names the learner'
+        )
+    try:
+        job["learner"] = get_job(model)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if not isinstance(job.setdefault("params", {}), dict):
+        raise ValueError(f"{where}.params must be a table of the learner's arguments")
     return job
 
 
 def _estimator(config: FederationConfig, job: dict[str, Any]) -> Any:
-    from vfl.logistic import VerticalLogisticRegression
-
-    params = dict(job["model"])
+    params = dict(job["params"])
     coordinator = config.coordinator
     params.setdefault("protocol", "coordinator" if coordinator else "two_party")
     if coordinator:
         params.setdefault("coordinator", coordinator)
     try:
-        return VerticalLogisticRegression(**params)
+        return job["learner"].make(**params)
     except TypeError as exc:
-        raise ValueError(f"{config.path}: [job.model]: {exc}") from None
+        raise ValueError(f"{config.path}: [job.params]: {exc}") from None
 
 
 def _read_data(path: str | Path | None, name: str, text: list[str]) -> pd.DataFrame:
@@ -172,6 +201,202 @@ def _features(
     return chosen
 
 
+@dataclass
+class PartyRun:
+    """One party's job as it goes through the stages (built by :func:`plan`)."""
+
+    config: FederationConfig
+    name: str
+    role: str
+    job: dict[str, Any]
+    learner: Job
+    estimator: Any
+    schema: Any = None
+    secret: str | None = None
+    frame: pd.DataFrame | None = None
+    features: list[str] = field(default_factory=list)
+    aligned: pd.DataFrame | None = None
+    rows: int = 0
+    is_test: np.ndarray[Any, Any] = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    predicted: np.ndarray[Any, Any] | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def data_parties(self) -> list[str]:
+        return self.config.data_parties
+
+
+def plan(config: FederationConfig, name: str, secret: str | None) -> PartyRun:
+    """Every check that needs no peer: the job table, the learner and its arguments, the
+    alignment method against the parties, the linkage schema and secret."""
+    import linkage
+
+    me = config.party(name)
+    job = _job(config)
+    run = PartyRun(config, name, me.role, job, job["learner"], _estimator(config, job))
+    if job["align"] == "psi" and len(run.data_parties) != 2:
+        raise ValueError(
+            f"{config.path}: PSI alignment runs between two data parties, the config has "
+            f'{run.data_parties}; use align = "bloom" for more'
+        )
+    if job["align"] == "bloom" and me.role != "coordinator":
+        try:
+            run.schema = linkage.Schema.from_json(Path(job["schema"]).read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(
+                f"party {name!r}: cannot use the schema {job['schema']}: {exc}"
+            ) from None
+    if me.role == "coordinator" and secret is not None:
+        raise ValueError(
+            f"party {name!r} is the coordinator: it must never have the data parties' linkage "
+            "secret (do not pass --secret-file to it)"
+        )
+    if job["align"] == "bloom" and me.role != "coordinator":
+        secret = secret if secret is not None else os.environ.get("VFLINK_LINKAGE_SECRET")
+        if not secret or len(secret) < 16:
+            raise ValueError(
+                f"party {name!r}: Bloom-filter alignment needs the data parties' shared "
+                "secret, at least 16 characters: --secret-file FILE or the "
+                "VFLINK_LINKAGE_SECRET variable"
+            )
+        run.secret = secret
+    return run
+
+
+def read_data(run: PartyRun, data: str | Path | None) -> None:
+    """A data party's file, its ID, label and feature columns, checked."""
+    if run.role == "coordinator":
+        return
+    # identity columns are read as text (leading zeros); PSI IDs keep pandas' reading, which
+    # normalize_ids expects (an integer ID written as 1234.0 is 1234)
+    text = run.schema.columns if run.schema is not None else []
+    frame = _read_data(data, run.name, text)
+    id_column, label_column = run.job["id_column"], run.job["label_column"]
+    needed = [id_column] + ([label_column] if run.role == "active" else [])
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise ValueError(f"party {run.name!r}: its data file has no column {missing[0]!r}")
+    me = run.config.party(run.name)
+    run.features = _features(frame, run.name, me.columns, {id_column, label_column})
+    absent = [c for c in text if c not in frame]
+    if absent:
+        raise ValueError(
+            f"party {run.name!r}: the linkage schema reads columns {absent} that its data file "
+            "does not have"
+        )
+    run.frame = frame
+
+
+def align_rows(run: PartyRun, fed: Federation) -> None:
+    """Align the data parties' rows (PSI on the ID column, or Bloom filters through the
+    coordinator); every party, the coordinator included, learns the common row count."""
+    from vfl.align import align_party
+
+    began = time.perf_counter()
+    config, job, name = run.config, run.job, run.name
+    if job["align"] == "bloom":
+        logger.info("party %r: aligning by Bloom-filter linkage", name)
+        run.aligned = align_party(
+            fed,
+            run.frame,
+            method="bloom",
+            schema=run.schema,
+            secret=run.secret,
+            parties=run.data_parties,
+            threshold=job.get("threshold"),
+            linkage_unit=config.coordinator,  # type: ignore[arg-type]
+        )
+    elif run.frame is not None:
+        logger.info(
+            "party %r: aligning %d rows by PSI on %r", name, len(run.frame), job["id_column"]
+        )
+        run.aligned = align_party(
+            fed, run.frame, method="psi", id_column=job["id_column"], parties=run.data_parties
+        )
+    if run.aligned is not None:
+        logger.info("party %r: %d common rows", name, len(run.aligned))
+    n = fed.recv(config.active, "job/n") if run.aligned is None else len(run.aligned)
+    if name == config.active and config.coordinator:
+        fed.send(config.coordinator, "job/n", len(run.aligned))  # type: ignore[arg-type]
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"party {name!r}: no common rows to train on")
+    run.rows = n
+    run.seconds["align"] = time.perf_counter() - began
+
+
+def split_rows(run: PartyRun) -> None:
+    """Training and test rows from the shared ``split_seed`` (the same at every party)."""
+    order = np.random.default_rng(run.job["split_seed"]).permutation(run.rows)
+    run.is_test = np.zeros(run.rows, dtype=bool)
+    run.is_test[order[: round(run.rows * run.job["test_fraction"])]] = True
+
+
+def train(run: PartyRun, fed: Federation) -> None:
+    """This party's role of training."""
+    began = time.perf_counter()
+    logger.info("party %r: training on %d rows", run.name, int((~run.is_test).sum()))
+    config, estimator = run.config, run.estimator
+    if run.aligned is None:
+        estimator.fit_party(fed, None, label_party=config.active, data_parties=run.data_parties)
+    else:
+        train_rows = run.aligned.loc[~run.is_test, run.features]
+        labels = (
+            run.aligned.loc[~run.is_test, run.job["label_column"]]
+            if run.name == config.active
+            else None
+        )
+        estimator.fit_party(
+            fed, train_rows, labels, label_party=config.active, data_parties=run.data_parties
+        )
+    run.seconds["train"] = time.perf_counter() - began
+
+
+def score(run: PartyRun, fed: Federation) -> None:
+    """This party's role of scoring the test rows (only the label party learns the result)."""
+    began = time.perf_counter()
+    if run.is_test.any():
+        test = None if run.aligned is None else run.aligned.loc[run.is_test, run.features]
+        run.predicted = run.estimator.predict_party(fed, test)
+    run.seconds["predict"] = time.perf_counter() - began
+
+
+def outputs(run: PartyRun, summary: dict[str, Any]) -> dict[str, str | bytes]:
+    """The files to publish (everything is ready before the first is written); the label
+    party's metrics go into ``summary``."""
+    files: dict[str, str | bytes] = {}
+    if run.aligned is None or run.frame is None:
+        return files
+    id_column, label_column = run.job["id_column"], run.job["label_column"]
+    ids = run.frame.loc[list(run.aligned.attrs["source_rows"]), id_column].to_numpy()
+    mapping = pd.DataFrame({"common_row": run.aligned.index, id_column: ids, "test": run.is_test})
+    files[f"aligned_{run.name}.csv"] = mapping.to_csv(index=False)
+    files[f"model_{run.name}.npz"] = run.estimator.parts_[run.name].to_bytes()
+    if run.name == run.config.active:
+        metrics: dict[str, Any] = {}
+        predictions = pd.DataFrame()
+        if run.predicted is not None:
+            labels = run.aligned.loc[run.is_test, label_column].to_numpy()
+            metrics, columns = run.learner.evaluate(run.estimator, labels, run.predicted)
+            predictions = predictions_frame(
+                run.aligned.index[run.is_test],
+                mapping.loc[run.is_test, id_column].to_numpy(),
+                id_column,
+                label_column,
+                labels,
+                columns,
+            )
+        elif "test_auc" in _metric_names(run.learner):
+            metrics = {"test_auc": None}
+        summary.update(metrics, model=run.learner.name, epochs=int(run.estimator.n_iter_))
+        files["predictions.csv"] = predictions.to_csv(index=False)
+        files["metrics.json"] = json.dumps(summary, indent=1)
+    return files
+
+
+def _metric_names(learner: Job) -> set[str]:
+    return {"test_auc"} if learner.name == "logistic" else set()
+
+
 def run_party(
     config: FederationConfig,
     name: str,
@@ -183,152 +408,26 @@ def run_party(
     secret: str | None = None,
 ) -> dict[str, Any]:
     """Run party ``name``'s side of the config's job; returns a summary (the active party's
-    includes the test AUC). ``secret`` is the data parties' shared linkage secret (``align =
-    "bloom"``; default: the ``VFLINK_LINKAGE_SECRET`` environment variable). Raises ValueError
-    for bad input, a FederationError when a peer fails; writes nothing unless the whole job
-    succeeded."""
-    import linkage
-    from vfl.align import align_party
-
-    me = config.party(name)
-    job = _job(config)
-    estimator = _estimator(config, job)
-    data_parties = config.data_parties
-    if job["align"] == "psi" and len(data_parties) != 2:
-        raise ValueError(
-            f"{config.path}: PSI alignment runs between two data parties, the config has "
-            f'{data_parties}; use align = "bloom" for more'
-        )
-    schema = None
-    if job["align"] == "bloom" and me.role != "coordinator":
-        try:
-            schema = linkage.Schema.from_json(Path(job["schema"]).read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(
-                f"party {name!r}: cannot use the schema {job['schema']}: {exc}"
-            ) from None
-    # identity columns are read as text (leading zeros); PSI IDs keep pandas' reading, which
-    # normalize_ids expects (an integer ID written as 1234.0 is 1234)
-    text = schema.columns if schema is not None else []
-    frame = None if me.role == "coordinator" else _read_data(data, name, text)
-    id_column, label_column = job["id_column"], job["label_column"]
-    if frame is not None:
-        needed = [id_column] + ([label_column] if me.role == "active" else [])
-        missing = [c for c in needed if c not in frame.columns]
-        if missing:
-            raise ValueError(f"party {name!r}: its data file has no column {missing[0]!r}")
-        features = _features(frame, name, me.columns, {id_column, label_column})
-        absent = [c for c in (schema.columns if schema is not None else []) if c not in frame]
-        if absent:
-            raise ValueError(
-                f"party {name!r}: the linkage schema reads columns {absent} that its data file "
-                "does not have"
-            )
-    if me.role == "coordinator" and secret is not None:
-        raise ValueError(
-            f"party {name!r} is the coordinator: it must never have the data parties' linkage "
-            "secret (do not pass --secret-file to it)"
-        )
-    if job["align"] == "bloom" and frame is not None:
-        secret = secret if secret is not None else os.environ.get("VFLINK_LINKAGE_SECRET")
-        if not secret or len(secret) < 16:
-            raise ValueError(
-                f"party {name!r}: Bloom-filter alignment needs the data parties' shared "
-                "secret, at least 16 characters: --secret-file FILE or the "
-                "VFLINK_LINKAGE_SECRET variable"
-            )
-    target = Path(out)
-    seconds: dict[str, float] = {}
-    summary: dict[str, Any] = {"party": name, "role": me.role}
+    includes the job's test metrics). ``secret`` is the data parties' shared linkage secret
+    (``align = "bloom"``; default: the ``VFLINK_LINKAGE_SECRET`` environment variable).
+    Raises ValueError for bad input, a FederationError when a peer fails; writes nothing
+    unless the whole job succeeded."""
+    run = plan(config, name, secret)
+    read_data(run, data)
     with config.federation(name, cert=cert, key=key) as fed:
-        began = time.perf_counter()
-        aligned = None
-        if job["align"] == "bloom":
-            logger.info("party %r: aligning by Bloom-filter linkage", name)
-            aligned = align_party(
-                fed,
-                frame,
-                method="bloom",
-                schema=schema,
-                secret=secret,
-                parties=data_parties,
-                threshold=job.get("threshold"),
-                linkage_unit=config.coordinator,  # type: ignore[arg-type]
-            )
-        elif frame is not None:
-            logger.info("party %r: aligning %d rows by PSI on %r", name, len(frame), id_column)
-            aligned = align_party(
-                fed, frame, method="psi", id_column=id_column, parties=data_parties
-            )
-        if aligned is not None:
-            logger.info("party %r: %d common rows", name, len(aligned))
-        seconds["align"] = time.perf_counter() - began
-        n = fed.recv(config.active, "job/n") if aligned is None else len(aligned)
-        if name == config.active and config.coordinator:
-            fed.send(config.coordinator, "job/n", len(aligned))  # type: ignore[arg-type]
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"party {name!r}: no common rows to train on")
-        order = np.random.default_rng(job["split_seed"]).permutation(n)
-        is_test = np.zeros(n, dtype=bool)
-        is_test[order[: round(n * job["test_fraction"])]] = True
-        began = time.perf_counter()
-        logger.info("party %r: training on %d rows", name, int((~is_test).sum()))
-        if aligned is None:
-            estimator.fit_party(fed, None, label_party=config.active, data_parties=data_parties)
-        else:
-            train = aligned.loc[~is_test, features]
-            labels = aligned.loc[~is_test, label_column] if name == config.active else None
-            estimator.fit_party(
-                fed, train, labels, label_party=config.active, data_parties=data_parties
-            )
-        seconds["train"] = time.perf_counter() - began
-        began = time.perf_counter()
-        scores = None
-        if is_test.any():
-            test = None if aligned is None else aligned.loc[is_test, features]
-            scores = estimator.predict_party(fed, test)
-        seconds["predict"] = time.perf_counter() - began
-    summary.update(rows=n, test_rows=int(is_test.sum()), seconds=seconds)
-    outputs: dict[str, str] = {}  # everything is ready before the first file is written
-    if aligned is not None:
-        ids = frame.loc[list(aligned.attrs["source_rows"]), id_column].to_numpy()  # type: ignore[union-attr]
-        mapping = pd.DataFrame({"common_row": aligned.index, id_column: ids, "test": is_test})
-        outputs[f"aligned_{name}.csv"] = mapping.to_csv(index=False)
-        outputs[f"model_{name}.json"] = estimator.parts_[name].to_json()
-        if name == config.active:
-            auc, predictions = _evaluate(aligned, is_test, scores, label_column, id_column, mapping)
-            summary.update(test_auc=auc, epochs=int(estimator.n_iter_))
-            outputs["predictions.csv"] = predictions.to_csv(index=False)
-            outputs["metrics.json"] = json.dumps(summary, indent=1)
-    if outputs:
-        _publish(target, outputs)
-    summary["outputs"] = list(outputs)
+        align_rows(run, fed)
+        split_rows(run)
+        train(run, fed)
+        score(run, fed)
+    summary: dict[str, Any] = {
+        "party": name,
+        "role": run.role,
+        "rows": run.rows,
+        "test_rows": int(run.is_test.sum()),
+        "seconds": run.seconds,
+    }
+    files = outputs(run, summary)
+    if files:
+        _publish(Path(out), files)
+    summary["outputs"] = list(files)
     return summary
-
-
-def _evaluate(
-    aligned: pd.DataFrame,
-    is_test: np.ndarray[Any, Any],
-    scores: Any,
-    label_column: str,
-    id_column: str,
-    mapping: pd.DataFrame,
-) -> tuple[float | None, pd.DataFrame]:
-    """The test AUC (None when undefined) and the predictions table of the test rows."""
-    from sklearn.metrics import roc_auc_score
-
-    if scores is None:
-        return None, pd.DataFrame()
-    labels = aligned.loc[is_test, label_column].to_numpy()
-    scores = np.asarray(scores, dtype=float)
-    predictions = pd.DataFrame(
-        {
-            "common_row": aligned.index[is_test],
-            id_column: mapping.loc[is_test, id_column].to_numpy(),
-            "score": scores,
-            "probability": 1.0 / (1.0 + np.exp(-scores)),
-            label_column: labels,
-        }
-    )
-    auc = float(roc_auc_score(labels, scores)) if len(set(labels.tolist())) == 2 else None
-    return auc, predictions

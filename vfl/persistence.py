@@ -58,7 +58,8 @@ def dump_model(kind: str, meta: dict[str, Any], arrays: dict[str, np.ndarray[Any
         if value.dtype.kind not in "biuf":
             raise TypeError(f"array {name!r} has dtype {value.dtype}: only numbers are saved")
     buffer = io.BytesIO()
-    np.savez(buffer, **{_META: np.frombuffer(text.encode(), dtype=np.uint8)}, **payload)
+    payload[_META] = np.frombuffer(text.encode(), dtype=np.uint8)
+    np.savez(buffer, **payload)  # type: ignore[arg-type]
     return buffer.getvalue()
 
 

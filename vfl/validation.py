@@ -77,7 +77,7 @@ def _label_values(y: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:
                 raise ValueError(
                     f"labels of party {party!r}: their index does not cover the rows"
                 ) from None
-        values = y.to_numpy()
+        values: np.ndarray[Any, Any] = y.to_numpy()
     else:
         values = np.asarray(y)
     if values.ndim != 1 or len(values) != len(index):
@@ -128,9 +128,7 @@ def check_targets(y: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:
     """Finite numeric regression targets (float64) of the rows ``index``."""
     values = _label_values(y, index, party)
     if not (np.issubdtype(values.dtype, np.number) and values.dtype.kind != "b"):
-        raise ValueError(
-            f"targets of party {party!r} must be numbers, got dtype {values.dtype}"
-        )
+        raise ValueError(f"targets of party {party!r} must be numbers, got dtype {values.dtype}")
     out: np.ndarray[Any, Any] = values.astype(float)
     if not np.isfinite(out).all():
         row = index[int(np.flatnonzero(~np.isfinite(out))[0])]

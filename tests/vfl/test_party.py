@@ -54,7 +54,7 @@ label_column = "diagnosis"
 test_fraction = 0.3
 {job_extra}
 
-[job.model]
+[job.params]
 max_iter = {max_iter}
 tol = {tol}
 batch_size = 64
@@ -186,11 +186,11 @@ def test_three_party_processes_align_train_and_score(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert {p.name for p in (out / "imaging").iterdir()} == {
         "aligned_imaging.csv",
-        "model_imaging.json",
+        "model_imaging.npz",
         "predictions.csv",
         "metrics.json",
     }
-    assert {p.name for p in (out / "lab").iterdir()} == {"aligned_lab.csv", "model_lab.json"}
+    assert {p.name for p in (out / "lab").iterdir()} == {"aligned_lab.csv", "model_lab.npz"}
     lab_ids = (out / "lab" / "aligned_lab.csv").read_text().splitlines()
     img_ids = (out / "imaging" / "aligned_imaging.csv").read_text().splitlines()
     assert lab_ids == img_ids  # same patients, same common order (patient_id is exact here)

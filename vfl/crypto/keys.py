@@ -31,7 +31,7 @@ import threading
 import warnings
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gmpy2
 import numpy as np

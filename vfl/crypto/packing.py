@@ -31,7 +31,6 @@ a value beyond the bound is detected after unmasking (it falls outside ``[-2**(b
 from __future__ import annotations
 
 import math
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,7 +199,10 @@ class RowPacking:
         """The layout a key holder decrypts the masked group sums with: one value per column,
         ``per_ct`` slots per ciphertext, slots as wide as ours."""
         return PackingLayout(
-            count=self.columns, value_bits=self.slot_bits - kappa - 1, kappa=kappa, slots=self.per_ct
+            count=self.columns,
+            value_bits=self.slot_bits - kappa - 1,
+            kappa=kappa,
+            slots=self.per_ct,
         )
 
     def to_dict(self) -> dict[str, int]:

@@ -335,9 +335,7 @@ class EncryptedVector:
         ]
 
     @classmethod
-    def from_phe(
-        cls, numbers: Sequence[Any], public_key: PaillierPublicKey
-    ) -> EncryptedVector:
+    def from_phe(cls, numbers: Sequence[Any], public_key: PaillierPublicKey) -> EncryptedVector:
         """A vector from ``phe.EncryptedNumber`` objects under ``public_key`` (exponents
         aligned to the smallest); ``PaillierPublicKey.from_phe`` converts phe's key."""
         if not numbers:

@@ -32,7 +32,25 @@ _EXPORTS = {
     "MessageError": "vfl.federation.messages",
 }
 
-__all__ = sorted([*_EXPORTS, "wire"])
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "CiphertextBlock",
+    "Federation",
+    "FederationAbortedError",
+    "FederationError",
+    "FederationTimeoutError",
+    "LocalChannel",
+    "LocalFederation",
+    "Message",
+    "MessageError",
+    "MessageRecord",
+    "PartyFailedError",
+    "PeerGoneError",
+    "ProtocolMismatchError",
+    "Transcript",
+    "WireFormatError",
+    "wire",
+]
 
 if TYPE_CHECKING:
     from vfl.federation import wire

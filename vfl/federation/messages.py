@@ -137,7 +137,9 @@ def _check(value: Any, hint: Any) -> str | None:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         return None if ok else f"must be a number, got {_describe(value)}"
     if hint in (str, bytes, CiphertextBlock):
-        return None if isinstance(value, hint) else f"must be {hint.__name__}, got {_describe(value)}"
+        return (
+            None if isinstance(value, hint) else f"must be {hint.__name__}, got {_describe(value)}"
+        )
     if hint is np.ndarray or origin is np.ndarray:
         if not isinstance(value, np.ndarray):
             return f"must be a numeric array, got {_describe(value)}"

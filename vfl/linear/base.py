@@ -183,18 +183,19 @@ class VerticalLinearModel(FederatedEstimator):
     def _collect(self, results: dict[str, Any], spec: FitSpec) -> None:
         """Read the roles' results (after the run)."""
         done = {n: r for n, r in results.items() if isinstance(r, FitResult)}
-        fits = {n: r for n, r in done.items() if r.part is not None}
-        self.parts_ = {n: r.part for n, r in fits.items()}
+        self.parts_: dict[str, PartyModel] = {
+            n: r.part for n, r in done.items() if r.part is not None
+        }
         self.label_party_ = spec.label_party
         self.data_parties_ = list(spec.data_parties)
         self.n_iter_ = max((r.n_iter for r in done.values()), default=0)
-        label = fits.get(spec.label_party)
-        if label is not None:
+        label = done.get(spec.label_party)
+        if label is not None and label.part is not None:
             self.loss_curve_ = list(label.loss_curve)
             self.epoch_seconds_ = list(label.epoch_seconds)
             self.setup_seconds_ = label.setup_seconds
-            self.intercept_ = np.atleast_1d(np.asarray(label.part.intercept, dtype=float))  # type: ignore[union-attr]
-            self._learn_labels(label.part)  # type: ignore[arg-type]
+            self.intercept_ = np.reshape(np.array(label.part.intercept, dtype=float), -1)
+            self._learn_labels(label.part)
         else:
             self.loss_curve_ = []  # the loss is the label party's to learn
 
@@ -331,4 +332,3 @@ class VerticalLinearModel(FederatedEstimator):
         if label_party in self.parts_:
             self._learn_labels(self.parts_[label_party])
         return self
-

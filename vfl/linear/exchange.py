@@ -208,8 +208,7 @@ class GradientExchange:
             self.key, self.secret = policy.generate()
             VLR.broadcast(fed, "key", PublicKeyMessage.of(self.key), to=self.others)
             self.keys = {
-                p: policy.accept(VLR.recv(fed, p, "key", PublicKeyMessage), p)
-                for p in self.others
+                p: policy.accept(VLR.recv(fed, p, "key", PublicKeyMessage), p) for p in self.others
             }
         self.packing = plan_packing(
             x,
@@ -263,9 +262,7 @@ class GradientExchange:
             for g in range(self.packing.groups):
                 values = slots[k * self.packing.groups + g]
                 cols = self.packing.group(g)
-                if any(abs(v) >= 1 << value_bits for v in values) or any(
-                    values[len(cols) :]
-                ):
+                if any(abs(v) >= 1 << value_bits for v in values) or any(values[len(cols) :]):
                     raise OverflowError(
                         f"a gradient decrypted via {self.coordinator or self.fed.name!r} "
                         "overflowed its packing; standardise the features or lower "

@@ -23,7 +23,7 @@ from vfl.validation import check_class_labels
 __all__ = ["VerticalLogisticRegression"]
 
 
-class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):
+class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type: ignore[misc]
     """Logistic regression on columns split across parties, trained under Paillier encryption.
 
     Labels may be any two or more distinct values, as in scikit-learn (0/1, -1/1, strings);

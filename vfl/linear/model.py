@@ -82,7 +82,9 @@ class PartyModel:
         d = len(self.columns)
         coef = np.zeros(d) if outputs == 1 else np.zeros((d, outputs))
         intercept: Any = 0.0 if outputs == 1 else np.zeros(outputs)
-        return PartyModel(self.party, self.role, self.columns, self.mean, self.scale, coef, intercept)
+        return PartyModel(
+            self.party, self.role, self.columns, self.mean, self.scale, coef, intercept
+        )
 
     @property
     def outputs(self) -> int:

@@ -21,7 +21,7 @@ from vfl.validation import check_targets
 __all__ = ["VerticalLinearRegression"]
 
 
-class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):
+class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ignore[misc]
     """Linear (ridge) regression on columns split across parties, trained under Paillier
     encryption with the same protocols, privacy statement and parameters as
     :class:`~vfl.linear.VerticalLogisticRegression` (see there), plus:

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from vfl.crypto import FixedPointOverflowError, PaillierPrivateKey, PaillierPublicKey
-from vfl.crypto.packing import MIN_KAPPA, PackingLayout, pack_masked, unpack_slots
+from vfl.crypto.masked import pack_masked
+from vfl.crypto.packing import MIN_KAPPA, PackingLayout, unpack_slots
 
 Keys = tuple[PaillierPublicKey, PaillierPrivateKey]
 pytestmark = pytest.mark.filterwarnings("ignore::vfl.crypto.keys.SecurityWarning")

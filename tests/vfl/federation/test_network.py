@@ -268,7 +268,7 @@ MODEL = {
 def _party_process(name: str, ports: dict[str, int], pki: dict[str, str], out: str) -> None:
     import warnings
 
-    from vfl.logistic import VerticalLogisticRegression
+    from vfl.linear import VerticalLogisticRegression
 
     warnings.simplefilter("ignore")
     parts, y = _breast_parts()
@@ -292,11 +292,11 @@ def _party_process(name: str, ports: dict[str, int], pki: dict[str, str], out: s
             data_parties=["imaging", "lab"],
         )
     if name != "c":
-        Path(out, f"{name}.json").write_text(est.parts_[name].to_json())
+        est.parts_[name].save(Path(out, f"{name}.npz"))
 
 
 def test_training_over_grpc_processes_gives_the_in_process_model(tmp_path: Path) -> None:
-    from vfl.logistic import PartyModel, VerticalLogisticRegression
+    from vfl.linear import PartyModel, VerticalLogisticRegression
 
     names = ["imaging", "lab", "c"]
     pki = {k: str(v) for k, v in make_certificates(tmp_path / "pki", names).items()}
@@ -313,7 +313,7 @@ def test_training_over_grpc_processes_gives_the_in_process_model(tmp_path: Path)
         parts, y, label_party="imaging"
     )
     for name in ("imaging", "lab"):
-        remote = PartyModel.from_json((tmp_path / f"{name}.json").read_text())
+        remote = PartyModel.load(tmp_path / f"{name}.npz")
         np.testing.assert_allclose(remote.coef, local.parts_[name].coef, rtol=0, atol=1e-12)
         assert remote.intercept == pytest.approx(local.parts_[name].intercept, abs=1e-12)
 

@@ -263,7 +263,7 @@ def test_foreign_ciphertexts_and_keys_are_refused_naming_the_sender() -> None:
         vector_from(key_b, {"not": "a block"}, "lab")
     small_key = {"n": int(key_a.n).to_bytes(128, "big")}
     with pytest.raises(
-        ValueError, match="party 'coordinator' sent a malformed public key .* 1024-bit key"
+        ValueError, match=r"party 'coordinator' sent a malformed public key .* 1024-bit key"
     ):
         KeyPolicy().receive(small_key, "coordinator")
     with pytest.raises(ValueError, match="party 'coordinator' sent a malformed public key"):
@@ -396,13 +396,13 @@ def test_peers_refuse_bad_packings_and_overflowing_shares() -> None:
     with pytest.raises(ValueError, match=r"party 'lab': mini-batches of \d+ rows would reveal"):
         PeerRows.from_parts(public, wide, [RowsPart(blocks=[block] * 4)], "lab", 40, 32)
     bad = RowsHeader(packing={"columns": 3, "slot_bits": 900, "per_ct": 3}, parts=1)
-    with pytest.raises(ValueError, match="party 'lab' sent .* 'packing' impossible row packing"):
+    with pytest.raises(ValueError, match=r"party 'lab' sent .* 'packing' impossible row packing"):
         PeerRows.from_parts(public, bad, [RowsPart(blocks=[block])], "lab", 40, 32)
     fine = RowsHeader(packing={"columns": 3, "slot_bits": 100, "per_ct": 3}, parts=2)
     half = EncryptedVector(public, public.raw_encrypt([0] * 20), 0, fresh=True).to_wire()
     two = [RowsPart(blocks=[half]), RowsPart(blocks=[half])]
     assert len(PeerRows.from_parts(public, fine, two, "lab", 40, 32).groups[0]) == 40
-    with pytest.raises(ValueError, match="party 'lab' sent .* 'blocks' do not add up"):
+    with pytest.raises(ValueError, match=r"party 'lab' sent .* 'blocks' do not add up"):
         PeerRows.from_parts(public, fine, two[:1], "lab", 40, 32)
     packing = RowPacking(3, 64, 3)
     value = (5 << 128) + (-7 << 64) + 3
@@ -413,8 +413,8 @@ def test_peers_refuse_bad_packings_and_overflowing_shares() -> None:
 
 def test_the_coordinator_decrypts_only_requests_of_a_shares_size() -> None:
     from vfl.crypto import generate_paillier_keypair
-    from vfl.federation import LocalFederation, PartyFailedError
     from vfl.crypto.masked import DecryptionRequest, serve_decryption
+    from vfl.federation import LocalFederation, PartyFailedError
     from vfl.linear.messages import VLR
 
     public, secret = generate_paillier_keypair(1024, insecure=True)
@@ -428,7 +428,7 @@ def test_the_coordinator_decrypts_only_requests_of_a_shares_size() -> None:
     def coordinator(fed):  # type: ignore[no-untyped-def]
         serve_decryption(fed, "lab", tags, secret, expected=1)
 
-    with pytest.raises(PartyFailedError, match="party 'lab' .* asks for 5 decryptions"):
+    with pytest.raises(PartyFailedError, match=r"party 'lab' .* asks for 5 decryptions"):
         LocalFederation(timeout=10).run({"lab": asker, "coordinator": coordinator})
 
 

@@ -1,0 +1,129 @@
+"""The learners ``vflink party`` can run: a name registry of :class:`Job` entries.
+
+``[job] model = "logistic"`` in the federation config picks an entry; ``[job.params]`` holds the
+estimator's keyword arguments. A job says how to build its estimator and how the label party
+evaluates the held-out rows (metrics and a predictions table), so a new learner adds an entry
+here (:func:`register_job`), not an edit of :mod:`vfl.party`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["JOBS", "Job", "get_job", "register_job"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A learner ``vflink party`` can run.
+
+    Attributes
+    ----------
+    name : str
+        Its name in ``[job] model = "..."``.
+    make : callable
+        ``make(**params)``: the estimator (with ``fit_party``/``predict_party``/``parts_``).
+    evaluate : callable
+        ``evaluate(estimator, labels, outputs)``: ``(metrics, columns)`` from the held-out
+        rows' true labels and what the label party's ``predict_party`` returned; ``columns``
+        are added to ``predictions.csv``.
+    """
+
+    name: str
+    make: Callable[..., Any]
+    evaluate: Callable[
+        [Any, np.ndarray[Any, Any], np.ndarray[Any, Any]], tuple[dict[str, Any], dict[str, Any]]
+    ]
+
+
+def _evaluate_classifier(
+    estimator: Any, labels: np.ndarray[Any, Any], scores: np.ndarray[Any, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    from sklearn.metrics import accuracy_score, roc_auc_score
+
+    from vfl.linear.logistic import probabilities
+
+    classes = estimator.classes_
+    matrix = scores[:, None] if scores.ndim == 1 else scores
+    proba = probabilities(matrix)
+    predicted = classes[proba.argmax(axis=1)]
+    metrics: dict[str, Any] = {"test_accuracy": float(accuracy_score(labels, predicted))}
+    columns: dict[str, Any] = {"predicted": predicted}
+    if matrix.shape[1] == 1:
+        present = set(np.asarray(labels).tolist())
+        metrics["test_auc"] = (
+            float(roc_auc_score(labels == classes[1], matrix[:, 0])) if len(present) == 2 else None
+        )
+        columns.update(score=matrix[:, 0], probability=proba[:, 1])
+    else:
+        for k, label in enumerate(classes):
+            columns[f"probability_{label}"] = proba[:, k]
+    return metrics, columns
+
+
+def _evaluate_regressor(
+    estimator: Any, labels: np.ndarray[Any, Any], predicted: np.ndarray[Any, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    from sklearn.metrics import mean_squared_error, r2_score
+
+    truth = np.asarray(labels, dtype=float)
+    metrics = {
+        "test_r2": float(r2_score(truth, predicted)) if len(truth) > 1 else None,
+        "test_rmse": float(np.sqrt(mean_squared_error(truth, predicted))),
+    }
+    return metrics, {"predicted": predicted}
+
+
+def _logistic(**params: Any) -> Any:
+    from vfl.linear import VerticalLogisticRegression
+
+    return VerticalLogisticRegression(**params)
+
+
+def _linear(**params: Any) -> Any:
+    from vfl.linear import VerticalLinearRegression
+
+    return VerticalLinearRegression(**params)
+
+
+JOBS: dict[str, Job] = {}
+"""The registry: name -> job."""
+
+
+def register_job(job: Job) -> None:
+    """Add (or replace) a job in the registry."""
+    JOBS[job.name] = job
+
+
+def get_job(name: Any) -> Job:
+    """The job named ``name`` (``ValueError`` listing the known names otherwise)."""
+    job = JOBS.get(name) if isinstance(name, str) else None
+    if job is None:
+        raise ValueError(f"model must be one of {sorted(JOBS)}, got {name!r}")
+    return job
+
+
+register_job(Job("logistic", _logistic, _evaluate_classifier))
+register_job(Job("linear", _linear, _evaluate_regressor))
+
+
+def predictions_frame(
+    common_rows: Any,
+    ids: Any,
+    id_column: str,
+    label_column: str,
+    labels: Any,
+    columns: dict[str, Any],
+) -> pd.DataFrame:
+    """The label party's ``predictions.csv``: the held-out rows, their IDs, what the model
+    predicted and the true labels."""
+    frame: pd.DataFrame = pd.DataFrame({"common_row": common_rows, id_column: ids})
+    for name, values in columns.items():
+        frame[name] = values
+    frame[label_column] = labels
+    return frame
