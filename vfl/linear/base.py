@@ -42,6 +42,7 @@ class VerticalLinearModel(FederatedEstimator):
         max_iter: int = 30,
         batch_size: int = 256,
         tol: float | None = 1e-4,
+        n_iter_no_change: int = 1,
         learning_rate: float = 0.05,
         optimizer: str = "adam",
         alpha: float = 1e-3,
@@ -58,6 +59,7 @@ class VerticalLinearModel(FederatedEstimator):
         self.max_iter = max_iter
         self.batch_size = batch_size
         self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
         self.learning_rate = learning_rate
         self.optimizer = optimizer
         self.alpha = alpha
@@ -99,6 +101,10 @@ class VerticalLinearModel(FederatedEstimator):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.n_iter_no_change, int) or self.n_iter_no_change < 1:
+            raise ValueError(
+                f"n_iter_no_change must be a positive integer, got {self.n_iter_no_change!r}"
+            )
         if not self.learning_rate > 0 or not self.alpha >= 0:
             raise ValueError("learning_rate must be > 0 and alpha >= 0")
 
@@ -135,6 +141,7 @@ class VerticalLinearModel(FederatedEstimator):
             max_iter=self.max_iter,
             batch_size=self.batch_size,
             tol=self.tol,
+            patience=self.n_iter_no_change,
             learning_rate=float(self.learning_rate),
             optimizer=self.optimizer,
             alpha=float(self.alpha),

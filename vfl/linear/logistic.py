@@ -41,6 +41,9 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
     tol : float or None
         Stop when an epoch lowers the (securely computed, Taylor) training loss by less than
         ``tol``; None runs ``max_iter`` epochs.
+    n_iter_no_change : int
+        Epochs in a row without such an improvement (on the best loss so far) before
+        stopping (as scikit-learn's SGD estimators; 1 stops at the first).
     learning_rate : float
         Step size (Adam) or initial step size (SGD, decayed as ``1 / (1 + epoch)``).
     optimizer : {"adam", "sgd"}

@@ -68,6 +68,7 @@ class FitSpec:
     max_iter: int
     batch_size: int
     tol: float | None
+    patience: int
     learning_rate: float
     optimizer: str
     alpha: float
@@ -225,7 +226,7 @@ class _LabelTrainer(_Trainer):
 
     def run(self, schedule: Schedule) -> FitResult:
         result = FitResult(part=None)
-        curve = LossCurve(self.spec.tol)
+        curve = LossCurve(self.spec.tol, self.spec.patience)
         epochs = schedule.epochs()
         for epoch in range(self.spec.max_iter):
             began = time.perf_counter()

@@ -52,7 +52,7 @@ def plaintext_reference(
         opts[name] = make_optimizer(spec.optimizer, learning_rate=spec.learning_rate)
     n = len(targets)
     schedule = Schedule(n, spec.batch_size, int(estimator.random_state))
-    curve = LossCurve(spec.tol)
+    curve = LossCurve(spec.tol, spec.patience)
     for epoch, batches in zip(range(spec.max_iter), schedule.epochs(), strict=False):
         total = 0.0
         for rows in batches:

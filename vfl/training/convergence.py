@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 __all__ = ["LossCurve"]
@@ -9,25 +10,31 @@ __all__ = ["LossCurve"]
 
 @dataclass
 class LossCurve:
-    """Training loss per epoch and the stopping rule.
+    """Training loss per epoch and the stopping rule, as scikit-learn's ``SGDRegressor``:
+    an epoch counts as no improvement when its loss is above the best so far minus ``tol``;
+    training stops after ``patience`` such epochs in a row (``tol=None``: never).
 
-    Training has converged when an epoch lowers the loss by less than ``tol`` (None: never);
-    with ``patience`` > 1 it takes that many such epochs in a row, so that one noisy epoch
-    (a rise, say) does not end training early.
+    With ``patience=1`` that is: stop at the first epoch that does not lower the loss by
+    ``tol`` -- which one noisy epoch can trigger; a patience of 5 rides over it.
     """
 
     tol: float | None
     patience: int = 1
     values: list[float] = field(default_factory=list)
-    _flat: int = 0
+    best: float = math.inf
+    _stale: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.patience, int) or self.patience < 1:
+            raise ValueError(f"n_iter_no_change must be a positive integer, got {self.patience!r}")
 
     def add(self, loss: float) -> bool:
         """Record an epoch's loss; True when training should stop."""
-        self.values.append(float(loss))
-        if self.tol is None or len(self.values) < 2:
-            return False
-        if self.values[-2] - self.values[-1] < self.tol:
-            self._flat += 1
+        loss = float(loss)
+        self.values.append(loss)
+        if self.tol is not None and len(self.values) > 1 and loss > self.best - self.tol:
+            self._stale += 1
         else:
-            self._flat = 0
-        return self._flat >= self.patience
+            self._stale = 0
+        self.best = min(self.best, loss)
+        return self.tol is not None and self._stale >= self.patience

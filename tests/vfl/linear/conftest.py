@@ -1,0 +1,22 @@
+"""FATE's vertically split example tables (``../shared/data/fate``), joined on ``id``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+FATE = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "fate"
+
+
+def hetero(name: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+    """``(guest features, host features, y)`` of ``<name>_hetero_{guest,host}.csv``, rows in
+    the guest's order; skips the test (naming the folder) when the data is absent."""
+    guest_file, host_file = FATE / f"{name}_hetero_guest.csv", FATE / f"{name}_hetero_host.csv"
+    if not guest_file.exists() or not host_file.exists():
+        pytest.skip(f"FATE example data not found in {FATE} (the shared data folder)")
+    guest = pd.read_csv(guest_file).set_index("id")
+    host = pd.read_csv(host_file).set_index("id").add_prefix("host_")
+    y = guest.pop("y")
+    return guest, host.loc[guest.index], y

@@ -1,0 +1,29 @@
+"""Audits: attacks that measure what a party can actually infer from what it sees.
+
+A privacy statement in vflink is a claim about what an attacker learns; an audit *tries* to
+learn it and reports the success rate against chance (:class:`AuditResult`). Every protocol
+ships, beside its "what each role learns" statement, the audits that test it, and users can
+run them on their own runs.
+
+* :func:`~vfl.audit.transcript.find_plaintext` -- the baseline every protocol passes: no run of
+  consecutive values of a party's features or labels (raw, standardised, fixed-point) in any
+  message it sent. Necessary, not sufficient: exact gradients of binary labels are a
+  subset-sum a lattice solver breaks, which is what the inference audits below are for.
+* :class:`Audit` -- the base of inference attacks, with a name registry
+  (:func:`register_audit`, :func:`get_audit`). The label-inference attack on vertical training
+  (issue 12) and the attacks of split learning, transfer and the horizontal path register
+  here as they arrive.
+"""
+
+from vfl.audit.base import AUDITS, Audit, AuditResult, get_audit, register_audit
+from vfl.audit.transcript import Leak, find_plaintext
+
+__all__ = [
+    "AUDITS",
+    "Audit",
+    "AuditResult",
+    "Leak",
+    "find_plaintext",
+    "get_audit",
+    "register_audit",
+]
