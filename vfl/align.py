@@ -27,9 +27,14 @@ import numpy as np
 import pandas as pd
 
 import linkage
-from vfl.federation import Federation, LocalFederation
+from vfl.federation.base import Federation
+from vfl.federation.local import LocalFederation
+from vfl.federation.messages import Namespace
 
-__all__ = ["align", "align_party"]
+__all__ = ["ALIGN", "align", "align_party"]
+
+ALIGN = Namespace("align")
+"""The tags of alignment (``align/psi-blinded``, ``align/encodings``, ...)."""
 
 
 def align(
@@ -41,6 +46,7 @@ def align(
     secret: bytes | str | None = None,
     threshold: float | None = None,
     linkage_unit: str = "coordinator",
+    ledger: Any = None,
 ) -> dict[str, pd.DataFrame]:
     """Align ``frames`` (party name -> its table) to their common rows; every role simulated
     in this process. See :func:`align_party` for the parameters."""
@@ -74,6 +80,7 @@ def align(
                 parties=parties,
                 threshold=threshold,
                 linkage_unit=linkage_unit,
+                ledger=ledger,
             )
         )
         for name in parties
@@ -102,6 +109,7 @@ def align_party(
     parties: list[str],
     threshold: float | None = None,
     linkage_unit: str = "coordinator",
+    ledger: Any = None,
 ) -> Any:
     """This party's role in aligning (deployment).
 
@@ -123,6 +131,10 @@ def align_party(
         Match threshold (``"bloom"``); chosen from the scores when None.
     linkage_unit : str
         The party that links encodings (``"bloom"``).
+    ledger : vfl.privacy.PrivacyLedger, optional
+        Where a data party records the differential privacy its encodings spend when the
+        schema hardens them with BLIP (``blip_epsilon`` per bit, composed over the schema's
+        encoded bits: the most in which two versions of one person's record can differ).
 
     Returns
     -------
@@ -144,11 +156,11 @@ def align_party(
         other = next(p for p in parties if p != me)
         ids = linkage.normalize_ids(frame[id_column], what=f"party {me!r}'s {id_column}")
         party = linkage.EcdhPsiParty()
-        federation.send(other, "psi-blinded", _points(party.blind(ids)))
-        theirs = _unpoint(federation.recv(other, "psi-blinded"), other)
+        federation.send(other, ALIGN.tag("psi-blinded"), _points(party.blind(ids)))
+        theirs = _unpoint(federation.recv(other, ALIGN.tag("psi-blinded")), other)
         their_double = party.reblind(theirs)
-        federation.send(other, "psi-double", _points(their_double))
-        own_double = _unpoint(federation.recv(other, "psi-double"), other)
+        federation.send(other, ALIGN.tag("psi-double"), _points(their_double))
+        own_double = _unpoint(federation.recv(other, ALIGN.tag("psi-double")), other)
         if len(own_double) != len(ids):
             raise ValueError(f"party {other!r} returned {len(own_double)} points for {len(ids)}")
         # both now hold both sides' doubly blinded points; the common order sorts by them
@@ -164,15 +176,25 @@ def align_party(
     if schema is None or secret is None:
         raise ValueError(f"party {me!r}: Bloom-filter alignment needs the schema and the secret")
     encodings = linkage.encode(frame, schema, secret=secret)
+    if ledger is not None and schema.blip_epsilon is not None:
+        from vfl.privacy import record_blip
+
+        record_blip(
+            ledger,
+            holder=me,
+            epsilon_per_bit=schema.blip_epsilon,
+            bits_per_record=schema.encoded_bits,
+            data=f"Bloom-filter encodings of {', '.join(schema.columns)}",
+        )
     # sent in a secret random order, so that positions say nothing about how the table is sorted
     shuffle = list(range(len(frame)))
     secrets.SystemRandom().shuffle(shuffle)
     federation.send(
         linkage_unit,
-        "encodings",
+        ALIGN.tag("encodings"),
         {"words": encodings.words[shuffle], "fingerprint": encodings.fingerprint},
     )
-    rows = federation.recv(linkage_unit, "rows")
+    rows = federation.recv(linkage_unit, ALIGN.tag("rows"))
     if not isinstance(rows, np.ndarray) or rows.dtype.kind not in "iu":
         raise ValueError(f"the linkage unit {linkage_unit!r} sent malformed row positions")
     if len(rows) and (rows.min() < 0 or rows.max() >= len(frame)):
@@ -203,7 +225,7 @@ def _reorder(frame: pd.DataFrame, rows: list[int], party: str) -> pd.DataFrame:
 def _link_encodings(federation: Federation, parties: list[str], threshold: float | None) -> None:
     encodings = {}
     for party in parties:
-        message = federation.recv(party, "encodings")
+        message = federation.recv(party, ALIGN.tag("encodings"))
         if (
             not isinstance(message, dict)
             or not isinstance(message.get("words"), np.ndarray)
@@ -227,8 +249,10 @@ def _link_encodings(federation: Federation, parties: list[str], threshold: float
         partner[party] = dict(zip(links["a"].tolist(), links["b"].tolist(), strict=True))
     common = sorted(set.intersection(*(set(p) for p in partner.values())))
     secrets.SystemRandom().shuffle(common)  # the common order reveals no party's order
-    federation.send(anchor, "rows", np.asarray(common, dtype=np.int64))
+    federation.send(anchor, ALIGN.tag("rows"), np.asarray(common, dtype=np.int64))
     for party in others:
         federation.send(
-            party, "rows", np.asarray([partner[party][a] for a in common], dtype=np.int64)
+            party,
+            ALIGN.tag("rows"),
+            np.asarray([partner[party][a] for a in common], dtype=np.int64),
         )

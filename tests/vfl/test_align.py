@@ -64,10 +64,10 @@ def test_bloom_alignment_through_a_linkage_unit(cohort) -> None:  # type: ignore
         payload = record.payload()
         if record.sender == "coordinator":
             # only row positions go back, one array per party, no scores
-            assert record.tag == "rows" and isinstance(payload, np.ndarray)
+            assert record.tag == "align/rows" and isinstance(payload, np.ndarray)
             assert payload.dtype == np.int64
         else:
-            assert record.receiver == "coordinator" and record.tag == "encodings"
+            assert record.receiver == "coordinator" and record.tag == "align/encodings"
             assert set(payload) == {"words", "fingerprint"}  # no row labels, no identities
     assert all(payload_kind(r.payload()) for r in federation.transcript.records)
 
@@ -100,3 +100,39 @@ def test_the_linkage_unit_may_not_be_a_data_party(cohort) -> None:  # type: igno
             secret=SECRET,
             linkage_unit="lab",
         )
+
+
+def test_blip_hardened_encodings_record_their_privacy_in_the_ledger(cohort) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from vfl.privacy import PrivacyLedger, randomized_response_event
+    from vfl.privacy.accounting import epsilon
+
+    lab, imaging, _ = cohort
+    schema = replace(identity_schema(), blip_epsilon=3.0)
+    ledger = PrivacyLedger(delta=1e-6, accountant="pld")
+    aligned = align(
+        {"lab": lab, "imaging": imaging},
+        method="bloom",
+        schema=schema,
+        secret=SECRET,
+        ledger=ledger,
+    )
+    assert len(aligned["lab"]) > 0
+    assert set(ledger.holders()) == {"lab", "imaging"}
+    expected = epsilon(
+        [randomized_response_event(epsilon=3.0, steps=schema.encoded_bits)],
+        delta=1e-6,
+        accountant="pld",
+    )
+    assert ledger.epsilon(holder="lab") == pytest.approx(expected, rel=1e-9)
+    assert "lab" in ledger.table() and "randomized" in ledger.table().lower()
+    plain = PrivacyLedger()
+    align(
+        {"lab": lab, "imaging": imaging},
+        method="bloom",
+        schema=identity_schema(),
+        secret=SECRET,
+        ledger=plain,
+    )
+    assert plain.holders() == []  # no BLIP, no DP claimed

@@ -93,6 +93,6 @@ def find_plaintext(
         if not mine:
             continue
         for sequence in numbers_in(record.payload()):
-            for values in _windows(sequence, window) & mine:
-                leaks.append(Leak(record.sender, record.receiver, record.tag, values))
+            for run in _windows(sequence, window) & mine:
+                leaks.append(Leak(record.sender, record.receiver, record.tag, run))
     return leaks

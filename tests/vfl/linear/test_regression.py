@@ -12,9 +12,9 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 from tests.vfl.linear.conftest import hetero
+from vfl.audit import find_plaintext
 from vfl.crypto import SecurityWarning
 from vfl.federation.wire import CiphertextBlock
-from vfl.audit import find_plaintext
 from vfl.linear import VerticalLinearRegression, plaintext_reference
 from vfl.linear.model import FEATURE_BITS
 

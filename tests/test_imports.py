@@ -1,0 +1,43 @@
+"""The runtime and the crypto stay light: importing them loads no pandas, scikit-learn or
+linkage (checked in a fresh interpreter)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("pandas", "sklearn", "linkage", "torch", "dp_accounting")
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "vfl",
+        "vfl.federation",
+        "vfl.federation.local",
+        "vfl.federation.messages",
+        "vfl.crypto",
+        "vfl.crypto.masked",
+        "vfl.training",
+        "vfl.privacy",
+        "vfl.persistence",
+    ],
+)
+def test_light_modules_do_not_import_heavy_ones(module: str) -> None:
+    code = f"import sys, {module}; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "", f"{module} imported {result.stdout.strip()}"
+
+
+def test_lazy_exports_resolve() -> None:
+    import vfl
+    import vfl.federation
+
+    assert vfl.VerticalLogisticRegression.__name__ == "VerticalLogisticRegression"
+    assert vfl.federation.LocalFederation.__name__ == "LocalFederation"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = vfl.nope  # type: ignore[attr-defined]
