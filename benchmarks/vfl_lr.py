@@ -1,4 +1,4 @@
-"""Vertical logistic regression: seconds per epoch of vflink against python-paillier.
+"""Vertical linear models: seconds per epoch of vflink against python-paillier.
 
 The baseline is the same coordinator protocol written straightforwardly with phe (in this
 script): the passive party encrypts its partial scores one ``EncryptedNumber`` at a time, the
@@ -9,7 +9,10 @@ first batches and scaled to the epoch (said so in the output).
 
 Prints per-epoch seconds (vflink with its default workers -- all cores for batches of 512 rows
 or more -- and with one process; phe), the ratios, and the test AUC of vflink's defaults
-against scikit-learn.
+against scikit-learn. Also multiclass (one-vs-rest, K=3: the encrypted rows are set up once
+for all K models; phe's one-vs-rest is K binary protocols, so its epoch is K times the
+per-row cost measured for the binary case) and linear regression (the same exchange with the
+squared loss; phe's baseline is the binary protocol's per-row cost, the same work).
 
 Run::
 
@@ -38,7 +41,7 @@ from sklearn.metrics import roc_auc_score  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
-from vfl.linear import VerticalLogisticRegression  # noqa: E402
+from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression  # noqa: E402
 
 
 def phe_epoch_seconds(
@@ -72,13 +75,15 @@ def phe_epoch_seconds(
 
 
 def vflink_epoch_seconds(
-    parts: dict[str, pd.DataFrame], y: pd.Series, batch: int, workers: int | None
+    parts: dict[str, pd.DataFrame],
+    y: pd.Series,
+    batch: int,
+    workers: int | None,
+    model: type = VerticalLogisticRegression,
 ) -> tuple[float, float]:
     """Steady-state seconds per epoch (mean of epochs 2-3) and the fit's one-off setup (key
     exchange and the encryption of every party's feature rows)."""
-    est = VerticalLogisticRegression(
-        max_iter=3, tol=None, batch_size=batch, workers=workers, random_state=0
-    )
+    est = model(max_iter=3, tol=None, batch_size=batch, workers=workers, random_state=0)
     est.fit(parts, y, label_party="active")
     # the first epoch also builds the fixed-base table of the re-randomising obfuscators
     return float(np.mean(est.epoch_seconds_[1:])), float(est.setup_seconds_)
@@ -104,7 +109,17 @@ def main() -> None:
     scaler = StandardScaler().fit(x_tr)
     z_tr = pd.DataFrame(scaler.transform(x_tr), columns=x.columns, index=x_tr.index)
     cols = list(x.columns)
-    cases = [("breast cancer 10/20", z_tr[cols[:10]], z_tr[cols[10:]], y_tr, 64)]
+    cases: list[tuple[str, pd.DataFrame, pd.DataFrame, pd.Series, int, type, int]] = [
+        (
+            "breast cancer 10/20",
+            z_tr[cols[:10]],
+            z_tr[cols[10:]],
+            y_tr,
+            64,
+            VerticalLogisticRegression,
+            1,
+        )
+    ]
     if not args.quick:
         rng = np.random.default_rng(0)
         big = rng.normal(size=(30_000, 23))
@@ -119,24 +134,51 @@ def main() -> None:
                     frame.iloc[:, 13:],
                     labels,
                     batch,
+                    VerticalLogisticRegression,
+                    1,
                 )
             )
+        three = pd.Series(np.digitize(logits, np.quantile(logits, [1 / 3, 2 / 3])))
+        cases.append(
+            (
+                "  multiclass K=3, batch 1024",
+                frame.iloc[:, :13],
+                frame.iloc[:, 13:],
+                three,
+                1024,
+                VerticalLogisticRegression,
+                3,
+            )
+        )
+        target = pd.Series(logits + rng.normal(size=30_000))
+        cases.append(
+            (
+                "  linear regression, batch 1024",
+                frame.iloc[:, :13],
+                frame.iloc[:, 13:],
+                target,
+                1024,
+                VerticalLinearRegression,
+                1,
+            )
+        )
     print(
         f"{'case':<42}{'vflink':>9}{'1 core':>9}{'setup':>8}{'phe':>10}{'ratio':>8}{'1 core':>8}"
         f"{'fit x30':>9}"
     )
     phe_per_row = 0.0
-    for name, active, passive, labels, batch in cases:
+    for name, active, passive, labels, batch, model, k in cases:
         parts = {"active": active, "passive": passive}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ours, setup = vflink_epoch_seconds(parts, labels, batch, None)
-            ours_one, _ = vflink_epoch_seconds(parts, labels, batch, 1)
-        if batch >= 10_000 and phe_per_row:
-            # phe's work is per row (an encryption, 23 multiplications and additions); one
-            # 10000-row batch would take minutes, so reuse the per-row cost just measured
-            theirs = phe_per_row * len(labels)
-            scaled = " (phe: per-row cost of the batch-1024 run)"
+            ours, setup = vflink_epoch_seconds(parts, labels, batch, None, model)
+            ours_one, _ = vflink_epoch_seconds(parts, labels, batch, 1, model)
+        if (batch >= 10_000 or k > 1 or model is VerticalLinearRegression) and phe_per_row:
+            # phe's work is per row and model (an encryption, 23 multiplications and
+            # additions); one 10000-row batch would take minutes, so reuse the per-row cost
+            # just measured (times K for K one-vs-rest models)
+            theirs = k * phe_per_row * len(labels)
+            scaled = f" (phe: {k} x the per-row cost of the batch-1024 run)"
         else:
             theirs, ran = phe_epoch_seconds(
                 active.to_numpy(),

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from vfl.federation.config import FederationConfig
+from vfl.party import run_party
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = """
@@ -50,7 +51,7 @@ columns = ["lesion_volume_cm3", "suv_max", "margin_irregularity", "texture_entro
 
 [job]
 id_column = "{id_column}"
-label_column = "diagnosis"
+label_column = "{label_column}"
 test_fraction = 0.3
 {job_extra}
 
@@ -78,7 +79,13 @@ def vflink(*args: str) -> list[str]:
 
 
 def write_config(
-    folder: Path, *, max_iter: int = 5, tol: str = "1e-4", peer: int = 20, bloom: bool = False
+    folder: Path,
+    *,
+    max_iter: int = 5,
+    tol: str = "1e-4",
+    peer: int = 20,
+    bloom: bool = False,
+    linear: bool = False,
 ) -> Path:
     p0, p1, p2 = free_ports(3)
     path = folder / "federation.toml"
@@ -91,7 +98,14 @@ def write_config(
             tol=tol,
             peer_timeout=peer,
             id_column="record_id" if bloom else "patient_id",
-            job_extra='align = "bloom"\nschema = "data/identity_schema.json"' if bloom else "",
+            label_column="necrosis_fraction" if linear else "diagnosis",
+            job_extra=(
+                'align = "bloom"\nschema = "data/identity_schema.json"'
+                if bloom
+                else 'model = "linear"'
+                if linear
+                else ""
+            ),
         )
     )
     subprocess.run(
@@ -171,6 +185,15 @@ def test_config_errors_name_the_file_the_party_and_the_fix(tmp_path: Path) -> No
     )
     assert result.returncode == 2
     assert "vflink party: error:" in result.stderr and "nope.csv" in result.stderr
+    job = '[job]\nid_column = "id"\nlabel_column = "y"\n'
+    for extra, message in [
+        ('model = "svm"\n', "model must be one of \\['linear', 'logistic'\\], got 'svm'"),
+        ("[job.model]\nmax_iter = 3\n", "\\[job.model\\] is now \\[job.params\\]"),
+        ('model = "linear"\n[job.params]\nmax_iterations = 3\n', "unexpected keyword"),
+    ]:
+        path.write_text(base + lab + img + job + extra)
+        with pytest.raises(ValueError, match=message):
+            run_party(FederationConfig.load(path), "lab")
 
 
 @pytest.mark.network
@@ -194,6 +217,31 @@ def test_three_party_processes_align_train_and_score(tmp_path: Path) -> None:
     lab_ids = (out / "lab" / "aligned_lab.csv").read_text().splitlines()
     img_ids = (out / "imaging" / "aligned_imaging.csv").read_text().splitlines()
     assert lab_ids == img_ids  # same patients, same common order (patient_id is exact here)
+
+
+@pytest.mark.network
+def test_a_linear_regression_job_runs_from_the_registry(tmp_path: Path) -> None:
+    import json
+
+    config = write_config(tmp_path, linear=True, max_iter=40, tol="1e-5")
+    procs = {n: start(tmp_path, config, n) for n in ("coordinator", "lab", "imaging")}
+    for name, proc in procs.items():
+        assert proc.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
+    log = (tmp_path / "imaging.log").read_text()
+    assert "test R^2" in log and "test AUC" not in log
+    out = tmp_path / "out"
+    metrics = json.loads((out / "imaging" / "metrics.json").read_text())
+    assert metrics["model"] == "linear" and metrics["test_rmse"] > 0
+    # the imaging columns listed predict the necrosis fraction (correlated with suv_max)
+    assert metrics["test_r2"] > 0.1
+    predictions = (out / "imaging" / "predictions.csv").read_text().splitlines()
+    assert predictions[0].split(",") == [
+        "common_row",
+        "patient_id",
+        "predicted",
+        "necrosis_fraction",
+    ]
+    assert {p.name for p in (out / "lab").iterdir()} == {"aligned_lab.csv", "model_lab.npz"}
 
 
 @pytest.mark.network
