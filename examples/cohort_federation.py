@@ -1,6 +1,6 @@
 """The lab network and the imaging centre: what is at stake, and a first protocol between them.
 
-This is what ``make demo`` runs until the encrypted lab + imaging pipeline lands. It
+A walk through the federation runtime and the toolkit protocols are built from. It
 
 1. simulates the two institutions' tables (:func:`vfl.datasets.make_lab_imaging_cohort`) and
    shows how the same patient's identity differs between them;
@@ -15,8 +15,9 @@ This is what ``make demo`` runs until the encrypted lab + imaging pipeline lands
    crossed a party boundary;
 4. computes one encrypted gradient step of vertical logistic regression with the Paillier
    engine: the lab obtains the gradient of its own weights from residuals it never sees, and
-   the imaging centre decrypts only masked, packed values. (Linkage is not built yet, so this
-   step uses the true pairs; the full pipeline comes with the vertical LR estimator.)
+   the imaging centre decrypts only masked, packed values (:mod:`vfl.crypto.masked`, the one
+   masked decryption every protocol uses; typed messages under the ``demo`` namespace). This
+   step uses the true pairs; ``examples/lab_imaging.py`` is the full pipeline.
 
 Run::
 
@@ -37,8 +38,9 @@ from sklearn.model_selection import train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from vfl.crypto import PaillierPublicKey, generate_paillier_keypair
-from vfl.crypto.masked import pack_masked
+from vfl.crypto import generate_paillier_keypair
+from vfl.crypto.masked import decrypt_masked, serve_decryption
+from vfl.crypto.policy import KeyPolicy, PublicKeyMessage
 from vfl.datasets import (
     IDENTITY_COLUMNS,
     IMAGING_FEATURES,
@@ -47,9 +49,11 @@ from vfl.datasets import (
     make_lab_imaging_cohort,
 )
 from vfl.federation import Federation, LocalFederation
+from vfl.federation.messages import Namespace
 
 MIN_CELL = 10
 """Aggregates over fewer values than this are suppressed (a common disclosure-control rule)."""
+GRAD = Namespace("demo/grad")
 
 
 # -- the protocol: each role's code, talking only through its Federation ----------------------
@@ -101,27 +105,19 @@ def coordinator(fed: Federation) -> dict[str, Any]:
 
 def active_party(fed: Federation, labels: np.ndarray) -> dict[str, Any]:
     public, private = generate_paillier_keypair()
-    fed.send("lab", "grad/public-key", int(public.n))
+    GRAD.send(fed, "lab", "key", PublicKeyMessage.of(public))
     residuals = 0.5 - labels.astype(float)
-    fed.send("lab", "grad/residuals", public.encrypt(residuals, workers=2).to_wire())
-    reply = fed.recv("lab", "grad/packed")
-    packed = public.vector_from_wire(reply["ciphertexts"])
-    fed.send("lab", "grad/slots", private.decrypt_packed(packed, reply["layout"]))
-    return {"decryptions": packed.size}
+    fed.send("lab", GRAD.tag("residuals"), public.encrypt(residuals, workers=2).to_wire())
+    serve_decryption(fed, "lab", GRAD, private)  # sees only masked, packed slots
+    return {}
 
 
 def passive_party(fed: Federation, features: np.ndarray) -> np.ndarray:
-    public = PaillierPublicKey(fed.recv("imaging", "grad/public-key"))
-    residuals = public.vector_from_wire(fed.recv("imaging", "grad/residuals"))
+    public = KeyPolicy().accept(GRAD.recv(fed, "imaging", "key", PublicKeyMessage), "imaging")
+    residuals = public.vector_from_wire(fed.recv("imaging", GRAD.tag("residuals")))
     gradient = (features.T @ residuals) / len(features)
     bound = float(np.abs(features).max(axis=0).max())  # |mean of x * d| <= max |x|, as |d| <= 1
-    packed, masks = pack_masked(gradient, bound=bound)
-    fed.send(
-        "imaging",
-        "grad/packed",
-        {"ciphertexts": packed.to_wire(), "layout": masks.layout.to_dict()},
-    )
-    return masks.unmask(fed.recv("imaging", "grad/slots"))
+    return np.asarray(decrypt_masked(fed, "imaging", GRAD, gradient, bound=bound))
 
 
 def encrypted_gradient_step(lab_part: pd.DataFrame, imaging_part: pd.DataFrame) -> None:
@@ -138,10 +134,13 @@ def encrypted_gradient_step(lab_part: pd.DataFrame, imaging_part: pd.DataFrame) 
     elapsed = time.perf_counter() - began
     expected = x_lab.T @ (0.5 - y) / len(y)
     error = float(np.abs(out["lab"] - expected).max())
+    (request,) = [r for r in local.transcript.records if r.tag == GRAD.tag("req")]
+    layout = request.payload()["layout"]
+    decryptions = -(-layout["count"] // layout["slots"])
     print(
         f"lab's gradient over {len(y)} patients x {x_lab.shape[1]} features in {elapsed:.1f} s "
         f"(2048-bit key); max error against plaintext {error:.1e}; the imaging centre decrypted "
-        f"{out['imaging']['decryptions']} packed ciphertexts for {x_lab.shape[1]} masked values"
+        f"{decryptions} packed ciphertexts for {x_lab.shape[1]} masked values"
     )
     print(
         local.transcript.to_frame()[["sender", "receiver", "tag", "kind", "nbytes"]].to_string(

@@ -20,9 +20,10 @@ loads neither pandas, scikit-learn nor linkage until a name that needs them is u
 
 from __future__ import annotations
 
-import importlib
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from vfl._lazy import lazy_exports
 
 try:
     __version__ = version("vflink")
@@ -52,14 +53,4 @@ if TYPE_CHECKING:
     from vfl.privacy import PrivacyLedger
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'vfl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

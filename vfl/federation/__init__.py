@@ -10,10 +10,12 @@ one module (the wire format, say) loads only what it needs.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from vfl._lazy import lazy_exports
 
 _EXPORTS = {
+    "wire": "vfl.federation.wire",
     "DEFAULT_TIMEOUT": "vfl.federation.base",
     "Federation": "vfl.federation.base",
     "FederationAbortedError": "vfl.federation.base",
@@ -71,16 +73,4 @@ if TYPE_CHECKING:
     from vfl.federation.wire import CiphertextBlock, WireFormatError
 
 
-def __getattr__(name: str) -> Any:
-    if name == "wire":
-        return importlib.import_module("vfl.federation.wire")
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'vfl.federation' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

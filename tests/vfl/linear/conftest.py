@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pandas as pd
 import pytest
@@ -20,3 +21,14 @@ def hetero(name: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
     host = pd.read_csv(host_file).set_index("id").add_prefix("host_")
     y = guest.pop("y")
     return guest, host.loc[guest.index], y
+
+
+T = TypeVar("T")
+
+
+def small_model(cls: type[T], **params: Any) -> T:
+    """A fast, reproducible estimator for tests: 1024-bit keys (insecure, tests only) and a
+    fixed batch order."""
+    base: dict[str, Any] = {"key_bits": 1024, "insecure": True, "random_state": 0}
+    base.update(params)
+    return cls(**base)

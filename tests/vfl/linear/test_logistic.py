@@ -14,6 +14,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
+from tests.vfl.linear.conftest import small_model
 from vfl.crypto import SecurityWarning
 from vfl.crypto.fixedpoint import DEFAULT_PRECISION
 from vfl.federation.wire import CiphertextBlock
@@ -24,9 +25,7 @@ pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.S
 
 
 def small(**params: object) -> VerticalLogisticRegression:
-    base: dict[str, object] = {"key_bits": 1024, "insecure": True, "random_state": 0}
-    base.update(params)
-    return VerticalLogisticRegression(**base)  # type: ignore[arg-type]
+    return small_model(VerticalLogisticRegression, **params)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.multiclass import OneVsRestClassifier
 from sklearn.preprocessing import StandardScaler
 
-from tests.vfl.linear.conftest import hetero
+from tests.vfl.linear.conftest import hetero, small_model
 from vfl.crypto import SecurityWarning
 from vfl.linear import VerticalLogisticRegression, plaintext_reference
 
@@ -22,9 +22,7 @@ NAMES = {0: "bus", 1: "opel", 2: "saab", 3: "van"}
 
 
 def small(**params: object) -> VerticalLogisticRegression:
-    base: dict[str, object] = {"key_bits": 1024, "insecure": True, "random_state": 0}
-    base.update(params)
-    return VerticalLogisticRegression(**base)  # type: ignore[arg-type]
+    return small_model(VerticalLogisticRegression, **params)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from sklearn.metrics import r2_score
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from tests.vfl.linear.conftest import hetero
+from tests.vfl.linear.conftest import hetero, small_model
 from vfl.audit import find_plaintext
 from vfl.crypto import SecurityWarning
 from vfl.federation.wire import CiphertextBlock
@@ -22,9 +22,7 @@ pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.S
 
 
 def small(**params: object) -> VerticalLinearRegression:
-    base: dict[str, object] = {"key_bits": 1024, "insecure": True, "random_state": 0}
-    base.update(params)
-    return VerticalLinearRegression(**base)  # type: ignore[arg-type]
+    return small_model(VerticalLinearRegression, **params)
 
 
 @pytest.fixture(scope="module")
