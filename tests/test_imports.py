@@ -41,3 +41,11 @@ def test_lazy_exports_resolve() -> None:
     assert vfl.federation.LocalFederation.__name__ == "LocalFederation"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = vfl.nope  # type: ignore[attr-defined]
+
+
+def test_vfl_align_is_the_function_whatever_was_imported_before() -> None:
+    import vfl.alignment
+    from vfl import align
+
+    assert callable(align) and align is vfl.alignment.align
+    assert vfl.federation.wire.__name__ == "vfl.federation.wire"

@@ -10,7 +10,8 @@ Sub-packages and modules (see the README's folder map):
 * :mod:`vfl.estimator`, :mod:`vfl.validation`, :mod:`vfl.persistence` -- the role runner, input
   checks and the model format every estimator shares;
 * :mod:`vfl.linear` -- vertical linear models (logistic, multiclass, linear regression);
-* :mod:`vfl.align` -- aligning parties' rows to their common patients over a federation;
+* :mod:`vfl.alignment` (:func:`vfl.align`) -- aligning parties' rows to their common
+  patients over a federation;
 * :mod:`vfl.jobs` -- the jobs ``vflink party`` can run; :mod:`vfl.audit` -- privacy attacks;
 * :mod:`vfl.datasets` -- synthetic cohorts.
 
@@ -31,8 +32,8 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
 _EXPORTS = {
-    "align": "vfl.align",
-    "align_party": "vfl.align",
+    "align": "vfl.alignment",
+    "align_party": "vfl.alignment",
     "VerticalLogisticRegression": "vfl.linear",
     "VerticalLinearRegression": "vfl.linear",
     "PrivacyLedger": "vfl.privacy",
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from vfl.align import align, align_party
+    from vfl.alignment import align, align_party
     from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
     from vfl.privacy import PrivacyLedger
 

@@ -10,21 +10,29 @@ __all__ = ["lazy_exports"]
 
 
 def lazy_exports(
-    package: str, namespace: dict[str, Any], exports: Mapping[str, str]
+    package: str,
+    namespace: dict[str, Any],
+    exports: Mapping[str, str],
+    submodules: tuple[str, ...] = (),
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``(__getattr__, __dir__)`` for ``package`` whose names ``exports`` maps to modules (a
-    name mapped to its own full module path is that submodule)."""
+    """``(__getattr__, __dir__)`` for ``package``: each name of ``exports`` is imported from the
+    module it maps to; each of ``submodules`` is ``package.<name>`` itself.
+
+    A name should not be both a function and a submodule of the package: importing the
+    submodule rebinds the package attribute to the module.
+    """
 
     def getattr_(name: str) -> Any:
+        if name in submodules:
+            return importlib.import_module(f"{package}.{name}")
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        loaded = importlib.import_module(module)
-        value = loaded if module == f"{package}.{name}" else getattr(loaded, name)
+        value = getattr(importlib.import_module(module), name)
         namespace[name] = value
         return value
 
     def dir_() -> list[str]:
-        return sorted([*namespace, *exports])
+        return sorted([*namespace, *exports, *submodules])
 
     return getattr_, dir_

@@ -62,6 +62,7 @@ import pandas as pd
 
 from vfl.federation.base import Federation
 from vfl.federation.config import FederationConfig
+from vfl.federation.messages import Message, Namespace
 from vfl.jobs import Job, get_job, predictions_frame
 
 __all__ = [
@@ -76,6 +77,17 @@ __all__ = [
 ]
 
 logger = logging.getLogger("vflink.party")
+
+JOB = Namespace("job")
+
+
+@dataclass(frozen=True)
+class CohortSize(Message):
+    """The label party to the coordinator: how many common rows the data parties hold."""
+
+    KIND = "cohort size"
+    rows: int
+
 
 _JOB_KEYS = {
     "id_column",
@@ -290,7 +302,7 @@ def read_data(run: PartyRun, data: str | Path | None) -> None:
 def align_rows(run: PartyRun, fed: Federation) -> None:
     """Align the data parties' rows (PSI on the ID column, or Bloom filters through the
     coordinator); every party, the coordinator included, learns the common row count."""
-    from vfl.align import align_party
+    from vfl.alignment import align_party
 
     began = time.perf_counter()
     config, job, name = run.config, run.job, run.name
@@ -315,10 +327,13 @@ def align_rows(run: PartyRun, fed: Federation) -> None:
         )
     if run.aligned is not None:
         logger.info("party %r: %d common rows", name, len(run.aligned))
-    n = fed.recv(config.active, "job/n") if run.aligned is None else len(run.aligned)
-    if name == config.active and config.coordinator:
-        fed.send(config.coordinator, "job/n", len(run.aligned))  # type: ignore[arg-type]
-    if not isinstance(n, int) or n < 1:
+    if run.aligned is None:  # the coordinator learns the count from the label party
+        n = JOB.recv(fed, config.active, "rows", CohortSize).rows
+    else:
+        n = len(run.aligned)
+        if name == config.active and config.coordinator:
+            JOB.send(fed, config.coordinator, "rows", CohortSize(n))
+    if n < 1:
         raise ValueError(f"party {name!r}: no common rows to train on")
     run.rows = n
     run.seconds["align"] = time.perf_counter() - began

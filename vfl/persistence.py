@@ -68,11 +68,20 @@ def parse_model(
 ) -> tuple[dict[str, Any], dict[str, np.ndarray[Any, Any]]]:
     """``(meta, arrays)`` of a file's bytes, checked: the format, a version this vflink reads,
     and ``kind`` when given."""
+    if not data.startswith(b"PK"):
+        raise ValueError(f"{source} is not a saved vflink model (not an .npz file)")
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
         header = json.loads(arrays.pop(_META).tobytes().decode())
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
+    except ValueError as exc:
+        if "pickle" in str(exc):
+            raise ValueError(
+                f"{source} is not a saved vflink model: it holds an array only unpickling could "
+                "read (refused; vflink never unpickles)"
+            ) from None
+        raise ValueError(f"{source} is not a saved vflink model: {exc}") from None
+    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
         raise ValueError(f"{source} is not a saved vflink model: {exc}") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ValueError(f"{source} is not a saved vflink model")

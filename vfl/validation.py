@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
-    "check_binary_labels",
     "check_class_labels",
     "check_data_parties",
     "check_numeric",
@@ -93,25 +92,14 @@ def _label_values(y: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:
     return values
 
 
-def check_binary_labels(y: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:
-    """Labels 0/1 (float) of the rows ``index``; a Series is aligned by index."""
-    values = _label_values(y, index, party)
-    classes = set(np.unique(values).tolist())
-    if not classes <= {0, 1}:
-        raise ValueError(
-            f"labels of party {party!r} must be binary 0/1, got values {sorted(classes)[:5]}"
-        )
-    if len(classes) < 2:
-        raise ValueError(f"labels of party {party!r} hold one class only")
-    out: np.ndarray[Any, Any] = values.astype(float)
-    return out
-
-
 def check_class_labels(
-    y: Any, index: pd.Index, party: str
+    y: Any, index: pd.Index, party: str, *, max_classes: int
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """Any two or more distinct labels (strings, -1/1, 0..K-1), as scikit-learn takes them:
-    ``(classes, codes)`` with ``classes`` sorted and ``codes[i]`` the class index of row i."""
+    """Any two to ``max_classes`` distinct labels (strings, -1/1, 0..K-1), as scikit-learn
+    takes them: ``(classes, codes)`` with ``classes`` sorted and ``codes[i]`` the class index
+    of row i. Continuous values are refused (a regressor is what they need)."""
+    from sklearn.utils.multiclass import type_of_target
+
     values = _label_values(y, index, party)
     try:
         classes, codes = np.unique(values, return_inverse=True)
@@ -119,8 +107,18 @@ def check_class_labels(
         raise ValueError(
             f"labels of party {party!r} mix types that cannot be sorted; use one type"
         ) from None
+    if type_of_target(values) in ("continuous", "continuous-multioutput"):
+        raise ValueError(
+            f"labels of party {party!r} are continuous (e.g. {values[0]!r}); a classifier "
+            "needs classes: use VerticalLinearRegression for a numeric target"
+        )
     if len(classes) < 2:
         raise ValueError(f"labels of party {party!r} hold one class only ({classes[0]!r})")
+    if len(classes) > max_classes:
+        raise ValueError(
+            f"labels of party {party!r} hold {len(classes)} classes, more than the "
+            f"{max_classes} one-vs-rest models trained at once; group rare classes first"
+        )
     return classes, codes.astype(np.int64)
 
 
@@ -132,7 +130,9 @@ def check_targets(y: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:
     out: np.ndarray[Any, Any] = values.astype(float)
     if not np.isfinite(out).all():
         row = index[int(np.flatnonzero(~np.isfinite(out))[0])]
-        raise ValueError(f"targets of party {party!r} have inf (e.g. row {row!r})")
+        raise ValueError(
+            f"targets of party {party!r} have inf (e.g. row {row!r}); drop or cap those rows"
+        )
     return out
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from vfl import align
-from vfl.align import align_party
+from vfl.alignment import align_party
 from vfl.datasets import identity_schema, make_lab_imaging_cohort
 from vfl.federation import LocalFederation
 from vfl.federation.wire import payload_kind
@@ -64,8 +64,8 @@ def test_bloom_alignment_through_a_linkage_unit(cohort) -> None:  # type: ignore
         payload = record.payload()
         if record.sender == "coordinator":
             # only row positions go back, one array per party, no scores
-            assert record.tag == "align/rows" and isinstance(payload, np.ndarray)
-            assert payload.dtype == np.int64
+            assert record.tag == "align/rows" and set(payload) == {"rows"}
+            assert payload["rows"].dtype == np.int64
         else:
             assert record.receiver == "coordinator" and record.tag == "align/encodings"
             assert set(payload) == {"words", "fingerprint"}  # no row labels, no identities

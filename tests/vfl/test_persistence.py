@@ -44,7 +44,7 @@ def test_newer_versions_foreign_files_and_pickles_are_refused(tmp_path: Path) ->
         persistence.parse_model(rewrite_header(data, {"version": 99}))
     with pytest.raises(ValueError, match="not a saved vflink model"):
         persistence.parse_model(rewrite_header(data, {"format": "other"}))
-    with pytest.raises(ValueError, match="not a saved vflink model"):
+    with pytest.raises(ValueError, match=r"not a saved vflink model \(not an \.npz file\)"):
         persistence.parse_model(b"not a zip")
     # an object array can only be read by unpickling: refused, never executed
     buffer = io.BytesIO()
@@ -53,7 +53,7 @@ def test_newer_versions_foreign_files_and_pickles_are_refused(tmp_path: Path) ->
             inner = io.BytesIO()
             np.save(inner, array, allow_pickle=True)
             archive.writestr(f"{name}.npy", inner.getvalue())
-    with pytest.raises(ValueError, match="not a saved vflink model"):
+    with pytest.raises(ValueError, match=r"only unpickling could read \(refused"):
         persistence.parse_model(buffer.getvalue())
 
 
@@ -106,3 +106,25 @@ def test_every_linear_model_kind_loads_and_predicts_the_same(tmp_path: Path) -> 
         )
         part = PartyModel.load(paths[0])
         assert part.columns == list(parts[part.party].columns)
+
+
+def test_parts_saved_as_json_by_vflink_0_1_still_load(tmp_path: Path) -> None:
+    from vfl.linear import PartyModel
+
+    old = {
+        "format": "vflink.VerticalLogisticRegression.part/1",
+        "party": "lab",
+        "role": "passive",
+        "columns": ["a", "b"],
+        "mean": [0.0, 1.0],
+        "scale": [1.0, 2.0],
+        "coef": [0.5, -0.25],
+        "intercept": 0.0,
+    }
+    path = tmp_path / "lab.json"
+    path.write_text(json.dumps(old))
+    part = PartyModel.load(path)
+    assert part.columns == ["a", "b"] and part.coef.tolist() == [0.5, -0.25]
+    path.write_text(json.dumps({**old, "format": "something else"}))
+    with pytest.raises(ValueError, match=r"lab\.json is not a saved vflink model"):
+        PartyModel.load(path)

@@ -11,7 +11,7 @@ run them on their own runs.
   subset-sum a lattice solver breaks, which is what the inference audits below are for.
 * :class:`Audit` -- the base of inference attacks, with a name registry
   (:func:`register_audit`, :func:`get_audit`). The label-inference attack on vertical training
-  (issue 12) and the attacks of split learning, transfer and the horizontal path register
+  and the attacks of split learning, transfer and the horizontal path register
   here as they arrive.
 """
 

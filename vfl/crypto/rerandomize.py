@@ -9,7 +9,7 @@ made. Two strengths:
 * **uniform** (``for_key_owner=True``): multiply by ``r**n`` for uniform ``r`` in ``Z_n*``. The
   owner of the private key knows the factorisation and could read residue characters of a DJN
   obfuscator ``h**a`` (``h`` is fixed), so only full randomness hides a product's randomness
-  from it. It costs a full exponentiation per ciphertext (about 17 ms at 2048 bits).
+  from it. It costs a full-length exponentiation per ciphertext.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from vfl._lazy import lazy_exports
 
 _EXPORTS = {
-    "wire": "vfl.federation.wire",
     "DEFAULT_TIMEOUT": "vfl.federation.base",
     "Federation": "vfl.federation.base",
     "FederationAbortedError": "vfl.federation.base",
@@ -73,4 +72,4 @@ if TYPE_CHECKING:
     from vfl.federation.wire import CiphertextBlock, WireFormatError
 
 
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS, submodules=("wire",))

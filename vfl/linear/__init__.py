@@ -39,13 +39,15 @@ values from one batch.
    That check does not protect **binary labels**: from the first batch (zero weights) a passive
    party's decrypted gradient is ``-X^T t(y)``, a subset-sum over the batch's labels that
    lattice reduction solves; later batches leak too. Until the secret-shared protocol and label
-   DP arrive (issue 12; ``vfl.audit`` will ship the attack), these protocols do **not** hide the
+   DP arrive (with the attack as a ``vfl.audit`` audit), these protocols do **not** hide the
    labels of a batch from a passive party that solves for them. The same holds for the label
    party against the passives' partial scores accumulated over epochs.
 
 The label party learns the training loss per epoch (``loss_curve_``) and, at prediction, the
 scores of the predicted rows (with one passive party, that party's partial score of each row);
-with K classes the passives learn K. The coordinator decrypts only masked values; in
+with K classes the passives learn K. The coordinator learns the number of rows, batches and
+epochs, and each data party's share size (K times its column groups); it decrypts only masked
+values; in
 ``two_party`` each party decrypts only the shares computed on its own rows. No party sees
 another's features, labels, partial scores or residuals; ``tests/vfl/linear`` checks every
 message of a run for them.

@@ -30,7 +30,7 @@ PROTOCOLS = ("coordinator", "two_party")
 class VerticalLinearModel(FederatedEstimator):
     """Base of the vertical linear estimators (see :mod:`vfl.linear` for the protocol).
 
-    Subclasses set ``_loss`` and implement :meth:`_targets` (the label party's targets in the
+    Subclasses set ``_loss`` and implement :meth:`label_targets` (the label party's targets in the
     loss's units, and what it keeps of them) and the prediction methods.
     """
 
@@ -75,10 +75,12 @@ class VerticalLinearModel(FederatedEstimator):
 
     # -- what subclasses provide -------------------------------------------------------------
 
-    def _targets(
-        self, y: Any, index: pd.Index, party: str
+    def label_targets(
+        self, y: Any, index: pd.Index, party: str, *, previous: PartyModel | None = None
     ) -> tuple[np.ndarray[Any, Any], dict[str, Any]]:
-        """``(targets (rows, outputs) in the loss's units, fields for the label party's part)``."""
+        """The label party's targets ``(rows, outputs)`` in the loss's units (checked), and the
+        fields its part keeps of them (classes, target scaling). Runs at the label party;
+        ``previous`` is its part from the fit a warm start continues."""
         raise NotImplementedError
 
     def _learn_labels(self, part: PartyModel) -> None:
@@ -120,7 +122,8 @@ class VerticalLinearModel(FederatedEstimator):
     def _key_holder(self) -> str | None:
         return self.coordinator if self.protocol == "coordinator" else None
 
-    def _spec(self, label_party: str, data_parties: list[str]) -> FitSpec:
+    def fit_spec(self, label_party: str, data_parties: list[str]) -> FitSpec:
+        """What every role of a fit agrees on (hyperparameters checked, parties checked)."""
         self._check_params()
         check_data_parties(list(data_parties), label_party)
         if self.protocol == "two_party" and len(data_parties) != 2:
@@ -167,25 +170,49 @@ class VerticalLinearModel(FederatedEstimator):
             if frame is None:
                 continue
             is_label = name == spec.label_party
-            targets, keep = self._targets(y, frame.index, name) if is_label else (None, {})
+            earlier = previous.get(name)
+            targets, keep = (
+                self.label_targets(y, frame.index, name, previous=earlier)
+                if is_label
+                else (None, {})
+            )
             outputs = targets.shape[1] if targets is not None else 1
-            if name in previous:
-                part = previous[name]
-                if part.columns != [str(c) for c in frame.columns]:
-                    raise ValueError(f"party {name!r}: warm start with other columns than fitted")
-                part = PartyModel(**{**part.__dict__, "coef": part.coef.copy()})
+            if earlier is not None:
+                part = self._warm_part(earlier, frame, keep)
             else:
                 part = PartyModel.fresh(
                     name, frame, standardize=self.standardize, active=is_label, outputs=outputs
                 )
-            for key, value in keep.items():
-                setattr(part, key, value)
+                for key, value in keep.items():
+                    setattr(part, key, value)
+            part.extra["data_parties"] = list(spec.data_parties)
             x = part.design(frame)
             check_batch_size(name, len(x), x.shape[1] + int(is_label), spec.batch_size)
             roles[name] = DataRole(spec, part, x, targets)
         if spec.coordinator is not None:
             roles[spec.coordinator] = CoordinatorRole(spec)
         return roles
+
+    @staticmethod
+    def _warm_part(previous: PartyModel, frame: pd.DataFrame, keep: dict[str, Any]) -> PartyModel:
+        """A copy of the previous fit's part to continue from, refused when the columns or the
+        classes changed; the previous standardisation (features and target) is kept, since the
+        weights are in its units."""
+        name = previous.party
+        if previous.columns != [str(c) for c in frame.columns]:
+            raise ValueError(
+                f"party {name!r}: warm start with other columns than fitted ({previous.columns});"
+                " fit with warm_start=False"
+            )
+        before, now = previous.extra.get("classes"), keep.get("extra", {}).get("classes")
+        if before is not None and now is not None and list(before) != list(now):
+            raise ValueError(
+                f"party {name!r}: warm start with the classes {now}, but the model was fitted on "
+                f"{before}; fit with warm_start=False"
+            )
+        return PartyModel(
+            **{**previous.__dict__, "coef": previous.coef.copy(), "extra": dict(previous.extra)}
+        )
 
     def _collect(self, results: dict[str, Any], spec: FitSpec) -> None:
         """Read the roles' results (after the run)."""
@@ -232,7 +259,7 @@ class VerticalLinearModel(FederatedEstimator):
             data); sizes are always kept.
         """
         frames = check_parts(parts, label_party)
-        spec = self._spec(label_party, list(frames))
+        spec = self.fit_spec(label_party, list(frames))
         roles = self._fit_roles(spec, dict(frames), y)
         results = self._simulate(roles, keep_payloads=keep_payloads)
         self._collect(results, spec)
@@ -285,7 +312,7 @@ class VerticalLinearModel(FederatedEstimator):
         features (None for the coordinator), ``y`` its labels if it is ``label_party``,
         ``data_parties`` the names of all parties holding features."""
         name = federation.name
-        spec = self._spec(label_party, list(data_parties))
+        spec = self.fit_spec(label_party, list(data_parties))
         if frame is not None:
             frame = check_parts({name: frame}, name)[name]
         roles = self._fit_roles(spec, {name: frame}, y if name == label_party else None)
@@ -338,4 +365,7 @@ class VerticalLinearModel(FederatedEstimator):
         self.label_party_ = label_party
         if label_party in self.parts_:
             self._learn_labels(self.parts_[label_party])
+        for part in self.parts_.values():
+            if "data_parties" in part.extra:
+                self.data_parties_ = list(part.extra["data_parties"])
         return self

@@ -263,11 +263,7 @@ class GradientExchange:
                 values = slots[k * self.packing.groups + g]
                 cols = self.packing.group(g)
                 if any(abs(v) >= 1 << value_bits for v in values) or any(values[len(cols) :]):
-                    raise OverflowError(
-                        f"a gradient decrypted via {self.coordinator or self.fed.name!r} "
-                        "overflowed its packing; standardise the features or lower "
-                        "learning_rate"
-                    )
+                    raise self._overflow(self.coordinator or self.fed.name)
                 out[cols.start : cols.stop, k] = [math.ldexp(v, scale) for v in values[: len(cols)]]
         return out
 
@@ -286,10 +282,7 @@ class GradientExchange:
                     for v in plain
                 ]
             except OverflowError:
-                raise OverflowError(
-                    f"a gradient decrypted by {self.fed.name!r} overflowed its packing; "
-                    "standardise the features or lower learning_rate"
-                ) from None
+                raise self._overflow(self.fed.name) from None
         if self.coordinator is None:
             raise RuntimeError("no key to open the gradient share with")
         layout = PackingLayout(
@@ -299,5 +292,16 @@ class GradientExchange:
             slots=per_ct,
         )
         masked, masks = mask_slots(total, layout)
-        values = request_decryption(self.fed, self.coordinator, VLR.child("grad"), masked, masks)
+        try:
+            values = request_decryption(
+                self.fed, self.coordinator, VLR.child("grad"), masked, masks
+            )
+        except OverflowError:
+            raise self._overflow(self.coordinator) from None
         return [values[i : i + per_ct] for i in range(0, len(values), per_ct)]
+
+    def _overflow(self, holder: str) -> OverflowError:
+        return OverflowError(
+            f"a gradient decrypted via {holder!r} overflowed its packing; standardise the "
+            "features or lower learning_rate"
+        )

@@ -16,7 +16,7 @@ import pandas as pd
 from sklearn.base import ClassifierMixin
 
 from vfl.linear.base import VerticalLinearModel
-from vfl.linear.losses import TAYLOR_LOGISTIC
+from vfl.linear.losses import MAX_OUTPUTS, TAYLOR_LOGISTIC
 from vfl.linear.model import PartyModel
 from vfl.validation import check_class_labels
 
@@ -85,10 +85,10 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
 
     _loss = TAYLOR_LOGISTIC
 
-    def _targets(
-        self, y: Any, index: pd.Index, party: str
+    def label_targets(
+        self, y: Any, index: pd.Index, party: str, *, previous: PartyModel | None = None
     ) -> tuple[np.ndarray[Any, Any], dict[str, Any]]:
-        classes, codes = check_class_labels(y, index, party)
+        classes, codes = check_class_labels(y, index, party, max_classes=MAX_OUTPUTS)
         if len(classes) == 2:
             onehot = (codes == 1).astype(float)[:, None]
         else:

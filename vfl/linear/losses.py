@@ -21,7 +21,23 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SQUARED", "TAYLOR_LOGISTIC", "LinearLoss"]
+__all__ = [
+    "LOSS_BOUND",
+    "MAX_OUTPUTS",
+    "SCORE_BOUND",
+    "SQUARED",
+    "TAYLOR_LOGISTIC",
+    "LinearLoss",
+    "check_scores",
+    "penalty",
+]
+
+SCORE_BOUND = 2.0**16
+"""Public bound on ``|u|`` and on targets, which sizes the masks and slots."""
+LOSS_BOUND = 2.0**70
+"""Public bound on an epoch's ``sum |z|^2``, the size of the loss's mask."""
+MAX_OUTPUTS = 256
+"""Most outputs (one-vs-rest classes) trained at once."""
 
 
 @dataclass(frozen=True)
@@ -49,10 +65,10 @@ class LinearLoss:
         out: np.ndarray[Any, Any] = 2.0 * (2.0 * y - 1.0) if self.name == "taylor" else y
         return out
 
-    def mean_loss(self, sum_squares: float, rows: int) -> float:
-        """The mean loss over ``rows`` rows from ``sum |u - t|^2`` over them (per output,
-        summed over outputs when ``sum_squares`` covers several)."""
-        return (rows * self.offset + sum_squares) / self.divisor / rows
+    def mean_loss(self, sum_squares: float, rows: int, outputs: int = 1) -> float:
+        """The mean over ``rows`` rows of the loss summed over ``outputs`` outputs, from
+        ``sum |u - t|^2`` over those rows and outputs."""
+        return (rows * outputs * self.offset + sum_squares) / self.divisor / rows
 
     def gradient(self, x: np.ndarray[Any, Any], z: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """``x^T z / (c rows)`` in plaintext (what the protocol computes under encryption)."""
@@ -62,3 +78,21 @@ class LinearLoss:
 
 TAYLOR_LOGISTIC = LinearLoss("taylor", c=4.0, offset=8 * math.log(2) - 4, divisor=8.0)
 SQUARED = LinearLoss("squared", c=1.0, offset=0.0, divisor=2.0)
+
+
+def check_scores(u: np.ndarray[Any, Any], party: str) -> None:
+    """Refuse partial scores beyond :data:`SCORE_BOUND` (training diverged)."""
+    if u.size and float(np.max(np.abs(u))) > SCORE_BOUND:
+        raise FloatingPointError(
+            f"party {party!r}: partial scores beyond {SCORE_BOUND:g}; training diverged "
+            "(lower learning_rate, raise alpha, or standardize the features)"
+        )
+
+
+def penalty(w: np.ndarray[Any, Any], alpha: float, has_intercept: bool) -> np.ndarray[Any, Any]:
+    """The L2 penalty's gradient ``alpha * w``, zero on the intercept row."""
+    g = alpha * w
+    if has_intercept:
+        g[-1] = 0.0
+    out: np.ndarray[Any, Any] = g
+    return out

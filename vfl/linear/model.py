@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,7 +146,29 @@ class PartyModel:
 
     @classmethod
     def load(cls, path: str | Path) -> PartyModel:
+        """Read a part written by :meth:`save` (or the JSON of vflink 0.1's
+        ``VerticalLogisticRegression.save``, which it converts)."""
+        try:
+            head = Path(path).read_bytes()[:1]
+        except OSError as exc:
+            raise ValueError(f"cannot read the model file {path}: {exc}") from None
+        if head == b"{":
+            return cls._from_legacy_json(Path(path))
         meta, arrays = persistence.load_model(path, kind=KIND)
+        return cls._from_fields(meta, arrays, str(path))
+
+    @classmethod
+    def _from_legacy_json(cls, path: Path) -> PartyModel:
+        try:
+            data = json.loads(path.read_text())
+            if data.get("format") != "vflink.VerticalLogisticRegression.part/1":
+                raise ValueError("an unknown JSON format")
+            meta = {k: data[k] for k in ("party", "role", "columns")}
+            meta.update(target_mean=0.0, target_scale=1.0, extra={"classes": [0, 1]})
+            arrays = {k: np.asarray(data[k], dtype=float) for k in ("mean", "scale", "coef")}
+            arrays["intercept"] = np.asarray(float(data["intercept"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"{path} is not a saved vflink model: {exc}") from None
         return cls._from_fields(meta, arrays, str(path))
 
     @classmethod

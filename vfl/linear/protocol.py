@@ -31,30 +31,22 @@ from vfl.crypto.masked import decrypt_masked, serve_decryption
 from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
 from vfl.federation.base import Federation
 from vfl.linear.exchange import SCORE_BITS, GradientExchange
-from vfl.linear.losses import LinearLoss
+from vfl.linear.losses import (
+    LOSS_BOUND,
+    MAX_OUTPUTS,
+    LinearLoss,
+    check_scores,
+    penalty,
+)
 from vfl.linear.messages import VLR, CrossScores, Encrypted, EpochControl, Outputs, SetupCounts
 from vfl.linear.model import PartyModel
 from vfl.training.convergence import LossCurve
 from vfl.training.optimizers import make_optimizer
 from vfl.training.schedule import Schedule, agree_seed
 
-__all__ = [
-    "LOSS_BOUND",
-    "SCORE_BOUND",
-    "CoordinatorRole",
-    "DataRole",
-    "FitResult",
-    "FitSpec",
-    "check_scores",
-    "penalty",
-]
+__all__ = ["CoordinatorRole", "DataRole", "FitResult", "FitSpec"]
 
 logger = logging.getLogger(__name__)
-
-SCORE_BOUND = 2.0**16
-"""Public bound on ``|u|`` (and on targets) used to size masks; beyond it training stops."""
-LOSS_BOUND = 2.0**70
-"""Public bound on an epoch's ``sum |z|^2``, the size of the loss's mask."""
 
 
 @dataclass(frozen=True)
@@ -91,22 +83,6 @@ class FitResult:
     epoch_seconds: list[float] = field(default_factory=list)
     setup_seconds: float = 0.0
     converged: bool = False
-
-
-def check_scores(u: np.ndarray[Any, Any], party: str) -> None:
-    if u.size and float(np.max(np.abs(u))) > SCORE_BOUND:
-        raise FloatingPointError(
-            f"party {party!r}: partial scores beyond {SCORE_BOUND:g}; training diverged "
-            "(lower learning_rate, raise alpha, or standardize the features)"
-        )
-
-
-def penalty(w: np.ndarray[Any, Any], alpha: float, has_intercept: bool) -> np.ndarray[Any, Any]:
-    """The L2 penalty's gradient ``alpha * w``, zero on the intercept row."""
-    g = alpha * w
-    if has_intercept:
-        g[-1] = 0.0
-    return g
 
 
 class DataRole:
@@ -174,8 +150,8 @@ class DataRole:
             VLR.broadcast(fed, "outputs", Outputs(count=count), to=self.spec.passives)
             return count
         count = VLR.recv(fed, label, "outputs", Outputs).count
-        if not 1 <= count <= 1024:
-            Outputs.refuse(label, "count", f"is {count}, not between 1 and 1024")
+        if not 1 <= count <= MAX_OUTPUTS:
+            Outputs.refuse(label, "count", f"is {count}, not between 1 and {MAX_OUTPUTS}")
         if self.part.outputs != count:
             if np.any(self.part.coef):
                 raise ValueError(
@@ -307,7 +283,7 @@ class _LabelTrainer(_Trainer):
             value = float(
                 decrypt_masked(self.fed, holder, VLR.child("loss"), total, bound=LOSS_BOUND)[0]
             )
-        return self.spec.loss.mean_loss(value, n)
+        return self.spec.loss.mean_loss(value, n, self.t.shape[1])
 
 
 class _PassiveTrainer(_Trainer):
@@ -387,7 +363,7 @@ class CoordinatorRole:
         VLR.broadcast(fed, "key", PublicKeyMessage.of(public_key), to=parties)
         counts = {p: VLR.recv(fed, p, "setup", SetupCounts) for p in parties}
         for p, c in counts.items():
-            if not 1 <= c.share_ciphertexts <= 4096:
+            if not 1 <= c.share_ciphertexts <= MAX_OUTPUTS * 256:
                 SetupCounts.refuse(p, "share_ciphertexts", f"is {c.share_ciphertexts}")
         rows = counts[label].rows
         if rows is None or rows < 1:

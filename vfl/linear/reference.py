@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from vfl.linear.base import VerticalLinearModel
+from vfl.linear.losses import penalty
 from vfl.linear.model import PartyModel
-from vfl.linear.protocol import penalty
 from vfl.training.convergence import LossCurve
 from vfl.training.optimizers import make_optimizer
 from vfl.training.schedule import Schedule
@@ -33,8 +33,8 @@ def plaintext_reference(
     if estimator.random_state is None:
         raise ValueError("plaintext_reference needs an estimator with random_state set")
     frames = check_parts(parts, label_party)
-    spec = estimator._spec(label_party, list(frames))
-    targets, _ = estimator._targets(y, frames[label_party].index, label_party)
+    spec = estimator.fit_spec(label_party, list(frames))
+    targets, _ = estimator.label_targets(y, frames[label_party].index, label_party)
     outputs = targets.shape[1]
     xs, ws, opts = {}, {}, {}
     for name, frame in frames.items():
@@ -62,7 +62,7 @@ def plaintext_reference(
                 grad = xs[p][rows].T @ z / (spec.loss.c * len(rows))
                 grad = grad + penalty(ws[p], spec.alpha, p == label_party)
                 ws[p] = opts[p].step(ws[p], grad, epoch)
-        if curve.add(spec.loss.mean_loss(total, n)):
+        if curve.add(spec.loss.mean_loss(total, n, outputs)):
             break
     out = {p: (w[:, 0] if outputs == 1 else w) for p, w in ws.items()}
     return out, curve.values

@@ -14,8 +14,8 @@ import pandas as pd
 from sklearn.base import RegressorMixin
 
 from vfl.linear.base import VerticalLinearModel
-from vfl.linear.losses import SQUARED
-from vfl.linear.protocol import SCORE_BOUND
+from vfl.linear.losses import SCORE_BOUND, SQUARED
+from vfl.linear.model import PartyModel
 from vfl.validation import check_targets
 
 __all__ = ["VerticalLinearRegression"]
@@ -80,15 +80,20 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
         )
         self.standardize_target = standardize_target
 
-    def _targets(
-        self, y: Any, index: pd.Index, party: str
+    def label_targets(
+        self, y: Any, index: pd.Index, party: str, *, previous: PartyModel | None = None
     ) -> tuple[np.ndarray[Any, Any], dict[str, Any]]:
         values = check_targets(y, index, party)
         mean, scale = 0.0, 1.0
-        if self.standardize_target:
+        if previous is not None:  # a warm start continues in the first fit's units
+            mean, scale = previous.target_mean, previous.target_scale
+        elif self.standardize_target:
             mean, scale = float(values.mean()), float(values.std())
             if scale == 0:
-                raise ValueError(f"targets of party {party!r} are constant; nothing to learn")
+                raise ValueError(
+                    f"targets of party {party!r} are constant ({mean:g}): there is nothing to "
+                    "learn; check the label column"
+                )
         targets = (values - mean) / scale
         peak = float(np.max(np.abs(targets)))
         if peak >= SCORE_BOUND:

@@ -19,9 +19,9 @@ import numpy as np
 from vfl.crypto.masked import decrypt_masked, serve_decryption
 from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
 from vfl.federation.base import Federation
+from vfl.linear.losses import SCORE_BOUND
 from vfl.linear.messages import SCORE, Encrypted
 from vfl.linear.model import PartyModel
-from vfl.linear.protocol import SCORE_BOUND
 
 __all__ = ["ScoreCoordinatorRole", "ScoreRole", "ScoreSpec"]
 

@@ -21,10 +21,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vfl.federation.messages import Message
+
 if TYPE_CHECKING:
     from vfl.federation.base import Federation
 
-__all__ = ["Schedule", "agree_seed", "batches", "check_batch_size"]
+__all__ = ["Schedule", "SeedShare", "agree_seed", "batches", "check_batch_size"]
+
+
+@dataclass(frozen=True)
+class SeedShare(Message):
+    """A party's contribution to the schedule seed (16 random bytes, or its random_state)."""
+
+    KIND = "schedule seed share"
+    share: bytes
 
 
 def batches(order: np.ndarray[Any, Any], batch_size: int) -> list[np.ndarray[Any, Any]]:
@@ -98,12 +108,12 @@ def agree_seed(
         mine = b"seed:" + str(int(random_state)).encode()
     else:
         mine = secrets.token_bytes(16)
-    fed.broadcast(tag, mine, to=others)
+    fed.broadcast(tag, SeedShare(mine).to_payload(), to=others)
     shares = {fed.name: mine}
     for p in others:
-        share = fed.recv(p, tag)
-        if not isinstance(share, bytes) or not 1 <= len(share) <= 64:
-            raise ValueError(f"party {p!r} sent a malformed schedule-seed share")
+        share = SeedShare.from_payload(fed.recv(p, tag), p).share
+        if not 1 <= len(share) <= 64:
+            SeedShare.refuse(p, "share", f"holds {len(share)} bytes, not 1 to 64")
         if random_state is not None and share != mine:
             raise ValueError(
                 f"party {p!r} trains with another random_state than party {fed.name!r}; "

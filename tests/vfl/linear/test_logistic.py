@@ -444,3 +444,22 @@ def test_encrypted_rows_sent_in_many_parts_give_the_same_model(breast, monkeypat
         assert len({t for t in sent if t.startswith("vlr/rows/")}) >= -(-len(y) // 37)
     for name in parts:
         np.testing.assert_array_equal(est.parts_[name].coef, whole.parts_[name].coef)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "holder"), [("coordinator", "coordinator"), ("two_party", "")]
+)
+def test_an_overflowing_gradient_names_the_key_holder_and_the_fix(
+    breast, monkeypatch, protocol, holder
+) -> None:  # type: ignore[no-untyped-def]
+    import vfl.linear.exchange as exchange
+    from vfl.federation import PartyFailedError
+
+    parts, y, _, _ = breast
+    monkeypatch.setattr(exchange, "Z_BITS", 4)  # slots far too narrow for a batch sum
+    with pytest.raises(
+        PartyFailedError, match=f"decrypted via '{holder}.*overflowed its packing; standardise"
+    ):
+        small(protocol=protocol, max_iter=1, tol=None, batch_size=100).fit(
+            parts, y, label_party="imaging"
+        )

@@ -148,3 +148,47 @@ def test_labels_of_one_class_or_unsortable_types_are_refused(vehicle) -> None:  
     mixed = y.where(y != "bus", 1)
     with pytest.raises(ValueError, match="labels of party 'garage' mix types"):
         small().fit(parts, mixed, label_party="garage")
+
+
+def test_the_loss_is_the_sum_of_the_k_models_taylor_losses(vehicle) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = vehicle
+    # with (almost) zero weights every model's Taylor loss is log 2
+    est = small(max_iter=1, tol=None, learning_rate=1e-12).fit(parts, y, label_party="garage")
+    assert est.loss_curve_[0] == pytest.approx(4 * np.log(2), rel=1e-6)
+
+
+def test_three_parties_k_classes_equal_the_plaintext_protocol_and_leak_nothing(vehicle) -> None:  # type: ignore[no-untyped-def]
+    from vfl.audit import find_plaintext
+    from vfl.linear.model import FEATURE_BITS
+
+    parts, y, _, _ = vehicle
+    cols = list(parts["scanner"].columns)
+    three = {"garage": parts["garage"], "scanner": parts["scanner"][cols[:5]]}
+    three["camera"] = parts["scanner"][cols[5:]]
+    est = small(max_iter=2, tol=None, batch_size=128)
+    est.fit(three, y, label_party="garage", keep_payloads=True)
+    weights, curve = plaintext_reference(est, three, y, label_party="garage")
+    for name in ("scanner", "camera"):
+        np.testing.assert_allclose(est.parts_[name].coef, weights[name], atol=1e-6)
+    np.testing.assert_allclose(est.loss_curve_, curve, rtol=1e-6)  # cross terms, K outputs
+    codes = pd.Series(pd.Categorical(y).codes, index=y.index).to_numpy(float)
+    secrets = {name: [f.to_numpy(float), est.parts_[name].design(f)] for name, f in three.items()}
+    secrets["garage"] += [codes, *(np.asarray(y == c, float) for c in est.classes_)]
+    assert find_plaintext(est.transcript_, secrets, scales=[1.0, 2.0**FEATURE_BITS]) == []
+    # the passives learn K (the output count), nothing else of the labels
+    outputs = [r for r in est.transcript_.records if r.tag == "vlr/outputs"]
+    assert {r.receiver for r in outputs} == {"scanner", "camera"}
+    assert all(r.payload() == {"count": 4} for r in outputs)
+
+
+def test_warm_start_refuses_other_classes_and_continuous_labels_are_refused(vehicle) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = vehicle
+    est = small(max_iter=1, tol=None, warm_start=True).fit(parts, y, label_party="garage")
+    before = est.parts_["scanner"].coef.copy()
+    est.fit(parts, y, label_party="garage")  # the same classes: continues
+    assert not np.array_equal(est.parts_["scanner"].coef, before)
+    with pytest.raises(ValueError, match=r"warm start with the classes .* fitted on"):
+        est.fit(parts, y.replace("van", "lorry"), label_party="garage")
+    noise = pd.Series(np.linspace(0, 1, len(y)), index=y.index)
+    with pytest.raises(ValueError, match=r"are continuous .* use VerticalLinearRegression"):
+        small().fit(parts, noise, label_party="garage")

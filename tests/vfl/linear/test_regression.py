@@ -144,3 +144,12 @@ def test_deployment_roles_train_and_score_like_the_simulation(student, tmp_path)
     assert results["survey"] is None and results["coordinator"] is None
     loaded = small().load(*simulated.save(tmp_path), label_party="school")
     np.testing.assert_allclose(loaded.predict(test_parts), simulated.predict(test_parts), atol=1e-6)
+
+
+def test_a_warm_start_continues_in_the_first_fits_target_units(student) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = student
+    est = small(max_iter=2, tol=None, batch_size=64, warm_start=True)
+    est.fit(parts, y, label_party="school")
+    scale = est.parts_["school"].target_scale
+    est.fit(parts, y * 10, label_party="school")
+    assert est.parts_["school"].target_scale == scale  # the weights stay in the first units

@@ -21,6 +21,7 @@ Each party ends with its own frame reordered to the common patients, indexed
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,12 +30,43 @@ import pandas as pd
 import linkage
 from vfl.federation.base import Federation
 from vfl.federation.local import LocalFederation
-from vfl.federation.messages import Namespace
+from vfl.federation.messages import Message, Namespace
 
-__all__ = ["ALIGN", "align", "align_party"]
+__all__ = ["ALIGN", "EncodingsMessage", "PsiPoints", "RowPositions", "align", "align_party"]
 
 ALIGN = Namespace("align")
 """The tags of alignment (``align/psi-blinded``, ``align/encodings``, ...)."""
+
+
+@dataclass(frozen=True)
+class PsiPoints(Message):
+    """Blinded (or doubly blinded) PSI points, 32 bytes each, concatenated."""
+
+    KIND = "PSI points"
+    points: bytes
+
+    def split(self, sender: str) -> list[bytes]:
+        if len(self.points) % 32:
+            self.refuse(sender, "points", f"holds {len(self.points)} bytes, not 32 per point")
+        return [self.points[i : i + 32] for i in range(0, len(self.points), 32)]
+
+
+@dataclass(frozen=True)
+class EncodingsMessage(Message):
+    """A data party's Bloom-filter encodings (packed words, no row labels) and the keyed
+    fingerprint of the schema and secret that made them."""
+
+    KIND = "encodings"
+    words: np.ndarray
+    fingerprint: bytes
+
+
+@dataclass(frozen=True)
+class RowPositions(Message):
+    """The linkage unit's answer: positions of the party's own rows, in the common order."""
+
+    KIND = "row positions"
+    rows: np.ndarray
 
 
 def align(
@@ -156,11 +188,11 @@ def align_party(
         other = next(p for p in parties if p != me)
         ids = linkage.normalize_ids(frame[id_column], what=f"party {me!r}'s {id_column}")
         party = linkage.EcdhPsiParty()
-        federation.send(other, ALIGN.tag("psi-blinded"), _points(party.blind(ids)))
-        theirs = _unpoint(federation.recv(other, ALIGN.tag("psi-blinded")), other)
+        ALIGN.send(federation, other, "psi-blinded", PsiPoints(b"".join(party.blind(ids))))
+        theirs = ALIGN.recv(federation, other, "psi-blinded", PsiPoints).split(other)
         their_double = party.reblind(theirs)
-        federation.send(other, ALIGN.tag("psi-double"), _points(their_double))
-        own_double = _unpoint(federation.recv(other, ALIGN.tag("psi-double")), other)
+        ALIGN.send(federation, other, "psi-double", PsiPoints(b"".join(their_double)))
+        own_double = ALIGN.recv(federation, other, "psi-double", PsiPoints).split(other)
         if len(own_double) != len(ids):
             raise ValueError(f"party {other!r} returned {len(own_double)} points for {len(ids)}")
         # both now hold both sides' doubly blinded points; the common order sorts by them
@@ -189,27 +221,14 @@ def align_party(
     # sent in a secret random order, so that positions say nothing about how the table is sorted
     shuffle = list(range(len(frame)))
     secrets.SystemRandom().shuffle(shuffle)
-    federation.send(
-        linkage_unit,
-        ALIGN.tag("encodings"),
-        {"words": encodings.words[shuffle], "fingerprint": encodings.fingerprint},
-    )
-    rows = federation.recv(linkage_unit, ALIGN.tag("rows"))
-    if not isinstance(rows, np.ndarray) or rows.dtype.kind not in "iu":
-        raise ValueError(f"the linkage unit {linkage_unit!r} sent malformed row positions")
-    if len(rows) and (rows.min() < 0 or rows.max() >= len(frame)):
-        raise ValueError(f"the linkage unit {linkage_unit!r} sent row positions out of range")
-    return _reorder(frame, [shuffle[r] for r in rows.tolist()], me)
-
-
-def _points(points: list[bytes]) -> bytes:
-    return b"".join(points)
-
-
-def _unpoint(blob: Any, sender: str) -> list[bytes]:
-    if not isinstance(blob, bytes) or len(blob) % 32:
-        raise ValueError(f"party {sender!r} sent malformed PSI points")
-    return [blob[i : i + 32] for i in range(0, len(blob), 32)]
+    message = EncodingsMessage(encodings.words[shuffle], encodings.fingerprint)
+    ALIGN.send(federation, linkage_unit, "encodings", message)
+    positions = ALIGN.recv(federation, linkage_unit, "rows", RowPositions).rows
+    if positions.ndim != 1 or positions.dtype.kind not in "iu":
+        RowPositions.refuse(linkage_unit, "rows", "are not integer positions")
+    if len(positions) and (positions.min() < 0 or positions.max() >= len(frame)):
+        RowPositions.refuse(linkage_unit, "rows", "are out of range")
+    return _reorder(frame, [shuffle[r] for r in positions.tolist()], me)
 
 
 def _reorder(frame: pd.DataFrame, rows: list[int], party: str) -> pd.DataFrame:
@@ -225,19 +244,11 @@ def _reorder(frame: pd.DataFrame, rows: list[int], party: str) -> pd.DataFrame:
 def _link_encodings(federation: Federation, parties: list[str], threshold: float | None) -> None:
     encodings = {}
     for party in parties:
-        message = federation.recv(party, ALIGN.tag("encodings"))
-        if (
-            not isinstance(message, dict)
-            or not isinstance(message.get("words"), np.ndarray)
-            or message["words"].dtype != np.uint64
-            or message["words"].ndim != 2
-            or not isinstance(message.get("fingerprint"), bytes)
-        ):
-            raise ValueError(f"party {party!r} sent malformed encodings")
-        words = message["words"]
-        encodings[party] = linkage.Encodings(
-            pd.RangeIndex(len(words)), words, message["fingerprint"]
-        )
+        message = ALIGN.recv(federation, party, "encodings", EncodingsMessage)
+        words = message.words
+        if words.dtype != np.uint64 or words.ndim != 2:
+            EncodingsMessage.refuse(party, "words", "are not a 2-d array of 64-bit words")
+        encodings[party] = linkage.Encodings(pd.RangeIndex(len(words)), words, message.fingerprint)
     anchor, *others = parties
     # rows of the anchor linked to every other party, and the partner position in each
     partner: dict[str, dict[int, int]] = {}
@@ -249,10 +260,7 @@ def _link_encodings(federation: Federation, parties: list[str], threshold: float
         partner[party] = dict(zip(links["a"].tolist(), links["b"].tolist(), strict=True))
     common = sorted(set.intersection(*(set(p) for p in partner.values())))
     secrets.SystemRandom().shuffle(common)  # the common order reveals no party's order
-    federation.send(anchor, ALIGN.tag("rows"), np.asarray(common, dtype=np.int64))
+    ALIGN.send(federation, anchor, "rows", RowPositions(np.asarray(common, dtype=np.int64)))
     for party in others:
-        federation.send(
-            party,
-            ALIGN.tag("rows"),
-            np.asarray([partner[party][a] for a in common], dtype=np.int64),
-        )
+        positions = np.asarray([partner[party][a] for a in common], dtype=np.int64)
+        ALIGN.send(federation, party, "rows", RowPositions(positions))
