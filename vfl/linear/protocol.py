@@ -132,8 +132,8 @@ class DataRole:
         schedule = Schedule(len(self.x), spec.batch_size, seed)
         w = self.part.weights(with_intercept=self.is_label)
         trainer: _Trainer
-        if self.is_label:
-            trainer = _LabelTrainer(fed, spec, self.x, w, exchange, self.targets)  # type: ignore[arg-type]
+        if self.targets is not None:
+            trainer = _LabelTrainer(fed, spec, self.x, w, exchange, self.targets)
         else:
             trainer = _PassiveTrainer(fed, spec, self.x, w, exchange)
         result = trainer.run(schedule)
