@@ -67,10 +67,12 @@ class FederatedEstimator(BaseEstimator):  # type: ignore[misc]
             )
 
     def _simulate(
-        self, roles: Mapping[str, Role], *, keep_payloads: bool = False
+        self, roles: Mapping[str, Role], *, keep_payloads: bool = False, fit: bool = True
     ) -> dict[str, Any]:
+        """Run ``roles`` in this process; a fit's transcript is kept as ``transcript_``."""
         results, transcript = run_simulation(
             roles, timeout=self.timeout, record_payloads=keep_payloads
         )
-        self.transcript_ = transcript
+        if fit:
+            self.transcript_ = transcript
         return results

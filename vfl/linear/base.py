@@ -283,7 +283,7 @@ class VerticalLinearModel(FederatedEstimator):
         }
         if spec.coordinator is not None:
             roles[spec.coordinator] = ScoreCoordinatorRole(spec)
-        results = self._simulate(roles)
+        results = self._simulate(roles, fit=False)
         scores: np.ndarray[Any, Any] = results[self.label_party_]
         return scores
 

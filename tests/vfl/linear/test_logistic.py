@@ -463,3 +463,14 @@ def test_an_overflowing_gradient_names_the_key_holder_and_the_fix(
         small(protocol=protocol, max_iter=1, tol=None, batch_size=100).fit(
             parts, y, label_party="imaging"
         )
+
+
+def test_the_transcript_is_the_fits_and_scoring_leaves_it(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y, test_parts, _ = breast
+    est = small(max_iter=1, tol=None, batch_size=100).fit(parts, y, label_party="imaging")
+    transcript = est.transcript_
+    est.predict_proba(test_parts)
+    assert est.transcript_ is transcript
+    assert any(r.tag == "vlr/rows/0" for r in transcript.records)
+    # its encrypted rows: at least one 256-byte ciphertext (1024-bit key) per row
+    assert transcript.total_bytes(sender="imaging") > 256 * len(y)
