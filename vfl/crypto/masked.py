@@ -15,8 +15,10 @@ in two shapes: a vector of encrypted fixed-point numbers (:func:`pack_masked` pa
 Horner's rule on ciphertexts) or ciphertexts whose plaintexts are already packed signed slots
 (:func:`mask_slots`, the vertical linear models' gradient shares).
 
-The key holder can check only sizes (``expected``): a requester that deviates from the protocol
-could ask it to decrypt anything under its key; malicious parties are out of scope.
+The key holder checks every request against what it knows of the step independently (the
+number of ciphertexts and values, the packing layout): a requester that deviates from the
+protocol can still ask for a decryption of the right shape with other contents under the key
+(one row of another party's encrypted features, say); malicious parties are out of scope.
 """
 
 from __future__ import annotations
@@ -183,10 +185,15 @@ def serve_decryption(
     private_key: PaillierPrivateKey,
     *,
     expected: int | None = None,
+    count: int | None = None,
+    layout: PackingLayout | None = None,
 ) -> None:
     """The key holder's side: decrypt one :class:`DecryptionRequest` from ``requester`` and
-    answer with its masked slots. ``expected`` (packed ciphertexts), when given, refuses a
-    request of any other size."""
+    answer with its masked slots.
+
+    What the key holder knows of the step independently pins the request: ``expected``
+    (packed ciphertexts), ``count`` (values) and ``layout`` (the whole packing), each refusing
+    a request that differs, naming the requester."""
     request = tags.recv(fed, requester, "req", DecryptionRequest)
     try:
         vector = private_key.public_key.vector_from_wire(request.data)
@@ -195,6 +202,16 @@ def serve_decryption(
     if expected is not None and vector.size != expected:
         DecryptionRequest.refuse(
             requester, "data", f"asks for {vector.size} decryptions; this step has {expected}"
+        )
+    if count is not None and request.layout.get("count") != count:
+        DecryptionRequest.refuse(
+            requester,
+            "layout",
+            f"asks for {request.layout.get('count')} values; this step has {count}",
+        )
+    if layout is not None and request.layout != layout.to_dict():
+        DecryptionRequest.refuse(
+            requester, "layout", f"is {request.layout}; this step's packing is {layout.to_dict()}"
         )
     try:
         slots = private_key.decrypt_packed(vector, request.layout)

@@ -233,7 +233,19 @@ class GradientExchange:
         return self.outputs * self.packing.groups
 
     def setup_counts(self, rows: int | None = None) -> SetupCounts:
-        return SetupCounts(share_ciphertexts=self.share_ciphertexts, rows=rows)
+        peers = {p: peer.packing.to_dict() for p, peer in self.peers.items()}
+        return SetupCounts(self.outputs, self.packing.to_dict(), peers, rows)
+
+    @staticmethod
+    def share_layout(packing: RowPacking, outputs: int) -> PackingLayout:
+        """The layout of a party's masked gradient request: every slot of its ``outputs``
+        times ``groups`` ciphertexts (padding slots included)."""
+        return PackingLayout(
+            count=outputs * packing.groups * packing.per_ct,
+            value_bits=packing.slot_bits - KAPPA - 1,
+            kappa=KAPPA,
+            slots=packing.per_ct,
+        )
 
     def remote(self, rows: np.ndarray[Any, Any], z: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """Send this party's contributions for ``z`` (``(len(rows), K)``) and return the
@@ -285,13 +297,7 @@ class GradientExchange:
                 raise self._overflow(self.fed.name) from None
         if self.coordinator is None:
             raise RuntimeError("no key to open the gradient share with")
-        layout = PackingLayout(
-            count=len(total) * per_ct,
-            value_bits=self.packing.slot_bits - KAPPA - 1,
-            kappa=KAPPA,
-            slots=per_ct,
-        )
-        masked, masks = mask_slots(total, layout)
+        masked, masks = mask_slots(total, self.share_layout(self.packing, self.outputs))
         try:
             values = request_decryption(
                 self.fed, self.coordinator, VLR.child("grad"), masked, masks

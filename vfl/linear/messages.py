@@ -26,11 +26,15 @@ SCORE = Namespace("vlr-score")
 
 @dataclass(frozen=True)
 class SetupCounts(Message):
-    """To the coordinator at setup: a data party's ciphertexts per gradient share; the label
-    party's also the number of rows (for the batch count)."""
+    """To the coordinator at setup: the outputs K, the row packing a data party uses and the
+    packings its peers announced to it (so that the coordinator can check every party's
+    gradient requests against what the others saw), and from the label party the number of
+    rows (for the batch count)."""
 
     KIND = "setup counts"
-    share_ciphertexts: int
+    outputs: int
+    packing: dict[str, int]
+    peer_packings: dict[str, dict[str, int]]
     rows: int | None = None
 
 

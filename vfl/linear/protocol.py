@@ -26,8 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from vfl.crypto import EncryptedVector, matvec
+from vfl.crypto import EncryptedVector
+from vfl.crypto.kernels import multiexp_rows
 from vfl.crypto.masked import decrypt_masked, serve_decryption
+from vfl.crypto.packing import PackingLayout, RowPacking
 from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
 from vfl.federation.base import Federation
 from vfl.linear.exchange import SCORE_BITS, GradientExchange
@@ -44,7 +46,7 @@ from vfl.training.convergence import LossCurve
 from vfl.training.optimizers import make_optimizer
 from vfl.training.schedule import Schedule, agree_seed
 
-__all__ = ["CoordinatorRole", "DataRole", "FitResult", "FitSpec"]
+__all__ = ["CoordinatorRole", "DataRole", "FitResult", "FitSpec", "check_setup"]
 
 logger = logging.getLogger(__name__)
 
@@ -338,13 +340,18 @@ class _PassiveTrainer(_Trainer):
         if len(received.scores) != self.position:
             CrossScores.refuse(label, "scores", f"has {len(received.scores)} score vectors")
         others = [vector_from(self.exchange.key, c, label) for c in received.scores]
-        if any(o.shape != (u.size,) for o in others):
-            CrossScores.refuse(label, "scores", "are not of the batch's length")
-        flat = u.ravel()[None, :]
-        sums = [matvec(flat, o, precision_bits=32)[0] for o in others]
-        total = sums[0]
-        for s in sums[1:]:
-            total = total + s
+        if any(o.shape != (u.size,) or o.exponent != -SCORE_BITS for o in others):
+            CrossScores.refuse(
+                label, "scores", f"are not {u.size} scores at exponent {-SCORE_BITS}"
+            )
+        # exact fixed-point integers, so the result's exponent is the same public constant in
+        # every batch (a data-dependent exponent would tell the label party |u|'s magnitude)
+        flat = np.round(u.ravel() * 2.0**SCORE_BITS).astype(np.int64)
+        nsq = self.exchange.key.nsquare
+        products = [multiexp_rows(o.ciphertexts, [flat], nsq)[0] for o in others]
+        total = EncryptedVector(self.exchange.key, products[:1], others[0].exponent - SCORE_BITS)
+        for c in products[1:]:
+            total = total + EncryptedVector(self.exchange.key, [c], total.exponent)
         VLR.send(self.fed, label, "cross-sum", Encrypted(data=total.to_wire()))
 
 
@@ -362,9 +369,7 @@ class CoordinatorRole:
         public_key, private_key = spec.policy.generate()
         VLR.broadcast(fed, "key", PublicKeyMessage.of(public_key), to=parties)
         counts = {p: VLR.recv(fed, p, "setup", SetupCounts) for p in parties}
-        for p, c in counts.items():
-            if not 1 <= c.share_ciphertexts <= MAX_OUTPUTS * 256:
-                SetupCounts.refuse(p, "share_ciphertexts", f"is {c.share_ciphertexts}")
+        layouts = check_setup(counts, label, public_key.n_length)
         rows = counts[label].rows
         if rows is None or rows < 1:
             SetupCounts.refuse(label, "rows", f"is {rows!r}, not a row count")
@@ -378,8 +383,37 @@ class CoordinatorRole:
                         p,
                         VLR.child("grad"),
                         private_key,
-                        expected=counts[p].share_ciphertexts,
+                        expected=layouts[p].n_ciphertexts,
+                        layout=layouts[p],
                     )
-            serve_decryption(fed, label, VLR.child("loss"), private_key, expected=1)
+            serve_decryption(fed, label, VLR.child("loss"), private_key, expected=1, count=1)
             epochs += 1
         return FitResult(part=None, n_iter=epochs)
+
+
+def check_setup(
+    counts: dict[str, SetupCounts], label: str, key_bits: int
+) -> dict[str, PackingLayout]:
+    """Each data party's gradient-request layout, after checking that every party trains the
+    label party's number of outputs and uses the row packing it announced to its peers (a
+    party that inflates its packing towards the coordinator alone is refused, named)."""
+    outputs = counts[label].outputs
+    if not 1 <= outputs <= MAX_OUTPUTS:
+        SetupCounts.refuse(label, "outputs", f"is {outputs}, not between 1 and {MAX_OUTPUTS}")
+    layouts = {}
+    for p, c in counts.items():
+        if c.outputs != outputs:
+            SetupCounts.refuse(p, "outputs", f"is {c.outputs}; the label party trains {outputs}")
+        for q, seen in counts.items():
+            if q != p and seen.peer_packings.get(p) != c.packing:
+                SetupCounts.refuse(
+                    p,
+                    "packing",
+                    f"is {c.packing}, but party {q!r} received {seen.peer_packings.get(p)}",
+                )
+        try:
+            packing = RowPacking.from_dict(c.packing, key_bits=key_bits)
+        except ValueError as exc:
+            SetupCounts.refuse(p, "packing", str(exc))
+        layouts[p] = GradientExchange.share_layout(packing, outputs)
+    return layouts

@@ -474,3 +474,62 @@ def test_the_transcript_is_the_fits_and_scoring_leaves_it(breast) -> None:  # ty
     assert any(r.tag == "vlr/rows/0" for r in transcript.records)
     # its encrypted rows: at least one 256-byte ciphertext (1024-bit key) per row
     assert transcript.total_bytes(sender="imaging") > 256 * len(y)
+
+
+def test_cross_party_ciphertexts_carry_one_public_exponent_per_step(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = breast
+    cols = list(parts["lab"].columns)
+    three = {
+        "imaging": parts["imaging"],
+        "lab": parts["lab"][cols[:10]],
+        "genomics": parts["lab"][cols[10:]],
+    }
+    est = small(max_iter=2, batch_size=100, tol=None)
+    est.fit(three, y, label_party="imaging", keep_payloads=True)
+    exponents: dict[str, set[int]] = {}
+    for record in est.transcript_.records:
+        payload = record.payload()
+        blocks = []
+        if isinstance(payload, dict):
+            for value in payload.values():
+                blocks += value if isinstance(value, list) else [value]
+        for block in blocks:
+            if isinstance(block, CiphertextBlock):
+                exponents.setdefault(record.tag, set()).update(block.exponents.tolist())
+    for tag in ("vlr/u", "vlr/cross", "vlr/cross-sum", "vlr/share", "vlr/loss-piece"):
+        assert len(exponents[tag]) == 1, (tag, exponents[tag])  # never data-dependent
+
+
+def test_the_coordinator_refuses_inflated_packings_and_long_loss_requests() -> None:
+    from vfl.crypto import generate_paillier_keypair
+    from vfl.crypto.masked import DecryptionRequest, serve_decryption
+    from vfl.federation import LocalFederation, PartyFailedError
+    from vfl.linear.messages import VLR, SetupCounts
+    from vfl.linear.protocol import check_setup
+
+    packing = {"columns": 10, "slot_bits": 100, "per_ct": 10}
+    counts = {
+        "imaging": SetupCounts(1, packing, {"lab": packing}, 500),
+        "lab": SetupCounts(1, {**packing, "per_ct": 9}, {"imaging": packing}),
+    }
+    with pytest.raises(ValueError, match=r"party 'lab' .* 'packing' .* party 'imaging' received"):
+        check_setup(counts, "imaging", 1024)
+    counts["lab"] = SetupCounts(2, packing, {"imaging": packing})
+    with pytest.raises(
+        ValueError, match=r"party 'lab' .* 'outputs' is 2; the label party trains 1"
+    ):
+        check_setup(counts, "imaging", 1024)
+
+    public, secret = generate_paillier_keypair(1024, insecure=True)
+    tags = VLR.child("loss")
+
+    def asker(fed):  # type: ignore[no-untyped-def]
+        layout = {"count": 5, "value_bits": 60, "kappa": 40, "slots": 5}
+        request = DecryptionRequest(data=public.encrypt(np.zeros(1)).to_wire(), layout=layout)
+        tags.send(fed, "coordinator", "req", request)
+
+    def coordinator(fed):  # type: ignore[no-untyped-def]
+        serve_decryption(fed, "imaging", tags, secret, expected=1, count=1)
+
+    with pytest.raises(PartyFailedError, match=r"party 'imaging' .* asks for 5 values"):
+        LocalFederation(timeout=10).run({"imaging": asker, "coordinator": coordinator})
