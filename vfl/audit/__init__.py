@@ -10,18 +10,22 @@ run them on their own runs.
   message it sent. Necessary, not sufficient: exact gradients of binary labels are a
   subset-sum a lattice solver breaks, which is what the inference audits below are for.
 * :class:`Audit` -- the base of inference attacks, with a name registry
-  (:func:`register_audit`, :func:`get_audit`). The label-inference attack on vertical training
-  and the attacks of split learning, transfer and the horizontal path register
-  here as they arrive.
+  (:func:`register_audit`, :func:`get_audit`);
+* :class:`~vfl.audit.labels.LabelSolveAudit` (``"label-solve"``) -- recovers the label party's
+  binary labels from a passive party's first-batch gradient in the gradient-revealing vertical
+  protocols, by integer solving. The attacks of split learning, transfer and the horizontal
+  path register here as they arrive.
 """
 
 from vfl.audit.base import AUDITS, Audit, AuditResult, get_audit, register_audit
+from vfl.audit.labels import LabelSolveAudit
 from vfl.audit.transcript import Leak, find_plaintext
 
 __all__ = [
     "AUDITS",
     "Audit",
     "AuditResult",
+    "LabelSolveAudit",
     "Leak",
     "find_plaintext",
     "get_audit",

@@ -5,6 +5,7 @@ persistence. :class:`~vfl.linear.VerticalLogisticRegression` and
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,9 @@ class VerticalLinearModel(FederatedEstimator):
         self.label_party_ = spec.label_party
         self.data_parties_ = list(spec.data_parties)
         self.n_iter_ = max((r.n_iter for r in done.values()), default=0)
+        views = {n: r.view for n, r in done.items() if r.view is not None}
+        if views:
+            self.views_ = views
         label = done.get(spec.label_party)
         if label is not None and label.part is not None:
             self.loss_curve_ = list(label.loss_curve)
@@ -242,6 +246,7 @@ class VerticalLinearModel(FederatedEstimator):
         *,
         label_party: str,
         keep_payloads: bool = False,
+        keep_views: bool = False,
     ) -> VerticalLinearModel:
         """Train with every party simulated in this process (one thread each).
 
@@ -257,9 +262,12 @@ class VerticalLinearModel(FederatedEstimator):
         keep_payloads : bool
             Keep every message's payload in ``transcript_`` for audits (memory grows with the
             data); sizes are always kept.
+        keep_views : bool
+            Keep what each data party decrypts per batch in ``views_`` (``{party: [(rows,
+            decrypted sum), ...]}``), for audits such as :class:`vfl.audit.LabelSolveAudit`.
         """
         frames = check_parts(parts, label_party)
-        spec = self.fit_spec(label_party, list(frames))
+        spec = replace(self.fit_spec(label_party, list(frames)), keep_views=keep_views)
         roles = self._fit_roles(spec, dict(frames), y)
         results = self._simulate(roles, keep_payloads=keep_payloads)
         self._collect(results, spec)

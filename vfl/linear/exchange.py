@@ -181,6 +181,9 @@ class GradientExchange:
         Outputs trained at once (K one-vs-rest models share the encrypted rows).
     coordinator : str or None
         The key holder (``coordinator`` protocol), or None: each party owns a key.
+    keep_view : bool
+        Keep what this party decrypts, ``(rows, X[rows]^T sum of the others' z)`` per batch, in
+        :attr:`view` (for audits that attack it).
     """
 
     def __init__(
@@ -194,9 +197,13 @@ class GradientExchange:
         coordinator: str | None,
         policy: KeyPolicy,
         workers: int,
+        keep_view: bool = False,
     ) -> None:
         self.fed, self.x, self.outputs, self.coordinator = fed, x, outputs, coordinator
         self.others = [p for p in data_parties if p != fed.name]
+        self.view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = (
+            [] if keep_view else None
+        )
         self.secret: PaillierPrivateKey | None
         if coordinator is not None:
             self.key = policy.accept(
@@ -277,6 +284,8 @@ class GradientExchange:
                 if any(abs(v) >= 1 << value_bits for v in values) or any(values[len(cols) :]):
                     raise self._overflow(self.coordinator or self.fed.name)
                 out[cols.start : cols.stop, k] = [math.ldexp(v, scale) for v in values[: len(cols)]]
+        if self.view is not None:
+            self.view.append((rows.copy(), out.copy()))
         return out
 
     def _open(self, total: EncryptedVector) -> list[list[int]]:

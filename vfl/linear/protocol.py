@@ -69,6 +69,7 @@ class FitSpec:
     policy: KeyPolicy
     workers: int
     random_state: int | None
+    keep_views: bool = False
 
     @property
     def passives(self) -> list[str]:
@@ -85,6 +86,7 @@ class FitResult:
     epoch_seconds: list[float] = field(default_factory=list)
     setup_seconds: float = 0.0
     converged: bool = False
+    view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None
 
 
 class DataRole:
@@ -126,6 +128,7 @@ class DataRole:
             coordinator=spec.coordinator,
             policy=spec.policy,
             workers=spec.workers,
+            keep_view=spec.keep_views,
         )
         if spec.coordinator is not None:  # it decrypts only requests of this size
             rows = len(self.x) if self.is_label else None
@@ -140,7 +143,7 @@ class DataRole:
             trainer = _PassiveTrainer(fed, spec, self.x, w, exchange)
         result = trainer.run(schedule)
         self.part.set_weights(trainer.w, with_intercept=self.is_label)
-        result.part, result.setup_seconds = self.part, setup
+        result.part, result.setup_seconds, result.view = self.part, setup, exchange.view
         return result
 
     def agree_outputs(self, fed: Federation) -> int:
