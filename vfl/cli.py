@@ -101,13 +101,15 @@ def _party(args: argparse.Namespace) -> int:
         secret=secret,
     )
     line = f"party {args.name!r} done: {summary['rows']} common rows"
-    if "test_auc" in summary:
-        auc = summary["test_auc"]
-        line += f", test AUC {auc:.4f}" if auc is not None else ", test AUC undefined"
-    if summary.get("test_r2") is not None:
-        line += f", test R^2 {summary['test_r2']:.4f}"
-    if "test_accuracy" in summary and "test_auc" not in summary:
-        line += f", test accuracy {summary['test_accuracy']:.4f}"
+    auc, accuracy, r2 = (summary.get(k) for k in ("test_auc", "test_accuracy", "test_r2"))
+    if auc is not None:  # a binary classifier
+        line += f", test AUC {auc:.4f}"
+    elif accuracy is not None:  # multiclass
+        line += f", test accuracy {accuracy:.4f}"
+    elif r2 is not None:
+        line += f", test R^2 {r2:.4f}"
+    elif "test_auc" in summary or "test_r2" in summary:
+        line += ", no test metric (no held-out rows, or one class among them)"
     if summary.get("outputs"):
         line += f"; wrote {', '.join(summary['outputs'])} in {Path(args.out)}"
     print(line)

@@ -32,6 +32,9 @@ class Job:
         ``evaluate(estimator, labels, outputs)``: ``(metrics, columns)`` from the held-out
         rows' true labels and what the label party's ``predict_party`` returned; ``columns``
         are added to ``predictions.csv``.
+    metrics : tuple of str
+        The names ``evaluate`` reports (each None in ``metrics.json`` when there are no
+        held-out rows).
     """
 
     name: str
@@ -39,6 +42,7 @@ class Job:
     evaluate: Callable[
         [Any, np.ndarray[Any, Any], np.ndarray[Any, Any]], tuple[dict[str, Any], dict[str, Any]]
     ]
+    metrics: tuple[str, ...] = ()
 
 
 def _evaluate_classifier(
@@ -108,8 +112,8 @@ def get_job(name: Any) -> Job:
     return job
 
 
-register_job(Job("logistic", _logistic, _evaluate_classifier))
-register_job(Job("linear", _linear, _evaluate_regressor))
+register_job(Job("logistic", _logistic, _evaluate_classifier, ("test_auc", "test_accuracy")))
+register_job(Job("linear", _linear, _evaluate_regressor, ("test_r2", "test_rmse")))
 
 
 def predictions_frame(

@@ -387,11 +387,12 @@ def outputs(run: PartyRun, summary: dict[str, Any]) -> dict[str, str | bytes]:
     files[f"aligned_{run.name}.csv"] = mapping.to_csv(index=False)
     files[f"model_{run.name}.npz"] = run.estimator.parts_[run.name].to_bytes()
     if run.name == run.config.active:
-        metrics: dict[str, Any] = {}
+        metrics: dict[str, Any] = dict.fromkeys(run.learner.metrics)
         predictions = pd.DataFrame()
         if run.predicted is not None:
             labels = run.aligned.loc[run.is_test, label_column].to_numpy()
-            metrics, columns = run.learner.evaluate(run.estimator, labels, run.predicted)
+            found, columns = run.learner.evaluate(run.estimator, labels, run.predicted)
+            metrics.update(found)
             predictions = predictions_frame(
                 run.aligned.index[run.is_test],
                 mapping.loc[run.is_test, id_column].to_numpy(),
@@ -400,16 +401,10 @@ def outputs(run: PartyRun, summary: dict[str, Any]) -> dict[str, str | bytes]:
                 labels,
                 columns,
             )
-        elif "test_auc" in _metric_names(run.learner):
-            metrics = {"test_auc": None}
         summary.update(metrics, model=run.learner.name, epochs=int(run.estimator.n_iter_))
         files["predictions.csv"] = predictions.to_csv(index=False)
         files["metrics.json"] = json.dumps(summary, indent=1)
     return files
-
-
-def _metric_names(learner: Job) -> set[str]:
-    return {"test_auc"} if learner.name == "logistic" else set()
 
 
 def run_party(

@@ -54,9 +54,10 @@ def test_the_key_holder_sees_only_masked_values(keypair: Keys) -> None:
     plain = [int(v) for v in private.decrypt_integers(vec)]
     offset = 1 << (masks.layout.value_bits - 1)
     for slot, value in zip(slots, plain, strict=True):
-        # what the key holder sees spans value_bits + kappa bits, not the value's few bits
+        # what the key holder sees spans value_bits + kappa bits, not the value's few bits (a
+        # uniform mask is 30 bits shorter with probability 2**-30: no flaky failures)
         assert slot - value - offset >= 0
-        assert slot.bit_length() > masks.layout.value_bits + MIN_KAPPA - 8
+        assert slot.bit_length() > masks.layout.value_bits + MIN_KAPPA - 30
     assert masks_a.masks != masks.masks  # fresh masks from the OS each time
     assert slots[0] != slots[1]  # equal values look different
 
