@@ -8,8 +8,11 @@
 
 Modules: :mod:`~vfl.crypto.keys` (keys, encryption, decryption), :mod:`~vfl.crypto.vector`
 (the encrypted vector and its arithmetic), :mod:`~vfl.crypto.fixedpoint` (encoding),
-:mod:`~vfl.crypto.kernels` (the big-integer kernels), :mod:`~vfl.crypto.packing` (masked
-packing of many values per ciphertext).
+:mod:`~vfl.crypto.kernels` (the big-integer kernels), :mod:`~vfl.crypto.packing` (slot
+layouts and row packing: pure integers, the leaf), :mod:`~vfl.crypto.masked` (the one masked
+decryption every protocol uses), :mod:`~vfl.crypto.rerandomize` (fresh randomness before a
+ciphertext leaves a party), :mod:`~vfl.crypto.policy` (key sizes, the public-key message).
+Imports go one way: keys build vectors, vectors only hold a key.
 """
 
 from vfl.crypto.fixedpoint import FixedPointOverflowError
