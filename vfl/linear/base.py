@@ -227,6 +227,8 @@ class VerticalLinearModel(FederatedEstimator):
         views = {n: r.view for n, r in done.items() if r.view is not None}
         if views:
             self.views_ = views
+        elif hasattr(self, "views_"):  # no stale views from an earlier fit
+            del self.views_
         label = done.get(spec.label_party)
         if label is not None and label.part is not None:
             self.loss_curve_ = list(label.loss_curve)
