@@ -1,5 +1,7 @@
-"""Vertical linear regression: encrypted equals plaintext, R^2 against scikit-learn on FATE's
-student table split by columns, the transcript carries no plaintext, bad input, deployment."""
+"""Vertical linear regression: encrypted equals plaintext, R^2 against scikit-learn, the
+transcript carries no plaintext, bad input, deployment (on scikit-learn's bundled diabetes
+data, so they always run), and R^2 on FATE's student table split by columns when the shared
+data is there."""
 
 from __future__ import annotations
 
@@ -26,6 +28,21 @@ def small(**params: object) -> VerticalLinearRegression:
 
 
 @pytest.fixture(scope="module")
+def diabetes() -> tuple[dict[str, pd.DataFrame], pd.Series, dict[str, pd.DataFrame], pd.Series]:
+    from sklearn.datasets import load_diabetes
+
+    x, y = load_diabetes(return_X_y=True, as_frame=True)
+    cols = list(x.columns)
+    train, test = train_test_split(x.index, test_size=0.3, random_state=0)
+    return (
+        {"school": x.loc[train, cols[:5]], "survey": x.loc[train, cols[5:]]},
+        y.loc[train],
+        {"school": x.loc[test, cols[:5]], "survey": x.loc[test, cols[5:]]},
+        y.loc[test],
+    )
+
+
+@pytest.fixture(scope="module")
 def student() -> tuple[dict[str, pd.DataFrame], pd.Series, dict[str, pd.DataFrame], pd.Series]:
     guest, host, y = hetero("student")
     train, test = train_test_split(guest.index, test_size=0.3, random_state=0)
@@ -38,8 +55,8 @@ def student() -> tuple[dict[str, pd.DataFrame], pd.Series, dict[str, pd.DataFram
 
 
 @pytest.mark.parametrize("protocol", ["coordinator", "two_party"])
-def test_encrypted_training_equals_the_plaintext_protocol(student, protocol: str) -> None:  # type: ignore[no-untyped-def]
-    parts, y, _, _ = student
+def test_encrypted_training_equals_the_plaintext_protocol(diabetes, protocol: str) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = diabetes
     est = small(protocol=protocol, max_iter=3, batch_size=64, tol=None)
     est.fit(parts, y, label_party="school")
     weights, curve = plaintext_reference(est, parts, y, label_party="school")
@@ -51,8 +68,9 @@ def test_encrypted_training_equals_the_plaintext_protocol(student, protocol: str
     assert curve[0] < 0.5  # standardised targets start at 0.5 and go down
 
 
-def test_r2_matches_scikit_learn_on_fate_student(student) -> None:  # type: ignore[no-untyped-def]
-    parts, y, test_parts, y_test = student
+@pytest.mark.parametrize("data", ["diabetes", "student"])
+def test_r2_matches_scikit_learn(data: str, request: pytest.FixtureRequest) -> None:
+    parts, y, test_parts, y_test = request.getfixturevalue(data)
     est = small(batch_size=512, max_iter=300, tol=None).fit(parts, y, label_party="school")
     r2 = r2_score(y_test, est.predict(test_parts))
     train, test = pd.concat(parts.values(), axis=1), pd.concat(test_parts.values(), axis=1)
@@ -63,8 +81,8 @@ def test_r2_matches_scikit_learn_on_fate_student(student) -> None:  # type: igno
     assert est.score(test_parts, y_test) == pytest.approx(r2)  # RegressorMixin.score is R^2
 
 
-def test_no_plaintext_feature_or_target_crosses_a_party_boundary(student) -> None:  # type: ignore[no-untyped-def]
-    parts, y, _, _ = student
+def test_no_plaintext_feature_or_target_crosses_a_party_boundary(diabetes) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = diabetes
     est = small(max_iter=1, batch_size=64, tol=None)
     est.fit(parts, y, label_party="school", keep_payloads=True)
     targets = y.to_numpy(dtype=float)
@@ -98,8 +116,8 @@ def test_no_plaintext_feature_or_target_crosses_a_party_boundary(student) -> Non
     assert est.parts_["school"].target_scale == pytest.approx(targets.std())
 
 
-def test_bad_targets_get_clear_errors(student) -> None:  # type: ignore[no-untyped-def]
-    parts, y, _, _ = student
+def test_bad_targets_get_clear_errors(diabetes) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = diabetes
     with pytest.raises(ValueError, match="targets of party 'school' must be numbers"):
         small().fit(parts, y.astype(str), label_party="school")
     with pytest.raises(ValueError, match="targets of party 'school' have inf"):
@@ -112,10 +130,10 @@ def test_bad_targets_get_clear_errors(student) -> None:  # type: ignore[no-untyp
         small(n_iter_no_change=0).fit(parts, y, label_party="school")
 
 
-def test_deployment_roles_train_and_score_like_the_simulation(student, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_deployment_roles_train_and_score_like_the_simulation(diabetes, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from vfl.federation import LocalFederation
 
-    parts, y, test_parts, _ = student
+    parts, y, test_parts, _ = diabetes
     params = {"max_iter": 2, "tol": None, "batch_size": 64}
     simulated = small(**params).fit(parts, y, label_party="school")
     estimators = {name: small(**params) for name in [*parts, "coordinator"]}
@@ -146,8 +164,8 @@ def test_deployment_roles_train_and_score_like_the_simulation(student, tmp_path)
     np.testing.assert_allclose(loaded.predict(test_parts), simulated.predict(test_parts), atol=1e-6)
 
 
-def test_a_warm_start_continues_in_the_first_fits_target_units(student) -> None:  # type: ignore[no-untyped-def]
-    parts, y, _, _ = student
+def test_a_warm_start_continues_in_the_first_fits_target_units(diabetes) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = diabetes
     est = small(max_iter=2, tol=None, batch_size=64, warm_start=True)
     est.fit(parts, y, label_party="school")
     scale = est.parts_["school"].target_scale
