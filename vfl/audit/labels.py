@@ -41,19 +41,15 @@ def first_batch_equations(
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """``(A, b)`` with ``A y = b`` for the batch's binary labels ``y``, from the passive
     party's rounded design rows ``x`` (``(rows, d)``) and what it decrypted in the first batch
-    (``X^T (0 - t(y))``, ``(d,)``): integers, exactly."""
+    (``X^T (0 - t(y))``, ``(d,)``): integers, exact when the view is exact (no label DP;
+    with noise, ``b`` is rounded and the system usually has no binary solution)."""
     x_int = np.round(x * 2.0**FEATURE_BITS).astype(np.int64)
     a = x_int.T.astype(object)
     # G = -X^T (4y - 2)  =>  X_int^T y = (2 X_int^T 1 - 2**20 G) / 4
     g_int = np.round(np.asarray(decrypted, dtype=float) * 2.0**FEATURE_BITS).astype(object)
     ones = a.sum(axis=1)
-    # exact integers; a remainder means the view is not a first batch (weights were not zero)
-    b = [
-        (2 * int(o) - int(g)) // 4 if (2 * int(o) - int(g)) % 4 == 0 else None
-        for o, g in zip(ones, g_int, strict=True)
-    ]
-    if any(v is None for v in b):
-        raise ValueError("the decrypted values are not a first batch's: no integer equations")
+    # exact integers when the view is exact; rounded (and usually unsolvable) under noise
+    b = [(2 * int(o) - int(g) + 2) // 4 for o, g in zip(ones, g_int, strict=True)]
     return a, np.array(b, dtype=object)
 
 

@@ -36,6 +36,7 @@ class VerticalLinearModel(FederatedEstimator):
     """
 
     _loss: LinearLoss
+    _label_dp = False
 
     def __init__(
         self,
@@ -56,6 +57,9 @@ class VerticalLinearModel(FederatedEstimator):
         workers: int | None = None,
         timeout: float = 600.0,
         insecure: bool = False,
+        label_epsilon: float | None = None,
+        label_delta: float = 1e-5,
+        row_clip: float | None = None,
     ) -> None:
         self.max_iter = max_iter
         self.batch_size = batch_size
@@ -73,6 +77,9 @@ class VerticalLinearModel(FederatedEstimator):
         self.workers = workers
         self.timeout = timeout
         self.insecure = insecure
+        self.label_epsilon = label_epsilon
+        self.label_delta = label_delta
+        self.row_clip = row_clip
 
     # -- what subclasses provide -------------------------------------------------------------
 
@@ -137,7 +144,10 @@ class VerticalLinearModel(FederatedEstimator):
                 f"{self.coordinator!r} is both a data party and the coordinator's name; pass "
                 "coordinator='...' with another name"
             )
+        noise = self._label_noise(len(data_parties) - 1)
         return FitSpec(
+            label_noise=noise,
+            row_clip=self.row_clip,
             loss=self._loss,
             label_party=label_party,
             data_parties=tuple(data_parties),
@@ -152,6 +162,31 @@ class VerticalLinearModel(FederatedEstimator):
             policy=self._policy(),
             workers=self._workers(),
             random_state=self.random_state,
+        )
+
+    def _label_noise(self, passives: int) -> float | None:
+        """The noise multiplier that spends ``label_epsilon`` over the whole training (None
+        without label DP)."""
+        if self.label_epsilon is None:
+            return None
+        if not self._label_dp:
+            raise ValueError(
+                f"{type(self).__name__} has no label DP (its targets are unbounded); "
+                "label_epsilon is for VerticalLogisticRegression"
+            )
+        if self.tol is not None:
+            raise ValueError(
+                "label DP needs a fixed number of epochs: set tol=None (stopping on the exact "
+                "loss would reveal the labels through when training stops)"
+            )
+        if self.row_clip is not None and not self.row_clip > 0:
+            raise ValueError(f"row_clip must be a positive L2 norm, got {self.row_clip!r}")
+        from vfl.privacy.accounting import noise_multiplier_for
+
+        return noise_multiplier_for(
+            epsilon=self.label_epsilon,
+            delta=self.label_delta,
+            steps=self.max_iter * (1 + passives),
         )
 
     # -- the roles ---------------------------------------------------------------------------
@@ -187,6 +222,9 @@ class VerticalLinearModel(FederatedEstimator):
                 for key, value in keep.items():
                     setattr(part, key, value)
             part.extra["data_parties"] = list(spec.data_parties)
+            if spec.label_noise is not None:  # label DP bounds each row's L2 norm
+                clip = spec.row_clip if spec.row_clip is not None else np.sqrt(frame.shape[1])
+                part.extra["row_clip"] = float(clip)
             x = part.design(frame)
             check_batch_size(name, len(x), x.shape[1] + int(is_label), spec.batch_size)
             roles[name] = DataRole(spec, part, x, targets)
@@ -239,6 +277,16 @@ class VerticalLinearModel(FederatedEstimator):
         else:
             self.loss_curve_ = []  # the loss is the label party's to learn
 
+    def _ledger(self, ledger: Any) -> Any:
+        if self.label_epsilon is None:
+            return ledger
+        if ledger is None:
+            from vfl.privacy import PrivacyLedger
+
+            ledger = PrivacyLedger(delta=self.label_delta)
+        self.privacy_ledger_ = ledger
+        return ledger
+
     # -- simulation --------------------------------------------------------------------------
 
     def fit(
@@ -249,6 +297,7 @@ class VerticalLinearModel(FederatedEstimator):
         label_party: str,
         keep_payloads: bool = False,
         keep_views: bool = False,
+        ledger: Any = None,
     ) -> VerticalLinearModel:
         """Train with every party simulated in this process (one thread each).
 
@@ -267,9 +316,16 @@ class VerticalLinearModel(FederatedEstimator):
         keep_views : bool
             Keep what each data party decrypts per batch in ``views_`` (``{party: [(rows,
             decrypted sum), ...]}``), for audits such as :class:`vfl.audit.LabelSolveAudit`.
+        ledger : vfl.privacy.PrivacyLedger, optional
+            Where label DP records its spend (with ``label_epsilon``; by default a new ledger,
+            kept as ``privacy_ledger_``).
         """
         frames = check_parts(parts, label_party)
-        spec = replace(self.fit_spec(label_party, list(frames)), keep_views=keep_views)
+        spec = replace(
+            self.fit_spec(label_party, list(frames)),
+            keep_views=keep_views,
+            ledger=self._ledger(ledger),
+        )
         roles = self._fit_roles(spec, dict(frames), y)
         results = self._simulate(roles, keep_payloads=keep_payloads)
         self._collect(results, spec)
@@ -317,12 +373,14 @@ class VerticalLinearModel(FederatedEstimator):
         *,
         label_party: str,
         data_parties: list[str],
+        ledger: Any = None,
     ) -> VerticalLinearModel:
         """Run this party's role of training (deployment): ``frame`` is its own aligned
         features (None for the coordinator), ``y`` its labels if it is ``label_party``,
-        ``data_parties`` the names of all parties holding features."""
+        ``data_parties`` the names of all parties holding features; ``ledger`` as in
+        :meth:`fit` (the label party records there)."""
         name = federation.name
-        spec = self.fit_spec(label_party, list(data_parties))
+        spec = replace(self.fit_spec(label_party, list(data_parties)), ledger=self._ledger(ledger))
         if frame is not None:
             frame = check_parts({name: frame}, name)[name]
         roles = self._fit_roles(spec, {name: frame}, y if name == label_party else None)
@@ -364,12 +422,22 @@ class VerticalLinearModel(FederatedEstimator):
         self._check_fitted()
         target = Path(folder)
         target.mkdir(parents=True, exist_ok=True)
-        return [part.save(target / f"{name}.npz") for name, part in self.parts_.items()]
+        written = [part.save(target / f"{name}.npz") for name, part in self.parts_.items()]
+        ledger = getattr(self, "privacy_ledger_", None)
+        if ledger is not None and len(ledger):
+            ledger.save(target / "privacy_ledger.json")
+            written.append(target / "privacy_ledger.json")
+        return written
 
     def load(self, *paths: str | Path, label_party: str) -> VerticalLinearModel:
         """Load parts written by :meth:`save` (a party loads its own)."""
         self.parts_ = {}
         for path in paths:
+            if Path(path).name == "privacy_ledger.json":
+                from vfl.privacy import PrivacyLedger
+
+                self.privacy_ledger_ = PrivacyLedger.load(path)
+                continue
             part = PartyModel.load(path)
             self.parts_[part.party] = part
         self.label_party_ = label_party

@@ -32,7 +32,15 @@ from vfl.linear.messages import VLR, Encrypted, RowsHeader, RowsPart, SetupCount
 from vfl.linear.model import FEATURE_BITS, feature_bits
 from vfl.training.schedule import check_batch_size
 
-__all__ = ["KAPPA", "ROWS_MESSAGE_BYTES", "SCORE_BITS", "Z_BITS", "GradientExchange", "PeerRows"]
+__all__ = [
+    "KAPPA",
+    "ROWS_MESSAGE_BYTES",
+    "SCORE_BITS",
+    "Z_BITS",
+    "GradientExchange",
+    "PeerRows",
+    "encrypted_noise",
+]
 
 KAPPA = MIN_KAPPA
 """Bits of statistical hiding of every mask."""
@@ -167,6 +175,34 @@ class PeerRows:
         return rerandomize(EncryptedVector(self.key, out, 0), for_key_owner=to_key_owner)
 
 
+def encrypted_noise(
+    key: PaillierPublicKey, packing: RowPacking, outputs: int, sigma: float, *, masked: bool
+) -> EncryptedVector:
+    """Fresh Gaussian noise of standard deviation ``sigma`` (gradient units, OS randomness)
+    for every column and output of a share computed on rows packed as ``packing``: fixed-point
+    at the share's scale ``2**-(FEATURE_BITS + SCORE_BITS)``, packed into the same slots,
+    encrypted under ``key`` (multiply it into the share)."""
+    from vfl.privacy.mechanisms import gaussian_noise
+
+    noise = gaussian_noise((outputs, packing.columns), sigma=sigma)
+    scaled = np.round(noise * 2.0 ** (FEATURE_BITS + SCORE_BITS)).astype(object)
+    limit = 1 << packing.value_bits(KAPPA if masked else None)
+    if np.any(np.abs(scaled) >= limit // 4):
+        raise OverflowError(
+            f"label-DP noise of standard deviation {sigma:g} does not fit the packing; "
+            "raise label_epsilon or lower the row clipping"
+        )
+    plain = []
+    n = int(key.n)
+    for k in range(outputs):
+        for g in range(packing.groups):
+            value = 0
+            for j, column in enumerate(packing.group(g)):
+                value += int(scaled[k, column]) << (packing.slot_bits * j)
+            plain.append(value % n)
+    return EncryptedVector(key, key.raw_encrypt(plain), 0, fresh=True)
+
+
 class GradientExchange:
     """One data party's side of the gradient exchange, for both protocols.
 
@@ -184,6 +220,9 @@ class GradientExchange:
     keep_view : bool
         Keep what this party decrypts, ``(rows, X[rows]^T sum of the others' z)`` per batch, in
         :attr:`view` (for audits that attack it).
+    noise : dict of str to float, optional
+        Label DP at the label party: the standard deviation of the Gaussian noise added,
+        under encryption, to every share it computes for each peer (see :meth:`remote`).
     """
 
     def __init__(
@@ -198,12 +237,14 @@ class GradientExchange:
         policy: KeyPolicy,
         workers: int,
         keep_view: bool = False,
+        noise: dict[str, float] | None = None,
     ) -> None:
         self.fed, self.x, self.outputs, self.coordinator = fed, x, outputs, coordinator
         self.others = [p for p in data_parties if p != fed.name]
         self.view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = (
             [] if keep_view else None
         )
+        self.noise = noise or {}
         self.secret: PaillierPrivateKey | None
         if coordinator is not None:
             self.key = policy.accept(
@@ -263,6 +304,15 @@ class GradientExchange:
         owner = self.coordinator is None  # two_party: the shares go to the key's owner
         for p, peer in self.peers.items():
             share = peer.combine(rows, z_int, to_key_owner=owner)
+            if self.noise.get(p):  # label DP: fresh noise per batch, before it leaves
+                noise = encrypted_noise(
+                    peer.key, peer.packing, self.outputs, self.noise[p], masked=not owner
+                )
+                nsq = peer.key.nsquare
+                noisy = [
+                    a * b % nsq for a, b in zip(share.ciphertexts, noise.ciphertexts, strict=True)
+                ]
+                share = EncryptedVector(peer.key, noisy, 0, fresh=True)
             VLR.send(self.fed, p, "share", Encrypted(data=share.to_wire()))
         total: EncryptedVector | None = None
         for p in self.others:

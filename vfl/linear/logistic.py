@@ -70,6 +70,20 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
         Seconds any party waits for a message before failing.
     insecure : bool
         Allow keys below 2048 bits (tests only).
+    label_epsilon : float, optional
+        **Label DP** for the gradient-revealing protocols: the label party adds Gaussian noise,
+        under encryption and fresh per batch, to every gradient share it computes for another
+        party, and to its own gradient, so that the whole training is
+        ``(label_epsilon, label_delta)``-DP for each label (the noise multiplier calibrated by
+        dp-accounting over ``max_iter`` epochs times one release per data party; every label is
+        in one batch per epoch). Needs ``tol=None``. The spend is recorded in a
+        :class:`~vfl.privacy.PrivacyLedger` (``fit(ledger=...)`` or ``privacy_ledger_``,
+        saved beside the parts).
+    label_delta : float
+        The delta of label DP.
+    row_clip : float, optional
+        With label DP, every party scales each of its standardised rows to at most this L2
+        norm (default: the square root of its column count), which bounds one label's effect.
 
     Attributes
     ----------
@@ -84,6 +98,7 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
     """
 
     _loss = TAYLOR_LOGISTIC
+    _label_dp = True
 
     def label_targets(
         self, y: Any, index: pd.Index, party: str, *, previous: PartyModel | None = None

@@ -108,8 +108,12 @@ class PartyModel:
 
     def design(self, frame: pd.DataFrame) -> np.ndarray[Any, Any]:
         """This party's standardised, rounded feature matrix of ``frame`` (checked)."""
-        values = check_numeric(frame, self.party, self.columns)
-        return quantize((values - self.mean) / self.scale)
+        values = (check_numeric(frame, self.party, self.columns) - self.mean) / self.scale
+        clip = self.extra.get("row_clip")
+        if clip is not None:  # label DP trained on rows of bounded norm: predict on them too
+            norms = np.linalg.norm(values, axis=1, keepdims=True)
+            values = values * np.minimum(1.0, float(clip) / np.maximum(norms, 1e-300))
+        return quantize(values)
 
     # -- persistence ------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ their epoch sums encrypted; the label party learns the total once per epoch.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from vfl.linear.losses import (
 )
 from vfl.linear.messages import VLR, CrossScores, Encrypted, EpochControl, Outputs, SetupCounts
 from vfl.linear.model import PartyModel
+from vfl.privacy.mechanisms import gaussian_noise
 from vfl.training.convergence import LossCurve
 from vfl.training.optimizers import make_optimizer
 from vfl.training.schedule import Schedule, agree_seed
@@ -70,6 +72,9 @@ class FitSpec:
     workers: int
     random_state: int | None
     keep_views: bool = False
+    label_noise: float | None = None
+    row_clip: float | None = None
+    ledger: Any = None
 
     @property
     def passives(self) -> list[str]:
@@ -130,6 +135,11 @@ class DataRole:
             workers=spec.workers,
             keep_view=spec.keep_views,
         )
+        if spec.label_noise is not None and self.targets is not None:
+            exchange.noise = {
+                p: label_sensitivity(spec, peer.packing.columns, outputs) * spec.label_noise
+                for p, peer in exchange.peers.items()
+            }
         if spec.coordinator is not None:  # it decrypts only requests of this size
             rows = len(self.x) if self.is_label else None
             VLR.send(fed, spec.coordinator, "setup", exchange.setup_counts(rows))
@@ -142,6 +152,8 @@ class DataRole:
         else:
             trainer = _PassiveTrainer(fed, spec, self.x, w, exchange)
         result = trainer.run(schedule)
+        if spec.label_noise is not None and self.targets is not None:
+            record_label_dp(spec, fed.name, result.n_iter, outputs)
         self.part.set_weights(trainer.w, with_intercept=self.is_label)
         result.part, result.setup_seconds, result.view = self.part, setup, exchange.view
         return result
@@ -239,6 +251,10 @@ class _LabelTrainer(_Trainer):
         check_scores(u, self.fed.name)
         z = u - self.t[rows]
         grad = x.T @ z + self.exchange.remote(rows, z)
+        if self.spec.label_noise is not None:  # its own weights, too, follow noisy gradients
+            columns = self.x.shape[1] - 1
+            sigma = label_sensitivity(self.spec, columns, z.shape[1], intercept=True)
+            grad = grad + gaussian_noise(grad.shape, sigma=sigma * self.spec.label_noise)
         self.own += float(np.sum(z * z))
         self.add_cross_terms(len(rows))
         self.step(grad, len(rows), epoch, intercept=True)
@@ -420,3 +436,30 @@ def check_setup(
             SetupCounts.refuse(p, "packing", str(exc))
         layouts[p] = GradientExchange.share_layout(packing, outputs)
     return layouts
+
+
+def label_sensitivity(
+    spec: FitSpec, columns: int, outputs: int, *, intercept: bool = False
+) -> float:
+    """How much one label moves a batch's gradient numerator ``X^T z`` of a party with
+    ``columns`` clipped columns (L2): the target ``t = 2(2y - 1)`` moves by 4 per output it
+    touches (two for a one-vs-rest relabelling), times the row's norm bound (with the
+    intercept's 1 at the label party)."""
+    clip = spec.row_clip if spec.row_clip is not None else math.sqrt(columns)
+    norm = math.sqrt(clip**2 + 1) if intercept else clip
+    return 4.0 * norm * (math.sqrt(2) if outputs > 1 else 1.0)
+
+
+def record_label_dp(spec: FitSpec, holder: str, epochs: int, outputs: int) -> None:
+    """Write the labels' spend to the ledger: per epoch every label is in one batch, whose
+    noisy gradient goes to each passive and into the label party's own weights."""
+    if spec.ledger is None or spec.label_noise is None or epochs == 0:
+        return
+    spec.ledger.record(
+        holder=holder,
+        data="labels (vertical training, label DP)",
+        mechanism="gaussian",
+        noise_multiplier=spec.label_noise,
+        sampling_rate=1.0,
+        steps=epochs * (1 + len(spec.passives)),
+    )

@@ -327,3 +327,38 @@ def delta(
     ):
         raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon!r}")
     return float(get_accountant(accountant).composed(_as_event(events)).get_delta(epsilon))
+
+
+def noise_multiplier_for(
+    *,
+    epsilon: float,
+    delta: float,
+    steps: int,
+    sampling_rate: float = 1.0,
+    accountant: str | Accountant = "rdp",
+) -> float:
+    """The smallest Gaussian noise multiplier (noise standard deviation over sensitivity)
+    whose ``steps`` compositions (Poisson-subsampled at ``sampling_rate``) spend at most
+    ``epsilon`` at ``delta``: dp-accounting's ``calibrate_dp_mechanism``.
+
+    Raises
+    ------
+    ValueError
+        If a parameter is out of range.
+    """
+    epsilon = check_positive_finite("epsilon", epsilon)
+    delta = check_probability("delta", delta)
+    steps = check_positive_int("steps", steps)
+    sampling_rate = check_probability("sampling_rate", sampling_rate, allow_one=True)
+    import dp_accounting
+    from dp_accounting import mechanism_calibration
+
+    chosen = get_accountant(accountant)
+
+    def event(multiplier: float) -> DpEvent:
+        return chosen.prepare(
+            gaussian_event(noise_multiplier=multiplier, sampling_rate=sampling_rate, steps=steps)
+        )
+
+    bracket = mechanism_calibration.LowerEndpointAndGuess(1e-3, 1.0)
+    return float(dp_accounting.calibrate_dp_mechanism(chosen.new, event, epsilon, delta, bracket))
