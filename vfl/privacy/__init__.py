@@ -18,6 +18,7 @@ from vfl.privacy.accounting import (
     gaussian_event,
     get_accountant,
     laplace_event,
+    noise_multiplier_for,
     randomized_response_event,
 )
 from vfl.privacy.entry import MECHANISMS, LedgerEntry, Mechanism
@@ -52,6 +53,7 @@ __all__ = [
     "laplace",
     "laplace_event",
     "laplace_scale",
+    "noise_multiplier_for",
     "randomized_response_event",
     "record_blip",
 ]
