@@ -15,9 +15,10 @@ with its own data file::
     model = "logistic"            # the learner, from the registry vfl.jobs.JOBS
                                   # ("logistic": binary or multiclass; "linear": regression)
 
-    [job.params]                  # the learner's keyword arguments
+    [job.params]                  # the learner's keyword arguments ("none" for None)
     max_iter = 10
     batch_size = 256
+    # label_epsilon = 4.0         # label DP (logistic; needs tol = "none")
 
 Steps: align the data parties' rows to their common patients (:func:`vfl.align_party`): by
 ECDH PSI on the exact ``id_column``, or with ``align = "bloom"`` by Bloom-filter encodings of the
@@ -42,7 +43,8 @@ has succeeded (written to a staging folder first, then each renamed into place),
 * every data party: ``model_<party>.npz`` (its fitted part, :mod:`vfl.persistence`) and
   ``aligned_<party>.csv`` (its own row IDs in the common order, with the test flag);
 * the active party: ``predictions.csv`` (its test rows' IDs, predictions, labels) and
-  ``metrics.json`` (the job's metrics, row counts, epochs, seconds per stage).
+  ``metrics.json`` (the job's metrics, row counts, epochs, seconds per stage), and with label
+  DP (``label_epsilon`` in ``[job.params]``) ``privacy_ledger.json``.
 """
 
 from __future__ import annotations
@@ -167,7 +169,11 @@ def _job(config: FederationConfig) -> dict[str, Any]:
 
 
 def _estimator(config: FederationConfig, job: dict[str, Any]) -> Any:
-    params = dict(job["params"])
+    # TOML has no null: "none" stands for None (tol = "none" runs every epoch)
+    params = {
+        k: None if isinstance(v, str) and v.lower() == "none" else v
+        for k, v in job["params"].items()
+    }
     coordinator = config.coordinator
     params.setdefault("protocol", "coordinator" if coordinator else "two_party")
     if coordinator:
@@ -386,6 +392,10 @@ def outputs(run: PartyRun, summary: dict[str, Any]) -> dict[str, str | bytes]:
     mapping = pd.DataFrame({"common_row": run.aligned.index, id_column: ids, "test": run.is_test})
     files[f"aligned_{run.name}.csv"] = mapping.to_csv(index=False)
     files[f"model_{run.name}.npz"] = run.estimator.parts_[run.name].to_bytes()
+    ledger = getattr(run.estimator, "privacy_ledger_", None)
+    if ledger is not None and len(ledger):  # label DP's spend, beside the model
+        files["privacy_ledger.json"] = ledger.to_json()
+        summary["label_epsilon"] = ledger.epsilon()
     if run.name == run.config.active:
         metrics: dict[str, Any] = dict.fromkeys(run.learner.metrics)
         predictions = pd.DataFrame()

@@ -59,6 +59,7 @@ test_fraction = 0.3
 max_iter = {max_iter}
 tol = {tol}
 batch_size = 64
+{params}
 key_bits = 1024
 insecure = true
 """
@@ -86,6 +87,7 @@ def write_config(
     peer: int = 20,
     bloom: bool = False,
     linear: bool = False,
+    params: str = "",
 ) -> Path:
     p0, p1, p2 = free_ports(3)
     path = folder / "federation.toml"
@@ -99,6 +101,7 @@ def write_config(
             peer_timeout=peer,
             id_column="record_id" if bloom else "patient_id",
             label_column="necrosis_fraction" if linear else "diagnosis",
+            params=params,
             job_extra=(
                 'align = "bloom"\nschema = "data/identity_schema.json"'
                 if bloom
@@ -242,6 +245,22 @@ def test_a_linear_regression_job_runs_from_the_registry(tmp_path: Path) -> None:
         "necrosis_fraction",
     ]
     assert {p.name for p in (out / "lab").iterdir()} == {"aligned_lab.csv", "model_lab.npz"}
+
+
+@pytest.mark.network
+def test_label_dp_from_the_config_writes_the_ledger_beside_the_model(tmp_path: Path) -> None:
+    import json
+
+    config = write_config(tmp_path, max_iter=3, tol='"none"', params="label_epsilon = 4.0")
+    procs = {n: start(tmp_path, config, n) for n in ("coordinator", "lab", "imaging")}
+    for name, proc in procs.items():
+        assert proc.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
+    out = tmp_path / "out" / "imaging"
+    ledger = json.loads((out / "privacy_ledger.json").read_text())
+    assert "imaging" in json.dumps(ledger)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 3.5 < metrics["label_epsilon"] <= 4.0 + 1e-6
+    assert not (tmp_path / "out" / "lab" / "privacy_ledger.json").exists()  # the label party's
 
 
 @pytest.mark.network
