@@ -36,12 +36,17 @@ more rows than the party has columns (checked), so linear algebra alone cannot r
 values from one batch.
 
 .. warning::
-   That check does not protect **binary labels**: from the first batch (zero weights) a passive
-   party's decrypted gradient is ``-X^T t(y)``, a subset-sum over the batch's labels that
-   lattice reduction solves; later batches leak too. Until the secret-shared protocol and label
-   DP arrive (with the attack as a ``vfl.audit`` audit), these protocols do **not** hide the
-   labels of a batch from a passive party that solves for them. The same holds for the label
-   party against the passives' partial scores accumulated over epochs.
+   That check does not protect **binary labels**: training starts from zero weights (a public
+   point), so a passive party's first decrypted gradient is ``-X^T t(y)``, a subset-sum over the
+   batch's labels that integer programming or lattice reduction solves
+   (:class:`vfl.audit.LabelSolveAudit` recovers every first-batch label on breast cancer);
+   later batches leak too, and the label party accumulates equations on the passives' scores.
+   A secret random start would only add unknowns to those equations, with no guarantee.
+   ``label_epsilon`` (label DP: noise under encryption on every gradient share the label party
+   computes for another party, and on its own gradient) bounds what any party can infer about
+   one label, at a cost in accuracy (README); without it, these protocols do **not** hide the
+   labels of a batch from a passive party that solves for them. A secret-shared protocol in
+   which no party sees a gradient is on the tracker.
 
 The label party learns the training loss per epoch (``loss_curve_``) and, at prediction, the
 scores of the predicted rows (with one passive party, that party's partial score of each row);
