@@ -29,11 +29,9 @@ from typing import Any
 import numpy as np
 
 from vfl.audit.base import Audit, AuditResult, register_audit
+from vfl.linear.model import FEATURE_BITS
 
 __all__ = ["LabelSolveAudit", "first_batch_equations", "solve_binary"]
-
-FEATURE_BITS = 20
-"""The fixed-point precision of the vertical linear models' features (``vfl.linear``)."""
 
 
 def first_batch_equations(
@@ -55,8 +53,10 @@ def first_batch_equations(
 
 def solve_binary(
     a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], *, time_limit: float = 30.0
-) -> np.ndarray[Any, Any] | None:
-    """A binary ``y`` with ``a @ y = b`` (integer feasibility, SciPy's HiGHS), or None."""
+) -> tuple[np.ndarray[Any, Any] | None, str]:
+    """A binary ``y`` with ``a @ y = b`` (integer feasibility, SciPy's HiGHS), or None, and
+    the solver's verdict: ``"solved"``, ``"infeasible"`` (no binary solution: the equations
+    are not exact, e.g. under label DP) or ``"time limit"`` (undecided)."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     n = a.shape[1]
@@ -70,10 +70,10 @@ def solve_binary(
         options={"time_limit": time_limit},
     )
     if result.x is None:
-        return None
+        return None, "infeasible" if result.status == 2 else "time limit"
     y = np.round(result.x).astype(np.int64)
     exact = [sum(int(v) * int(w) for v, w in zip(row, y, strict=True)) for row in a]
-    return y if exact == [int(v) for v in b] else None
+    return (y, "solved") if exact == [int(v) for v in b] else (None, "inexact")
 
 
 @register_audit
@@ -82,7 +82,8 @@ class LabelSolveAudit(Audit):
 
     Run it on ``est.views_[passive]`` of a fit with ``keep_views=True`` and the passive's own
     rounded design matrix ``est.parts_[passive].design(frame)``; the true labels only score
-    the attack.
+    the attack (in the frame's row order; a Series is aligned to ``index``, the frame's index,
+    when given). The view must come from a fit that started from zero weights.
     """
 
     name = "label-solve"
@@ -93,6 +94,7 @@ class LabelSolveAudit(Audit):
         x: np.ndarray[Any, Any],
         labels: Any,
         *,
+        index: Any = None,
         time_limit: float = 30.0,
     ) -> AuditResult:
         if not view:
@@ -100,12 +102,16 @@ class LabelSolveAudit(Audit):
         rows, decrypted = view[0]
         if decrypted.ndim == 2 and decrypted.shape[1] != 1:
             raise ValueError("the label-solve audit attacks binary models (one output)")
+        if index is not None and hasattr(labels, "loc"):
+            labels = labels.loc[index]
+        if len(labels) != len(x):
+            raise ValueError(f"{len(labels)} labels for {len(x)} rows: pass them in row order")
         truth = np.asarray(labels)[rows]
         classes = np.unique(np.asarray(labels))
         positive = (truth == classes[-1]).astype(np.int64)
         began = time.perf_counter()
         a, b = first_batch_equations(x[rows], decrypted.reshape(-1))
-        found = solve_binary(a, b, time_limit=time_limit)
+        found, status = solve_binary(a, b, time_limit=time_limit)
         seconds = time.perf_counter() - began
         majority = float(max(positive.mean(), 1 - positive.mean()))
         # unsolved: the attacker is left with guessing, which chance already measures
@@ -117,5 +123,10 @@ class LabelSolveAudit(Audit):
             trials=len(rows),
             successes=recovered,
             chance=majority,
-            details={"solved": found is not None, "seconds": seconds, "columns": x.shape[1]},
+            details={
+                "solved": found is not None,
+                "status": status,
+                "seconds": seconds,
+                "columns": x.shape[1],
+            },
         )

@@ -16,9 +16,10 @@ Horner's rule on ciphertexts) or ciphertexts whose plaintexts are already packed
 (:func:`mask_slots`, the vertical linear models' gradient shares).
 
 The key holder checks every request against what it knows of the step independently (the
-number of ciphertexts and values, the packing layout): a requester that deviates from the
-protocol can still ask for a decryption of the right shape with other contents under the key
-(one row of another party's encrypted features, say); malicious parties are out of scope.
+number of ciphertexts and values, the packing layout). That bounds each request, not its
+contents: a requester that deviates from the protocol can put any ciphertexts under the key in
+a request of the right shape -- up to that many whole plaintexts, e.g. rows of another party's
+encrypted features, per request; malicious parties are out of scope.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ class VerticalLinearModel(FederatedEstimator):
 
     _loss: LinearLoss
     _label_dp = False
+    privacy_ledger_: Any
 
     def __init__(
         self,
@@ -179,6 +180,11 @@ class VerticalLinearModel(FederatedEstimator):
                 "label DP needs a fixed number of epochs: set tol=None (stopping on the exact "
                 "loss would reveal the labels through when training stops)"
             )
+        if self.warm_start:
+            raise ValueError(
+                "label DP cannot continue a fit (warm_start=True): the earlier weights' spend "
+                "would not be in this fit's account; fit from scratch"
+            )
         if self.row_clip is not None and not self.row_clip > 0:
             raise ValueError(f"row_clip must be a positive L2 norm, got {self.row_clip!r}")
         from vfl.privacy.accounting import noise_multiplier_for
@@ -222,9 +228,7 @@ class VerticalLinearModel(FederatedEstimator):
                 for key, value in keep.items():
                     setattr(part, key, value)
             part.extra["data_parties"] = list(spec.data_parties)
-            if spec.label_noise is not None:  # label DP bounds each row's L2 norm
-                clip = spec.row_clip if spec.row_clip is not None else np.sqrt(frame.shape[1])
-                part.extra["row_clip"] = float(clip)
+            part.extra.pop("row_clip", None)  # the label party says whether rows are clipped
             x = part.design(frame)
             check_batch_size(name, len(x), x.shape[1] + int(is_label), spec.batch_size)
             roles[name] = DataRole(spec, part, x, targets)
@@ -279,6 +283,8 @@ class VerticalLinearModel(FederatedEstimator):
 
     def _ledger(self, ledger: Any) -> Any:
         if self.label_epsilon is None:
+            if hasattr(self, "privacy_ledger_"):  # none of an earlier DP fit beside this one
+                del self.privacy_ledger_
             return ledger
         if ledger is None:
             from vfl.privacy import PrivacyLedger

@@ -178,14 +178,19 @@ class PeerRows:
 def encrypted_noise(
     key: PaillierPublicKey, packing: RowPacking, outputs: int, sigma: float, *, masked: bool
 ) -> EncryptedVector:
-    """Fresh Gaussian noise of standard deviation ``sigma`` (gradient units, OS randomness)
-    for every column and output of a share computed on rows packed as ``packing``: fixed-point
-    at the share's scale ``2**-(FEATURE_BITS + SCORE_BITS)``, packed into the same slots,
-    encrypted under ``key`` (multiply it into the share)."""
+    """Fresh Gaussian noise of standard deviation ``sigma`` (gradient units) for every column
+    and output of a share computed on rows packed as ``packing``, packed into the same slots
+    and encrypted under ``key`` (multiply it into the share).
+
+    The noise is rounded to multiples of ``2**-FEATURE_BITS`` -- a grid every label-dependent
+    share value lies on -- before it is scaled to the share's fixed point: rounding continuous
+    noise onto the values' own grid is post-processing, whereas the raw float's own uneven
+    spacing would let the receiver rule out neighbouring labels."""
     from vfl.privacy.mechanisms import gaussian_noise
 
     noise = gaussian_noise((outputs, packing.columns), sigma=sigma)
-    scaled = np.round(noise * 2.0 ** (FEATURE_BITS + SCORE_BITS)).astype(object)
+    steps = np.round(noise * 2.0**FEATURE_BITS).astype(np.int64).astype(object)
+    scaled = steps * (1 << SCORE_BITS)
     limit = 1 << packing.value_bits(KAPPA if masked else None)
     if np.any(np.abs(scaled) >= limit // 4):
         raise OverflowError(

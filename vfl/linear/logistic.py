@@ -76,9 +76,18 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
         party, and to its own gradient, so that the whole training is
         ``(label_epsilon, label_delta)``-DP for each label (the noise multiplier calibrated by
         dp-accounting over ``max_iter`` epochs times one release per data party; every label is
-        in one batch per epoch). Needs ``tol=None``. The spend is recorded in a
-        :class:`~vfl.privacy.PrivacyLedger` (``fit(ledger=...)`` or ``privacy_ledger_``,
+        in one batch per epoch). Needs ``tol=None`` and no warm start. The spend is recorded in
+        a :class:`~vfl.privacy.PrivacyLedger` (``fit(ledger=...)`` or ``privacy_ledger_``,
         saved beside the parts).
+
+        .. warning::
+           The guarantee is for neighbouring label vectors with the same set of classes (the
+           passives learn K, and a class with one member is visible), against parties that
+           follow the protocol: every party clips its rows to the norm the label party names,
+           and the label party refuses a peer whose announced packing is wider than clipped
+           rows allow, but cannot check every row. The noise comes from numpy's PCG64 seeded
+           with 128 bits of OS randomness per draw, rounded to the features' grid; it is not a
+           discrete-Gaussian sampler.
     label_delta : float
         The delta of label DP.
     row_clip : float, optional

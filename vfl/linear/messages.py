@@ -81,7 +81,11 @@ class EpochControl(Message):
 
 @dataclass(frozen=True)
 class Outputs(Message):
-    """The label party, at setup: how many outputs are trained (1, or K one-vs-rest)."""
+    """The label party, at setup: how many outputs are trained (1, or K one-vs-rest), and
+    whether label DP is on, with the L2 norm every party's rows are clipped to (None: the
+    square root of the party's column count)."""
 
     KIND = "output count"
     count: int
+    label_dp: bool = False
+    row_clip: float | None = None

@@ -14,7 +14,7 @@ import pandas as pd
 from vfl import persistence
 from vfl.validation import check_numeric
 
-__all__ = ["FEATURE_BITS", "KIND", "PartyModel", "feature_bits", "quantize"]
+__all__ = ["FEATURE_BITS", "KIND", "PartyModel", "clip_rows", "feature_bits", "quantize"]
 
 FEATURE_BITS = 20
 """Features are rounded to multiples of ``2**-FEATURE_BITS`` before training."""
@@ -28,6 +28,15 @@ def quantize(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         raise ValueError("features beyond 2**40 in magnitude: standardise them")
     out: np.ndarray[Any, Any] = np.round(values * 2.0**FEATURE_BITS) / 2.0**FEATURE_BITS
     return out
+
+
+def clip_rows(values: np.ndarray[Any, Any], clip: float) -> np.ndarray[Any, Any]:
+    """Rows scaled to an L2 norm of at most ``clip``, then rounded (:func:`quantize`); the
+    rounding's slack (at most ``sqrt(columns) * 2**-21``) is taken off the bound first, so the
+    rounded rows stay within ``clip``."""
+    bound = clip - np.sqrt(values.shape[1]) * 2.0**-FEATURE_BITS
+    norms = np.linalg.norm(values, axis=1, keepdims=True)
+    return quantize(values * np.minimum(1.0, bound / np.maximum(norms, 1e-300)))
 
 
 def feature_bits(x: np.ndarray[Any, Any]) -> int:
@@ -111,8 +120,7 @@ class PartyModel:
         values = (check_numeric(frame, self.party, self.columns) - self.mean) / self.scale
         clip = self.extra.get("row_clip")
         if clip is not None:  # label DP trained on rows of bounded norm: predict on them too
-            norms = np.linalg.norm(values, axis=1, keepdims=True)
-            values = values * np.minimum(1.0, float(clip) / np.maximum(norms, 1e-300))
+            return clip_rows(values, float(clip))
         return quantize(values)
 
     # -- persistence ------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from vfl.crypto.masked import decrypt_masked, serve_decryption
 from vfl.crypto.packing import PackingLayout, RowPacking
 from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
 from vfl.federation.base import Federation
-from vfl.linear.exchange import SCORE_BITS, GradientExchange
+from vfl.linear.exchange import SCORE_BITS, GradientExchange, plan_packing
 from vfl.linear.losses import (
     LOSS_BOUND,
     MAX_OUTPUTS,
@@ -42,7 +42,7 @@ from vfl.linear.losses import (
     penalty,
 )
 from vfl.linear.messages import VLR, CrossScores, Encrypted, EpochControl, Outputs, SetupCounts
-from vfl.linear.model import PartyModel
+from vfl.linear.model import FEATURE_BITS, PartyModel, clip_rows
 from vfl.privacy.mechanisms import gaussian_noise
 from vfl.training.convergence import LossCurve
 from vfl.training.optimizers import make_optimizer
@@ -117,7 +117,11 @@ class DataRole:
     ) -> None:
         self.spec, self.part, self.targets = spec, part, targets
         self.is_label = targets is not None
-        self.x = np.column_stack([x, np.ones(len(x))]) if self.is_label else x
+        self.features = x
+        self.x = self._design(x)
+
+    def _design(self, x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return np.column_stack([x, np.ones(len(x))]) if self.is_label else x
 
     def __call__(self, fed: Federation) -> FitResult:
         spec = self.spec
@@ -136,6 +140,7 @@ class DataRole:
             keep_view=spec.keep_views,
         )
         if spec.label_noise is not None and self.targets is not None:
+            self.check_peer_clipping(exchange)
             exchange.noise = {
                 p: label_sensitivity(spec, peer.packing.columns, outputs) * spec.label_noise
                 for p, peer in exchange.peers.items()
@@ -153,20 +158,31 @@ class DataRole:
             trainer = _PassiveTrainer(fed, spec, self.x, w, exchange)
         result = trainer.run(schedule)
         if spec.label_noise is not None and self.targets is not None:
-            record_label_dp(spec, fed.name, result.n_iter, outputs)
+            record_label_dp(spec, fed.name, result.n_iter)
         self.part.set_weights(trainer.w, with_intercept=self.is_label)
         result.part, result.setup_seconds, result.view = self.part, setup, exchange.view
         return result
 
     def agree_outputs(self, fed: Federation) -> int:
         """The label party tells the passives how many outputs (K one-vs-rest models share
-        the encrypted rows; K is the number of classes, which the passives thus learn)."""
-        label = self.spec.label_party
+        the encrypted rows; K is the number of classes, which the passives thus learn) and
+        whether label DP is on, in which case every party clips its rows to the norm it
+        names (its noise is calibrated to that bound)."""
+        label, spec = self.spec.label_party, self.spec
         if self.targets is not None:
             count = int(self.targets.shape[1])
-            VLR.broadcast(fed, "outputs", Outputs(count=count), to=self.spec.passives)
+            dp = spec.label_noise is not None
+            message = Outputs(count=count, label_dp=dp, row_clip=spec.row_clip if dp else None)
+            VLR.broadcast(fed, "outputs", message, to=spec.passives)
+            if dp:
+                self.clip(spec.row_clip)
             return count
-        count = VLR.recv(fed, label, "outputs", Outputs).count
+        message = VLR.recv(fed, label, "outputs", Outputs)
+        if message.label_dp:
+            if message.row_clip is not None and not message.row_clip > 0:
+                Outputs.refuse(label, "row_clip", f"is {message.row_clip}, not a positive norm")
+            self.clip(message.row_clip)
+        count = message.count
         if not 1 <= count <= MAX_OUTPUTS:
             Outputs.refuse(label, "count", f"is {count}, not between 1 and {MAX_OUTPUTS}")
         if self.part.outputs != count:
@@ -177,6 +193,35 @@ class DataRole:
                 )
             self.part = self.part.with_outputs(count)
         return count
+
+    def clip(self, row_clip: float | None) -> None:
+        """Scale this party's rows to the agreed L2 norm (the square root of its column count
+        by default) and remember it, so that predictions see the same rows."""
+        clip = row_clip if row_clip is not None else math.sqrt(self.features.shape[1])
+        self.part.extra["row_clip"] = float(clip)
+        self.features = clip_rows(self.features, float(clip))
+        self.x = self._design(self.features)
+
+    def check_peer_clipping(self, exchange: GradientExchange) -> None:
+        """The label party's check that each peer's announced packing fits rows clipped as
+        agreed (a party whose features exceed the norm bound would get less noise than its
+        gradient needs; it catches scaling, not every deviation)."""
+        spec = self.spec
+        for p, peer in exchange.peers.items():
+            columns = peer.packing.columns
+            clip = spec.row_clip if spec.row_clip is not None else math.sqrt(columns)
+            widest = plan_packing(
+                np.full((1, columns), clip),
+                min(len(self.x), 2 * spec.batch_size),
+                len(spec.data_parties) - 1,
+                exchange.key.n_length if spec.coordinator else peer.key.n_length,
+                masked=spec.coordinator is not None,
+            )
+            if peer.packing.slot_bits > widest.slot_bits:
+                raise ValueError(
+                    f"party {p!r} announced features wider than rows clipped to norm {clip:g} "
+                    "allow; label DP refuses to train with it"
+                )
 
 
 class _Trainer:
@@ -254,7 +299,8 @@ class _LabelTrainer(_Trainer):
         if self.spec.label_noise is not None:  # its own weights, too, follow noisy gradients
             columns = self.x.shape[1] - 1
             sigma = label_sensitivity(self.spec, columns, z.shape[1], intercept=True)
-            grad = grad + gaussian_noise(grad.shape, sigma=sigma * self.spec.label_noise)
+            noise = gaussian_noise(grad.shape, sigma=sigma * self.spec.label_noise)
+            grad = grad + np.round(noise * 2.0**FEATURE_BITS) / 2.0**FEATURE_BITS
         self.own += float(np.sum(z * z))
         self.add_cross_terms(len(rows))
         self.step(grad, len(rows), epoch, intercept=True)
@@ -450,7 +496,7 @@ def label_sensitivity(
     return 4.0 * norm * (math.sqrt(2) if outputs > 1 else 1.0)
 
 
-def record_label_dp(spec: FitSpec, holder: str, epochs: int, outputs: int) -> None:
+def record_label_dp(spec: FitSpec, holder: str, epochs: int) -> None:
     """Write the labels' spend to the ledger: per epoch every label is in one batch, whose
     noisy gradient goes to each passive and into the label party's own weights."""
     if spec.ledger is None or spec.label_noise is None or epochs == 0:
