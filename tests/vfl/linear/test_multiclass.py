@@ -196,7 +196,8 @@ def test_three_parties_k_classes_equal_the_plaintext_protocol_and_leak_nothing(w
     # the passives learn K (the output count), nothing else of the labels
     outputs = [r for r in est.transcript_.records if r.tag == "vlr/outputs"]
     assert {r.receiver for r in outputs} == {"scanner", "camera"}
-    assert all(r.payload() == {"count": 3} for r in outputs)
+    expected = {"count": 3, "label_dp": False, "row_clip": None}
+    assert all(r.payload() == expected for r in outputs)
 
 
 def test_warm_start_refuses_other_classes_and_continuous_labels_are_refused(wine) -> None:  # type: ignore[no-untyped-def]
