@@ -208,7 +208,10 @@ def test_three_party_processes_align_train_and_score(tmp_path: Path) -> None:
     log = (tmp_path / "imaging.log").read_text()
     assert "test AUC" in log and "epoch 1: training loss" in log
     auc = float(log.split("test AUC ")[1].split(";")[0])
-    assert auc > 0.7  # the imaging features and the lab features predict the diagnosis
+    # the features predict the diagnosis (in-process AUC 0.76-0.78); the test rows differ per
+    # run because the PSI common order does (issue 13), and with about 125 of them the AUC's
+    # standard error is about 0.04: 0.6 is four of them below, 0.5 is chance
+    assert auc > 0.6
     out = tmp_path / "out"
     assert {p.name for p in (out / "imaging").iterdir()} == {
         "aligned_imaging.csv",
