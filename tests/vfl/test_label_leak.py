@@ -50,3 +50,23 @@ def test_a_passive_party_solves_for_the_first_batchs_labels(protocol: str, batch
 def test_the_audit_needs_a_view() -> None:
     with pytest.raises(ValueError, match="fit with keep_views=True"):
         LabelSolveAudit().run([], np.zeros((3, 2)), [0, 1, 0])
+
+
+def test_lattice_reduction_solves_a_party_with_few_columns() -> None:
+    pytest.importorskip("fpylll", reason="the audit extra (fpylll) is not installed")
+    from vfl.datasets import IMAGING_FEATURES, LAB_FEATURES, LABEL, make_lab_imaging_cohort
+
+    lab, imaging, truth = make_lab_imaging_cohort(1000, overlap=0.8, random_state=0)
+    parts = {
+        "imaging": imaging.loc[truth["imaging"], IMAGING_FEATURES].reset_index(drop=True),
+        "lab": lab.loc[truth["lab"], LAB_FEATURES].reset_index(drop=True),
+    }
+    y = imaging.loc[truth["imaging"], LABEL].reset_index(drop=True)
+    est = VerticalLogisticRegression(
+        key_bits=1024, insecure=True, random_state=0, batch_size=64, max_iter=1, tol=None
+    )
+    est.fit(parts, y, label_party="imaging", keep_views=True)
+    design = est.parts_["lab"].design(parts["lab"])  # 10 columns: integer programming stalls
+    result = LabelSolveAudit().run(est.views_["lab"], design, y, time_limit=2)
+    assert result.details["status"] == "solved by lattice reduction"
+    assert result.success_rate == 1.0
