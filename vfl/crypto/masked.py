@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import gmpy2
 from gmpy2 import mpz
 
+from vfl.crypto import fixedpoint
 from vfl.crypto.keys import PaillierPrivateKey
 from vfl.crypto.packing import MIN_KAPPA, PackingLayout, PackingMasks
 from vfl.crypto.vector import EncryptedVector
@@ -174,8 +175,6 @@ def decrypt_masked(
     values = request_decryption(fed, holder, tags, packed, masks)
     if exact:
         return values
-    from vfl.crypto import fixedpoint
-
     return fixedpoint.ints_to_floats(values, masks.exponent)
 
 

@@ -313,11 +313,8 @@ class GradientExchange:
                 noise = encrypted_noise(
                     peer.key, peer.packing, self.outputs, self.noise[p], masked=not owner
                 )
-                nsq = peer.key.nsquare
-                noisy = [
-                    a * b % nsq for a, b in zip(share.ciphertexts, noise.ciphertexts, strict=True)
-                ]
-                share = EncryptedVector(peer.key, noisy, 0, fresh=True)
+                share = share + noise
+                share.fresh = True  # the noise's fresh encryption re-randomises the product
             VLR.send(self.fed, p, "share", Encrypted(data=share.to_wire()))
         total: EncryptedVector | None = None
         for p in self.others:

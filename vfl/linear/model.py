@@ -161,18 +161,17 @@ class PartyModel:
         """Read a part written by :meth:`save` (or the JSON of vflink 0.1's
         ``VerticalLogisticRegression.save``, which it converts)."""
         try:
-            head = Path(path).read_bytes()[:1]
+            content = Path(path).read_bytes()
         except OSError as exc:
             raise ValueError(f"cannot read the model file {path}: {exc}") from None
-        if head == b"{":
-            return cls._from_legacy_json(Path(path))
-        meta, arrays = persistence.load_model(path, kind=KIND)
-        return cls._from_fields(meta, arrays, str(path))
+        if content[:1] == b"{":
+            return cls._from_legacy_json(content, str(path))
+        return cls.from_bytes(content, str(path))
 
     @classmethod
-    def _from_legacy_json(cls, path: Path) -> PartyModel:
+    def _from_legacy_json(cls, content: bytes, path: str) -> PartyModel:
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(content)
             if data.get("format") != "vflink.VerticalLogisticRegression.part/1":
                 raise ValueError("an unknown JSON format")
             meta = {k: data[k] for k in ("party", "role", "columns")}
@@ -181,7 +180,7 @@ class PartyModel:
             arrays["intercept"] = np.asarray(float(data["intercept"]))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"{path} is not a saved vflink model: {exc}") from None
-        return cls._from_fields(meta, arrays, str(path))
+        return cls._from_fields(meta, arrays, path)
 
     @classmethod
     def _from_fields(
