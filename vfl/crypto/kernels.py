@@ -30,6 +30,7 @@ __all__ = [
     "batch_invert",
     "crt_combine",
     "multiexp",
+    "multiexp_big",
     "multiexp_rows",
     "pippenger_window",
 ]
@@ -174,6 +175,28 @@ def multiexp(bases: Sequence[Int], exponents: np.ndarray[Any, Any], modulus: Int
         if acc_w is not None:
             result = acc_w if result is None else result * acc_w % modulus
     return mpz(1) if result is None else result
+
+
+_LIMB = 60
+
+
+def multiexp_big(bases: Sequence[Int], exponents: Sequence[int], modulus: Int) -> Any:
+    """``prod_i bases[i] ** exponents[i] mod modulus`` for non-negative integers of any size:
+    one :func:`multiexp` per 60-bit limb, joined by Horner's rule (``acc**(2**60) * part``),
+    which costs about what one long Pippenger pass would."""
+    values = [int(e) for e in exponents]
+    if any(e < 0 for e in values):
+        raise ValueError("multiexp_big needs non-negative exponents")
+    top = max((e.bit_length() for e in values), default=0)
+    if top == 0:
+        return mpz(1)
+    mask = (1 << _LIMB) - 1
+    result = None
+    for limb in range((top - 1) // _LIMB, -1, -1):
+        shift = _LIMB * limb
+        part = multiexp(bases, np.array([(e >> shift) & mask for e in values], np.int64), modulus)
+        result = part if result is None else gmpy2.powmod(result, 1 << _LIMB, modulus) * part % modulus
+    return result
 
 
 def multiexp_rows(

@@ -18,6 +18,7 @@ from vfl.federation.base import Federation
 from vfl.linear.losses import LinearLoss
 from vfl.linear.model import PartyModel
 from vfl.linear.protocol import CoordinatorRole, DataRole, FitResult, FitSpec
+from vfl.linear.shared import SharedCoordinatorRole, SharedDataRole
 from vfl.linear.scoring import ScoreCoordinatorRole, ScoreRole, ScoreSpec
 from vfl.training.optimizers import OPTIMIZERS
 from vfl.training.schedule import check_batch_size
@@ -25,7 +26,13 @@ from vfl.validation import check_data_parties, check_parts
 
 __all__ = ["PROTOCOLS", "VerticalLinearModel"]
 
-PROTOCOLS = ("coordinator", "two_party")
+PROTOCOLS = ("shared", "shared_coordinator", "coordinator", "two_party")
+"""``shared`` (the default) and ``shared_coordinator`` reveal no gradient (secret-shared
+training, :mod:`vfl.linear.shared`; two data parties); ``coordinator`` and ``two_party``
+reveal each party its exact gradient, which lets it solve for labels (:mod:`vfl.linear`)."""
+SHARED = ("shared", "shared_coordinator")
+DEFAULT_RATES = {"adam": 0.05, "sgd": 0.5}
+"""Default ``learning_rate`` per optimiser."""
 
 
 class VerticalLinearModel(FederatedEstimator):
@@ -46,10 +53,10 @@ class VerticalLinearModel(FederatedEstimator):
         batch_size: int = 256,
         tol: float | None = 1e-4,
         n_iter_no_change: int = 1,
-        learning_rate: float = 0.05,
-        optimizer: str = "adam",
+        learning_rate: float | None = None,
+        optimizer: str | None = None,
         alpha: float = 1e-3,
-        protocol: str = "coordinator",
+        protocol: str = "shared",
         key_bits: int = 2048,
         random_state: int | None = None,
         standardize: bool = True,
@@ -101,12 +108,35 @@ class VerticalLinearModel(FederatedEstimator):
 
     # -- checks ------------------------------------------------------------------------------
 
+    def _optimizer(self) -> str:
+        """The optimiser trained with: ``sgd`` under the secret-shared protocols (Adam's
+        square roots are not linear in shares), ``adam`` by default otherwise."""
+        if self.optimizer is None:
+            return "sgd" if self.protocol in SHARED else "adam"
+        return str(self.optimizer)
+
+    def _learning_rate(self) -> float:
+        rate = self.learning_rate
+        return DEFAULT_RATES[self._optimizer()] if rate is None else float(rate)
+
     def _check_params(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
-        if self.optimizer not in OPTIMIZERS:
+        optimizer = self._optimizer()
+        if optimizer not in OPTIMIZERS:
             raise ValueError(
                 f"optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}"
+            )
+        if self.protocol in SHARED and optimizer != "sgd":
+            raise ValueError(
+                f"protocol={self.protocol!r} trains with optimizer='sgd' (Adam's square roots "
+                "cannot be computed on secret shares); pass optimizer='sgd', or a "
+                "gradient-revealing protocol ('coordinator', 'two_party') for Adam"
+            )
+        if self.protocol in SHARED and self.label_epsilon is not None:
+            raise ValueError(
+                f"protocol={self.protocol!r} reveals no gradient, so label DP (label_epsilon) "
+                "has nothing to protect; it is for protocol='coordinator' or 'two_party'"
             )
         for name in ("max_iter", "batch_size"):
             value = getattr(self, name)
@@ -116,7 +146,7 @@ class VerticalLinearModel(FederatedEstimator):
             raise ValueError(
                 f"n_iter_no_change must be a positive integer, got {self.n_iter_no_change!r}"
             )
-        if not self.learning_rate > 0 or not self.alpha >= 0:
+        if not self._learning_rate() > 0 or not self.alpha >= 0:
             raise ValueError("learning_rate must be > 0 and alpha >= 0")
 
     def _workers(self) -> int:
@@ -129,18 +159,19 @@ class VerticalLinearModel(FederatedEstimator):
         return KeyPolicy(self.key_bits, self.insecure)
 
     def _key_holder(self) -> str | None:
-        return self.coordinator if self.protocol == "coordinator" else None
+        return self.coordinator if self.protocol in ("coordinator", "shared_coordinator") else None
 
     def fit_spec(self, label_party: str, data_parties: list[str]) -> FitSpec:
         """What every role of a fit agrees on (hyperparameters checked, parties checked)."""
         self._check_params()
         check_data_parties(list(data_parties), label_party)
-        if self.protocol == "two_party" and len(data_parties) != 2:
+        if self.protocol in ("two_party", *SHARED) and len(data_parties) != 2:
             raise ValueError(
-                f"protocol='two_party' needs exactly two data parties, got "
-                f"{sorted(data_parties)}; use protocol='coordinator' for more"
+                f"protocol={self.protocol!r} needs exactly two data parties, got "
+                f"{sorted(data_parties)}; for more, name protocol='coordinator', which reveals "
+                "each party its exact gradient (see the README's threat model)"
             )
-        if self.protocol == "coordinator" and self.coordinator in data_parties:
+        if self._key_holder() is not None and self.coordinator in data_parties:
             raise ValueError(
                 f"{self.coordinator!r} is both a data party and the coordinator's name; pass "
                 "coordinator='...' with another name"
@@ -157,8 +188,9 @@ class VerticalLinearModel(FederatedEstimator):
             batch_size=self.batch_size,
             tol=self.tol,
             patience=self.n_iter_no_change,
-            learning_rate=float(self.learning_rate),
-            optimizer=self.optimizer,
+            learning_rate=self._learning_rate(),
+            optimizer=self._optimizer(),
+            shared=self.protocol in SHARED,
             alpha=float(self.alpha),
             policy=self._policy(),
             workers=self._workers(),
@@ -231,9 +263,11 @@ class VerticalLinearModel(FederatedEstimator):
             part.extra.pop("row_clip", None)  # the label party says whether rows are clipped
             x = part.design(frame)
             check_batch_size(name, len(x), x.shape[1] + int(is_label), spec.batch_size)
-            roles[name] = DataRole(spec, part, x, targets)
+            role = SharedDataRole if spec.shared else DataRole
+            roles[name] = role(spec, part, x, targets)
         if spec.coordinator is not None:
-            roles[spec.coordinator] = CoordinatorRole(spec)
+            coordinator = SharedCoordinatorRole if spec.shared else CoordinatorRole
+            roles[spec.coordinator] = coordinator(spec)
         return roles
 
     @staticmethod

@@ -72,6 +72,7 @@ class FitSpec:
     workers: int
     random_state: int | None
     keep_views: bool = False
+    shared: bool = False
     label_noise: float | None = None
     row_clip: float | None = None
     ledger: Any = None

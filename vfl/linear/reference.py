@@ -1,5 +1,6 @@
-"""The plaintext twin of the encrypted protocol, for tests and audits: the same batches,
-rounding, optimiser and loss, computed centrally in float64."""
+"""The plaintext twin of the encrypted protocols, for tests and audits: the same batches,
+rounding, optimiser and loss, computed centrally in float64 (for the secret-shared protocol:
+its fixed mini-batches and features rounded to its fixed point)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pandas as pd
 
 from vfl.linear.base import VerticalLinearModel
 from vfl.linear.losses import penalty
-from vfl.linear.model import PartyModel
+from vfl.linear.model import FEATURE_BITS, PartyModel
 from vfl.training.convergence import LossCurve
 from vfl.training.optimizers import make_optimizer
 from vfl.training.schedule import Schedule
@@ -46,14 +47,20 @@ def plaintext_reference(
             outputs=outputs,
         )
         x = part.design(frame)
+        if spec.shared:
+            x = np.round(x * 2.0**FEATURE_BITS) / 2.0**FEATURE_BITS
         if name == label_party:
             x = np.column_stack([x, np.ones(len(x))])
         xs[name], ws[name] = x, np.zeros((x.shape[1], outputs))
         opts[name] = make_optimizer(spec.optimizer, learning_rate=spec.learning_rate)
     n = len(targets)
     schedule = Schedule(n, spec.batch_size, int(estimator.random_state))
+    epochs = schedule.epochs()
+    if spec.shared:
+        fixed, orders = schedule.fixed()
+        epochs = ([fixed[b] for b in order] for order in orders)
     curve = LossCurve(spec.tol, spec.patience)
-    for epoch, batches in zip(range(spec.max_iter), schedule.epochs(), strict=False):
+    for epoch, batches in zip(range(spec.max_iter), epochs, strict=False):
         total = 0.0
         for rows in batches:
             z = sum(xs[p][rows] @ ws[p] for p in xs) - targets[rows]

@@ -86,6 +86,19 @@ class Schedule:
     def batches_per_epoch(self) -> int:
         return len(batches(np.arange(self.n_rows), self.batch_size))
 
+    def fixed(self) -> tuple[list[np.ndarray[Any, Any]], Iterator[list[int]]]:
+        """Fixed mini-batches (as FATE's hetero-LR uses them): the batches of the first epoch
+        of :meth:`epochs`, and, per epoch, the order to visit them in (a fresh permutation from
+        the same seed). Protocols that precompute per-batch quantities once train on these."""
+        rng = np.random.default_rng(self.seed)
+        fixed = batches(rng.permutation(self.n_rows).astype(np.int64), self.batch_size)
+
+        def orders() -> Iterator[list[int]]:
+            while True:
+                yield [int(i) for i in rng.permutation(len(fixed))]
+
+        return fixed, orders()
+
 
 def _digest(shares: Sequence[bytes]) -> int:
     h = hashlib.sha256(b"vflink/schedule-seed")

@@ -1,0 +1,721 @@
+"""The secret-shared protocol of vertical linear models (``protocol="shared"``, the default).
+
+Two data parties: A, the label party, and B. Nobody sees a gradient, a residual, a partial
+score or another party's weights in the clear. Each of these exists only as two additive
+integer shares, one per party. A share is statistically hiding: masks are
+:data:`~vfl.linear.exchange.KAPPA` bits longer than the value. The construction is that of
+FATE's SSHE-LR and SecretFlow's HESS-LR: Paillier for the cross products, additive shares
+for the rest. What vflink adds:
+
+* **Fixed mini-batches.** The batches are drawn once from the agreed seed and visited in a
+  fresh order every epoch, as FATE's hetero-LR does. Each batch's Gram matrix is therefore
+  shared once, at setup, and an epoch costs no encryption of per-row values: per batch,
+  only one multi-exponentiation per output and column group, and a few packed decryptions.
+* **Shares kept small.** After every product, each party reduces its share of a value with
+  a public bound modulo ``2**(bound + RHO)``. The label party's share lies in ``[0, M)``,
+  the other's in ``[-M, 0)``. This is exact unless the label party's share (uniform modulo
+  ``M``) falls within the bound of the modulus' edge, which has probability below
+  ``2**-RHO`` per value (``RHO = 64``).
+
+The maths. Both losses (:mod:`vfl.linear.losses`) have the gradient numerator
+``N = X^T (X w - t) = G w - tau`` for a batch, where ``G = X^T X`` is the joint Gram matrix
+(A's columns, its intercept last, then B's) and ``tau = X^T t``.
+
+* **Setup.**
+  * ``G_AA`` and ``G_BB`` stay in plaintext with their owners.
+  * ``G_AB = X_A^T X_B``: B multiplies A's encrypted packed rows by its own columns and
+    returns the result masked. A's share ``H_A`` is the masked value, B's share ``H_B`` is
+    minus the mask.
+  * ``X_B^T t``: A multiplies B's encrypted rows by the targets, the same way.
+  * The result: ``G = S_A + S_B`` with ``S_A = [[G_AA, H_A], [H_A^T, 0]]`` and
+    ``S_B = [[0, H_B], [H_B^T, G_BB]]``. Each party encrypts the columns of its ``S_P`` for
+    every batch, packed, under its key, and sends them to the other party once.
+* **Per batch.** With ``w = v_A + v_B``:
+  ``N = S_A v_A + S_B v_B + S_A v_B + S_B v_A - tau``. For a cross product ``S_P v_Q``,
+  party Q raises P's encrypted columns to its share, masks the packed result and returns
+  it. P's share is the masked value, Q's is minus its mask.
+  * **Update.** Plain SGD, as :class:`~vfl.training.optimizers.Sgd`:
+    ``w -= lr / (1 + epoch) * (N / (c rows) + alpha w)``. Each party applies it to its own
+    shares, truncating locally, which is exact to 2 units of ``2**-W_BITS``. The label
+    party then re-randomises the shares with a fresh uniform offset and sends that offset
+    to B.
+  * **Loss.** ``|X w - t|^2 = <w, N - tau> + |t|^2``. A sends its shares of ``w`` and
+    ``N - tau`` encrypted; B multiplies in its own and keeps the encrypted sum. Once per
+    epoch the label party learns the total.
+* **At the end.** Each party sends the other party its share of the other party's weights,
+  so each learns its own part of the model, and only that.
+
+Keys: each party owns one and decrypts only values masked by the other party. A share sent
+to the owner of the key is first re-randomised by a uniform ``r**n``, since the owner knows
+the randomness of the ciphertexts it was computed from (:mod:`vfl.crypto.rerandomize`). With
+a coordinator (``protocol="shared_coordinator"``), the coordinator holds the only key and
+decrypts every masked share for the party it belongs to. It checks each request against the
+layout it derives from the public plan.
+
+**What each role learns.**
+
+* The label party: the number of B's columns, the loss once per epoch, and its own final
+  weights.
+* B: the number of the label party's columns and outputs, the row count, and its own final
+  weights.
+* The coordinator: the public plan and nothing else. Every value it decrypts carries a mask
+  ``KAPPA`` bits longer than the value.
+
+Neither data party learns a gradient, a residual, a score or a label. Each party's view is
+made of values masked by the other party's fresh OS randomness, so an attack on it,
+:class:`vfl.audit.LabelSolveAudit` for example, recovers no more than chance. The final
+weights are the model itself. What they reveal about the training data is the model's
+leakage (membership, attribute inference), which no protocol for training removes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vfl.crypto import EncryptedVector
+from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
+from vfl.crypto.kernels import multiexp_big
+from vfl.crypto.masked import (
+    DecryptedSlots,
+    DecryptionRequest,
+    decrypt_masked,
+    mask_slots,
+    serve_decryption,
+)
+from vfl.crypto.packing import PackingLayout, RowPacking, pack_rows
+from vfl.crypto.policy import PublicKeyMessage, vector_from
+from vfl.crypto.rerandomize import rerandomize
+from vfl.federation.base import Federation
+from vfl.federation.messages import Message
+from vfl.linear.exchange import KAPPA, GradientExchange, PeerRows
+from vfl.linear.losses import SCORE_BOUND
+from vfl.linear.messages import VLR, Encrypted, EpochControl, Outputs
+from vfl.linear.model import FEATURE_BITS, feature_bits
+from vfl.linear.protocol import DataRole, FitResult, FitSpec
+from vfl.training.convergence import LossCurve
+from vfl.training.schedule import Schedule, agree_seed
+
+__all__ = [
+    "RHO",
+    "W_BITS",
+    "Integers",
+    "Plan",
+    "SharedCoordinatorRole",
+    "SharedDataRole",
+    "Sizes",
+    "fixed_point_sgd",
+]
+
+logger = logging.getLogger(__name__)
+
+SS = VLR.child("ss")
+W_BITS = 24
+"""Weights are shared as integers at scale ``2**W_BITS``."""
+W_INT_BITS = 16
+"""Public bound on a weight's magnitude: ``|w| < 2**W_INT_BITS``."""
+T_BITS = int(math.log2(SCORE_BOUND)) + FEATURE_BITS + W_BITS + 1
+"""Bits of a target at scale ``2**(FEATURE_BITS + W_BITS)`` (``|t| <= SCORE_BOUND``)."""
+RHO = 64
+"""Bits by which a reduced share exceeds its value's bound (failure ``< 2**-RHO``)."""
+LR_BITS = 64
+"""Fixed-point precision of the learning-rate factors."""
+
+
+@dataclass(frozen=True)
+class Plan(Message):
+    """A data party's public plan, to the other and to the coordinator: its design columns
+    (the label party's intercept included), the bits of its largest fixed-point feature and
+    its rows."""
+
+    KIND = "shared-protocol plan"
+    columns: int
+    feature_bits: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class Integers(Message):
+    """Plain integers: a fresh re-randomising offset, an initial or final weight share."""
+
+    KIND = "integer shares"
+    values: list[int]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Every bound and layout of a fit, derived by all parties alike from the public plans."""
+
+    d_a: int
+    d_b: int
+    outputs: int
+    fb_a: int
+    fb_b: int
+    batch_size: int
+    key_bits: int
+
+    @property
+    def joint(self) -> int:
+        return self.d_a + self.d_b
+
+    @property
+    def row_bits(self) -> int:
+        return (2 * self.batch_size).bit_length()
+
+    @property
+    def gram_bits(self) -> int:
+        return 2 * max(self.fb_a, self.fb_b) + self.row_bits
+
+    def row_packing(self, label: bool) -> RowPacking:
+        """The packing of the label party's rows (multiplied by B's columns into ``G_AB``) or
+        of B's (multiplied by the targets into ``X_B^T t``)."""
+        if label:
+            return RowPacking.plan(self.gram_bits, self.d_a, self.key_bits, kappa=KAPPA)
+        bits = self.fb_b + T_BITS + self.row_bits
+        return RowPacking.plan(bits, self.d_b, self.key_bits, kappa=KAPPA)
+
+    @property
+    def gram_layout(self) -> PackingLayout:
+        return GradientExchange.share_layout(self.row_packing(True), self.d_b)
+
+    @property
+    def tau_layout(self) -> PackingLayout:
+        return GradientExchange.share_layout(self.row_packing(False), self.outputs)
+
+    @property
+    def share_bits(self) -> int:
+        """Bits of the entries of ``S_P`` (shares of the cross Gram matrix, own Grams)."""
+        return max(self.gram_layout.slot_bits, self.gram_bits) + 1
+
+    @property
+    def weight_modulus(self) -> int:
+        return 1 << (W_INT_BITS + W_BITS + RHO)
+
+    @property
+    def product_layout(self) -> PackingLayout:
+        """The packed ``S_P e`` of ``outputs`` columns ``e`` (shares of weights, negated at B)."""
+        value_bits = (
+            self.share_bits + self.weight_modulus.bit_length() + self.joint.bit_length() + 2
+        )
+        slots = (self.key_bits - 2) // (value_bits + KAPPA + 1)
+        if slots < 1:
+            raise ValueError(f"a {self.key_bits}-bit key is too small for the shared protocol")
+        groups = -(-self.joint // slots)
+        return PackingLayout(self.outputs * groups * slots, value_bits, KAPPA, slots)
+
+    @property
+    def groups(self) -> int:
+        return -(-self.joint // self.product_layout.slots)
+
+    @property
+    def n_modulus(self) -> int:
+        """Shares of ``N`` and ``N - tau`` are reduced modulo this."""
+        weights = self.gram_bits + W_INT_BITS + W_BITS + self.joint.bit_length()
+        targets = self.row_bits + max(self.fb_a, self.fb_b) + T_BITS
+        return 1 << (max(weights, targets) + 2 + RHO)
+
+    def loss_bound(self, batches: int) -> float:
+        bits = (
+            self.weight_modulus.bit_length()
+            + self.n_modulus.bit_length()
+            + (2 * self.joint * self.outputs * batches).bit_length()
+            + 2
+        )
+        return 2.0**bits
+
+
+def _reduce(values: np.ndarray[Any, Any], modulus: int, first: bool) -> np.ndarray[Any, Any]:
+    """A share reduced modulo ``modulus``: into ``[0, M)`` at the label party (``first``),
+    ``[-M, 0)`` at the other."""
+    out = np.empty(values.shape, dtype=object)
+    flat_in, flat_out = values.reshape(-1), out.reshape(-1)
+    for i, v in enumerate(flat_in.tolist()):
+        r = int(v) % modulus
+        flat_out[i] = r if first else r - modulus
+    return out
+
+
+def _uniform(shape: tuple[int, ...], modulus: int) -> np.ndarray[Any, Any]:
+    out = np.empty(shape, dtype=object)
+    flat = out.reshape(-1)
+    for i in range(flat.size):
+        flat[i] = secrets.randbelow(modulus)
+    return out
+
+
+def _ints(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return np.asarray(a).astype(object)
+
+
+def _gram(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], bits: int) -> np.ndarray[Any, Any]:
+    """``x^T y`` of int64 matrices, exact (object integers when int64 could overflow)."""
+    if bits < 62:
+        return _ints(x.T @ y)
+    return _ints(x).T @ _ints(y)  # type: ignore[no-any-return]
+
+
+def fixed_point_sgd(
+    learning_rate: float, epoch: int, c: float, rows: int, alpha: float
+) -> tuple[int, int]:
+    """The integer factors of one SGD step on shares: ``lr / (1 + epoch) / (c rows)`` for
+    ``N`` and ``lr / (1 + epoch) * alpha`` for the weights, at scale ``2**LR_BITS``."""
+    step = learning_rate / (1.0 + epoch)
+    return round(step / (c * rows) * 2.0**LR_BITS), round(step * alpha * 2.0**LR_BITS)
+
+
+class _Link:
+    """A data party's keys and the two moves of the protocol: send a masked share, open one."""
+
+    def __init__(self, fed: Federation, spec: FitSpec, peer: str) -> None:
+        self.fed, self.spec, self.peer = fed, spec, peer
+        self.coordinator = spec.coordinator
+        self.secret: PaillierPrivateKey | None
+        if self.coordinator is not None:
+            self.key = spec.policy.accept(
+                VLR.recv(fed, self.coordinator, "key", PublicKeyMessage), self.coordinator
+            )
+            self.peer_key, self.secret = self.key, None
+        else:
+            self.key, self.secret = spec.policy.generate()
+            VLR.send(fed, peer, "key", PublicKeyMessage.of(self.key))
+            self.peer_key = spec.policy.accept(VLR.recv(fed, peer, "key", PublicKeyMessage), peer)
+        self.views: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+
+    def share_out(
+        self, tag: str, vector: EncryptedVector, layout: PackingLayout, *, fresh: bool = False
+    ) -> tuple[int, ...]:
+        """Mask ``vector`` (packed signed slots under the peer's key), send it to the peer and
+        return the masks (our share is minus each). A share for the key's owner is first
+        re-randomised uniformly (unless ``fresh`` says it already was)."""
+        if self.coordinator is None and not fresh:
+            vector = rerandomize(vector, for_key_owner=True)
+        masked, masks = mask_slots(vector, layout)
+        SS.send(self.fed, self.peer, tag, Encrypted(data=masked.to_wire()))
+        return masks.masks
+
+    def open(self, tag: str, layout: PackingLayout) -> list[int]:
+        """Receive a masked share from the peer and decrypt its slots (ours, or via the
+        coordinator)."""
+        vector = vector_from(self.key, SS.recv(self.fed, self.peer, tag, Encrypted).data, self.peer)
+        if vector.shape != (layout.n_ciphertexts,) or vector.exponent != 0:
+            Encrypted.refuse(self.peer, "data", f"has shape {vector.shape}, not this step's")
+        if self.secret is not None:
+            return [int(v) for v in self.secret.decrypt_packed(vector, layout)]
+        if self.coordinator is None:
+            raise RuntimeError("no key to open the share with")
+        request = DecryptionRequest(data=vector.to_wire(), layout=layout.to_dict())
+        SS.child(tag).send(self.fed, self.coordinator, "req", request)
+        answer = SS.child(tag).recv(self.fed, self.coordinator, "plain", DecryptedSlots)
+        if len(answer.slots) != layout.count:
+            DecryptedSlots.refuse(self.coordinator, "slots", f"holds {len(answer.slots)} values")
+        return [int(v) for v in answer.slots]
+
+
+def _by_rows(
+    values: list[int] | tuple[int, ...], packing_per_ct: int, groups: int, rows: int, outputs: int
+) -> np.ndarray[Any, Any]:
+    """Slots laid out output-major, then group, then slot, as a ``(rows, outputs)`` array
+    (padding slots dropped)."""
+    out = np.empty((rows, outputs), dtype=object)
+    for k in range(outputs):
+        for g in range(groups):
+            base = (k * groups + g) * packing_per_ct
+            for j in range(packing_per_ct):
+                r = g * packing_per_ct + j
+                if r < rows:
+                    out[r, k] = int(values[base + j])
+    return out
+
+
+class SharedDataRole(DataRole):
+    """A data party's side of the secret-shared protocol (the label party's when ``targets``
+    is given); see the module docstring."""
+
+    def __call__(self, fed: Federation) -> FitResult:
+        spec = self.spec
+        if len(spec.data_parties) != 2:
+            raise ValueError("the secret-shared protocol takes exactly two data parties")
+        outputs = self.agree_outputs(fed)
+        if self.is_label and spec.coordinator is not None:
+            VLR.send(fed, spec.coordinator, "outputs", Outputs(count=outputs))
+        seed = agree_seed(fed, spec.data_parties, VLR.tag("seed"), spec.random_state)
+        peer = next(p for p in spec.data_parties if p != fed.name)
+        link = _Link(fed, spec, peer)
+        x_int = np.round(self.x * 2.0**FEATURE_BITS).astype(np.int64)
+        plan = Plan(columns=self.x.shape[1], feature_bits=feature_bits(self.x), rows=len(self.x))
+        SS.send(fed, peer, "plan", plan)
+        if spec.coordinator is not None:
+            SS.send(fed, spec.coordinator, "plan", plan)
+        theirs = SS.recv(fed, peer, "plan", Plan)
+        if theirs.rows != len(self.x):
+            Plan.refuse(peer, "rows", f"is {theirs.rows}; this party has {len(self.x)} rows")
+        plans = {spec.label_party: plan if self.is_label else theirs}
+        plans[peer if self.is_label else fed.name] = theirs if self.is_label else plan
+        sizes = _sizes(spec, plans, outputs, link.key.n_length)
+        shares = self._setup(fed, link, sizes, x_int, seed)
+        result = self._train(fed, link, sizes, shares, seed)
+        result.setup_seconds = shares["setup_seconds"]
+        if spec.keep_views:
+            result.view = link.views
+        return result
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _setup(
+        self,
+        fed: Federation,
+        link: _Link,
+        sizes: Sizes,
+        x_int: np.ndarray[Any, Any],
+        seed: int,
+    ) -> dict[str, Any]:
+        spec, is_label = self.spec, self.is_label
+        began = time.perf_counter()
+        packing = sizes.row_packing(is_label)
+        encrypt = (link.secret or link.key).raw_encrypt
+        groups = [
+            encrypt(plain, workers=spec.workers)
+            for plain in pack_rows(x_int, packing, int(link.key.n))
+        ]
+        peer_rows = PeerRows.exchange(
+            fed, (link.key, packing, groups), {link.peer: link.peer_key}, len(x_int),
+            spec.batch_size,
+        )[link.peer]
+        if peer_rows.packing != sizes.row_packing(not is_label):
+            Plan.refuse(link.peer, "columns", "do not match the packing of its encrypted rows")
+        fixed, _ = Schedule(len(x_int), spec.batch_size, seed).fixed()
+        two_party = spec.coordinator is None
+        d_a, d_b, k_out = sizes.d_a, sizes.d_b, sizes.outputs
+        t_int = None
+        if self.targets is not None:
+            if np.any(np.abs(self.targets) > SCORE_BOUND):
+                raise ValueError(f"party {fed.name!r}: targets beyond {SCORE_BOUND:g}")
+            t_int = np.round(self.targets * 2.0 ** (FEATURE_BITS + W_BITS)).astype(np.int64)
+        s_mats, taus, t_squares = [], [], []
+        gram_l, tau_l = sizes.gram_layout, sizes.tau_layout
+        a_pack, b_pack = sizes.row_packing(True), sizes.row_packing(False)
+        for rows in fixed:
+            own = _gram(x_int[rows], x_int[rows], 2 * max(sizes.fb_a, sizes.fb_b) + 12)
+            s = np.zeros((sizes.joint, sizes.joint), dtype=object)
+            tau = np.zeros((sizes.joint, k_out), dtype=object)
+            if t_int is not None:  # the label party: X_B^T t for B, then its share of G_AB
+                product = peer_rows.combine(rows, t_int[rows], to_key_owner=two_party)
+                masks = link.share_out("tau", product, tau_l, fresh=True)
+                tau[d_a:] = -_by_rows(masks, b_pack.per_ct, b_pack.groups, d_b, k_out)
+                tau[:d_a] = _ints(x_int[rows]).T @ _ints(t_int[rows])
+                h = _by_rows(link.open("gram", gram_l), a_pack.per_ct, a_pack.groups, d_a, d_b)
+                s[:d_a, :d_a] = own
+                t_squares.append(int(np.sum(_ints(t_int[rows]) ** 2)))
+            else:
+                product = peer_rows.combine(rows, x_int[rows], to_key_owner=two_party)
+                masks = link.share_out("gram", product, gram_l, fresh=True)
+                h = -_by_rows(masks, a_pack.per_ct, a_pack.groups, d_a, d_b)
+                tau[d_a:] = _by_rows(link.open("tau", tau_l), b_pack.per_ct, b_pack.groups, d_b,
+                                     k_out)
+                s[d_a:, d_a:] = own
+            s[:d_a, d_a:] = h
+            s[d_a:, :d_a] = h.T
+            s_mats.append(s)
+            taus.append(tau)
+        # every batch's S encrypted once, columns packed, for the other party's products
+        layout = sizes.product_layout
+        n = int(link.key.n)
+        plains = []
+        for s in s_mats:
+            for c in range(sizes.joint):
+                for g in range(sizes.groups):
+                    acc = 0
+                    for j in range(layout.slots):
+                        r = g * layout.slots + j
+                        if r < sizes.joint:
+                            acc += int(s[r, c]) << (layout.slot_bits * j)
+                    plains.append(acc % n)
+        cts = encrypt(plains, workers=spec.workers)
+        per_batch = sizes.joint * sizes.groups
+        for b in range(len(fixed)):
+            block = EncryptedVector(link.key, cts[b * per_batch : (b + 1) * per_batch], 0, fresh=True)
+            SS.send(fed, link.peer, "s", Encrypted(data=block.to_wire()), b)
+        peer_s = []
+        for b in range(len(fixed)):
+            block = vector_from(link.peer_key, SS.recv(fed, link.peer, "s", Encrypted, b).data,
+                                link.peer)
+            if block.shape != (per_batch,) or block.exponent != 0:
+                Encrypted.refuse(link.peer, "data", f"holds {block.shape} encrypted columns")
+            peer_s.append(block.ciphertexts)
+        return {
+            "fixed": fixed,
+            "s": s_mats,
+            "tau": taus,
+            "t_squares": t_squares,
+            "peer_s": peer_s,
+            "setup_seconds": time.perf_counter() - began,
+        }
+
+    # -- training ----------------------------------------------------------------------------
+
+    def _initial_shares(self, fed: Federation, link: _Link, sizes: Sizes) -> np.ndarray[Any, Any]:
+        """Shares of the starting weights (zeros, or this party's part for a warm start): each
+        party splits its own weights with a uniform share for the label party."""
+        w = self.part.weights(with_intercept=self.is_label)
+        w_int = _ints(np.round(np.asarray(w, dtype=float) * 2.0**W_BITS).astype(np.int64))
+        m = sizes.weight_modulus
+        v = np.zeros((sizes.joint, sizes.outputs), dtype=object)
+        mine = slice(0, sizes.d_a) if self.is_label else slice(sizes.d_a, sizes.joint)
+        theirs = slice(sizes.d_a, sizes.joint) if self.is_label else slice(0, sizes.d_a)
+        if self.is_label:  # our uniform share of our weights; the rest is B's
+            own = _uniform(w_int.shape, m)
+            SS.send(fed, link.peer, "init", Integers(values=_flat(_reduce(w_int - own, m, False))))
+        else:  # the label party's uniform share of our weights
+            given = _uniform(w_int.shape, m)
+            SS.send(fed, link.peer, "init", Integers(values=_flat(given)))
+            own = _reduce(w_int - given, m, False)
+        v[mine] = own
+        shape = (theirs.stop - theirs.start, sizes.outputs)
+        v[theirs] = _unflat(SS.recv(fed, link.peer, "init", Integers), shape, link.peer)
+        return v
+
+    def _train(
+        self,
+        fed: Federation,
+        link: _Link,
+        sizes: Sizes,
+        shares: dict[str, Any],
+        seed: int,
+    ) -> FitResult:
+        spec = self.spec
+        v = self._initial_shares(fed, link, sizes)
+        fixed = shares["fixed"]
+        _, orders = Schedule(len(self.x), spec.batch_size, seed).fixed()
+        sign = 1 if self.is_label else -1
+        layout = sizes.product_layout
+        nsq = link.peer_key.nsquare
+        result = FitResult(part=None)
+        curve = LossCurve(spec.tol, spec.patience)
+        followers = [p for p in [link.peer, spec.coordinator] if p is not None]
+        scale = 2 * FEATURE_BITS
+        epoch = 0
+        while True:
+            if self.is_label:
+                stop = epoch >= spec.max_iter or result.converged
+                SS.broadcast(fed, "epoch", EpochControl(stop=stop), to=followers)
+            else:
+                stop = SS.recv(fed, spec.label_party, "epoch", EpochControl).stop
+            if stop:
+                break
+            began = time.perf_counter()
+            own_sum, cross = 0, None
+            for b in next(orders):
+                rows = fixed[b]
+                # the other party's products with our share, masked, to it
+                e = v * sign
+                bases = shares["peer_s"][b]
+                products = []
+                for k in range(sizes.outputs):
+                    exps = [int(x) for x in e[:, k]]
+                    for g in range(sizes.groups):
+                        column_cts = [bases[c * sizes.groups + g] for c in range(sizes.joint)]
+                        products.append(multiexp_big(column_cts, exps, nsq))
+                masks = link.share_out("prod", EncryptedVector(link.peer_key, products, 0), layout)
+                n_share = -sign * _by_rows(masks, layout.slots, sizes.groups, sizes.joint,
+                                           sizes.outputs)
+                opened = _by_rows(link.open("prod", layout), layout.slots, sizes.groups,
+                                  sizes.joint, sizes.outputs)
+                n_share = n_share + (-sign) * opened
+                s, tau = shares["s"][b], shares["tau"][b]
+                n_share = _reduce(s @ v + n_share - tau, sizes.n_modulus, self.is_label)
+                m_share = _reduce(n_share - tau, sizes.n_modulus, self.is_label)
+                if spec.keep_views:  # our share of our gradient numerator, for audits
+                    mine = slice(0, sizes.d_a) if self.is_label else slice(sizes.d_a, sizes.joint)
+                    link.views.append((rows.copy(), _floats(n_share[mine], scale + W_BITS)))
+                # the loss: <w, N - tau> + |t|^2
+                if self.is_label:
+                    own_sum += _dot(v, m_share) + shares["t_squares"][b]
+                    both = _flat(v) + _flat(m_share)  # non-negative at the label party
+                    enc = (link.secret or link.key).raw_encrypt(both)
+                    terms = EncryptedVector(link.key, enc, 0, fresh=True)
+                    SS.send(fed, link.peer, "loss", Encrypted(data=terms.to_wire()))
+                else:
+                    got = vector_from(link.peer_key, SS.recv(fed, link.peer, "loss", Encrypted).data,
+                                      link.peer)
+                    if got.shape != (2 * v.size,) or got.exponent != 0:
+                        Encrypted.refuse(link.peer, "data", f"holds {got.shape} loss terms")
+                    exps = [-int(x) for x in m_share.reshape(-1)] + [-int(x) for x in v.reshape(-1)]
+                    term = multiexp_big(got.ciphertexts, exps, nsq)
+                    cross = term if cross is None else cross * term % nsq
+                    own_sum += _dot(v, m_share)
+                # the update on shares, then a fresh re-randomisation
+                l_n, l_w = fixed_point_sgd(
+                    spec.learning_rate, epoch, spec.loss.c, len(rows), spec.alpha
+                )
+                decay = np.full((sizes.joint, 1), l_w, dtype=object)
+                decay[sizes.d_a - 1] = 0  # no penalty on the intercept
+                step = (n_share * l_n) // (1 << (scale + LR_BITS)) + (v * decay) // (1 << LR_BITS)
+                v = v - step
+                mod = sizes.weight_modulus
+                if self.is_label:
+                    offset = _uniform(v.shape, mod)
+                    SS.send(fed, link.peer, "offset", Integers(values=_flat(offset)))
+                    v = _reduce(v + offset, mod, True)
+                else:
+                    offset = _unflat(SS.recv(fed, link.peer, "offset", Integers), v.shape, link.peer)
+                    v = _reduce(v - offset, mod, False)
+            # the epoch's loss, to the label party only
+            if self.is_label:
+                loss = self._epoch_loss(fed, link, sizes, own_sum, len(fixed))
+                result.epoch_seconds.append(time.perf_counter() - began)
+                logger.info("epoch %d: training loss %.6f", epoch + 1, loss)
+                if curve.add(loss):
+                    result.converged = True
+            else:
+                assert cross is not None
+                total = EncryptedVector(link.peer_key, [cross], 0)
+                total = total + EncryptedVector(
+                    link.peer_key, link.peer_key.raw_encrypt([(-own_sum) % int(link.peer_key.n)]), 0
+                )
+                if spec.coordinator is None:
+                    total = rerandomize(total, for_key_owner=True)
+                SS.send(fed, link.peer, "loss-total", Encrypted(data=total.to_wire()))
+            epoch += 1
+        if self.is_label and not result.converged and spec.tol is not None:
+            _warn_not_converged(spec)
+        result.loss_curve, result.n_iter = curve.values, epoch
+        self._reveal(fed, link, sizes, v)
+        result.part = self.part
+        return result
+
+    def _epoch_loss(
+        self, fed: Federation, link: _Link, sizes: Sizes, own_sum: int, batches: int
+    ) -> float:
+        total = vector_from(link.key, SS.recv(fed, link.peer, "loss-total", Encrypted).data,
+                            link.peer)
+        if total.shape != (1,) or total.exponent != 0:
+            Encrypted.refuse(link.peer, "data", "is not one loss term")
+        if link.secret is not None:
+            n = int(link.key.n)
+            raw = int(link.secret.raw_decrypt(total.ciphertexts)[0])
+            value = raw - n if raw > n // 2 else raw
+        else:
+            assert self.spec.coordinator is not None
+            value = int(
+                decrypt_masked(
+                    fed,
+                    self.spec.coordinator,
+                    SS.child("loss"),
+                    total,
+                    bound=sizes.loss_bound(batches),
+                    exact=True,
+                )[0]
+            )
+        squares = (own_sum - value) / 2.0 ** (2 * (FEATURE_BITS + W_BITS))
+        return self.spec.loss.mean_loss(squares, len(self.x), sizes.outputs)
+
+    def _reveal(self, fed: Federation, link: _Link, sizes: Sizes, v: np.ndarray[Any, Any]) -> None:
+        """Each party sends the other its share of the other's weights and keeps its own."""
+        mine = slice(0, sizes.d_a) if self.is_label else slice(sizes.d_a, sizes.joint)
+        theirs = slice(sizes.d_a, sizes.joint) if self.is_label else slice(0, sizes.d_a)
+        SS.send(fed, link.peer, "final", Integers(values=_flat(v[theirs])))
+        got = _unflat(SS.recv(fed, link.peer, "final", Integers), v[mine].shape, link.peer)
+        w = _floats(v[mine] + got, W_BITS)
+        if not np.all(np.abs(w) < 2.0**W_INT_BITS):
+            raise FloatingPointError(
+                f"party {fed.name!r}: weights beyond {2**W_INT_BITS}; training diverged "
+                "(lower learning_rate or standardize the features)"
+            )
+        self.part.set_weights(w, with_intercept=self.is_label)
+
+
+def _warn_not_converged(spec: FitSpec) -> None:
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    warnings.warn(
+        f"stopped after max_iter={spec.max_iter} epochs before the loss settled within "
+        f"tol={spec.tol}; raise max_iter or learning_rate",
+        ConvergenceWarning,
+        stacklevel=3,
+    )
+
+
+def _dot(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> int:
+    return int(sum(int(x) * int(y) for x, y in zip(a.reshape(-1), b.reshape(-1), strict=True)))
+
+
+def _floats(a: np.ndarray[Any, Any], bits: int) -> np.ndarray[Any, Any]:
+    return np.array([math.ldexp(int(x), -bits) for x in a.reshape(-1)]).reshape(a.shape)
+
+
+def _flat(a: np.ndarray[Any, Any]) -> list[int]:
+    return [int(x) for x in np.asarray(a).reshape(-1)]
+
+
+def _unflat(message: Integers, shape: tuple[int, ...], sender: str) -> np.ndarray[Any, Any]:
+    if len(message.values) != math.prod(shape):
+        Integers.refuse(sender, "values", f"holds {len(message.values)}, not {math.prod(shape)}")
+    out = np.empty(shape, dtype=object)
+    out.reshape(-1)[:] = [int(x) for x in message.values]
+    return out
+
+
+def _sizes(spec: FitSpec, plans: dict[str, Plan], outputs: int, key_bits: int) -> Sizes:
+    label = spec.label_party
+    other = next(p for p in spec.data_parties if p != label)
+    a, b = plans[label], plans[other]
+    for name, p in ((label, a), (other, b)):
+        if not 1 <= p.columns <= 100_000 or not 1 <= p.feature_bits <= 200:
+            Plan.refuse(name, "columns", f"plan {p} is not a usable design")
+    return Sizes(a.columns, b.columns, outputs, a.feature_bits, b.feature_bits,
+                 spec.batch_size, key_bits)
+
+
+class SharedCoordinatorRole:
+    """The key holder of ``protocol="shared_coordinator"``: it decrypts each masked share for
+    the party it belongs to, every request checked against the layout derived from the public
+    plans, and the loss once per epoch."""
+
+    def __init__(self, spec: FitSpec) -> None:
+        self.spec = spec
+
+    def __call__(self, fed: Federation) -> FitResult:
+        spec = self.spec
+        label = spec.label_party
+        other = next(p for p in spec.data_parties if p != label)
+        public_key, private_key = spec.policy.generate()
+        VLR.broadcast(fed, "key", PublicKeyMessage.of(public_key), to=[label, other])
+        plans = {p: SS.recv(fed, p, "plan", Plan) for p in (label, other)}
+        outputs = self._outputs(fed, label)
+        sizes = _sizes(spec, plans, outputs, public_key.n_length)
+        rows = plans[label].rows
+        if plans[other].rows != rows:
+            Plan.refuse(other, "rows", f"is {plans[other].rows}; the label party has {rows}")
+        batches = Schedule(rows, spec.batch_size, 0).batches_per_epoch()
+
+        def serve(party: str, tag: str, layout: PackingLayout) -> None:
+            serve_decryption(
+                fed, party, SS.child(tag), private_key,
+                expected=layout.n_ciphertexts, layout=layout,
+            )
+
+        for _ in range(batches):
+            serve(label, "gram", sizes.gram_layout)
+            serve(other, "tau", sizes.tau_layout)
+        epochs = 0
+        while not SS.recv(fed, label, "epoch", EpochControl).stop:
+            for _ in range(batches):
+                serve(label, "prod", sizes.product_layout)
+                serve(other, "prod", sizes.product_layout)
+            serve_decryption(fed, label, SS.child("loss"), private_key, expected=1, count=1)
+            epochs += 1
+        return FitResult(part=None, n_iter=epochs)
+
+    def _outputs(self, fed: Federation, label: str) -> int:
+        from vfl.linear.messages import Outputs
+
+        return int(VLR.recv(fed, label, "outputs", Outputs).count)
+
