@@ -177,25 +177,32 @@ def multiexp(bases: Sequence[Int], exponents: np.ndarray[Any, Any], modulus: Int
     return mpz(1) if result is None else result
 
 
-_LIMB = 60
+_LIMB = 62
 
 
 def multiexp_big(bases: Sequence[Int], exponents: Sequence[int], modulus: Int) -> Any:
     """``prod_i bases[i] ** exponents[i] mod modulus`` for non-negative integers of any size:
-    one :func:`multiexp` per 60-bit limb, joined by Horner's rule (``acc**(2**60) * part``),
-    which costs about what one long Pippenger pass would."""
+    one :func:`multiexp` per limb (as few limbs of at most 62 bits as the largest exponent
+    needs, equally wide), joined by Horner's rule (``acc**(2**width) * part``), which costs
+    about what one long Pippenger pass would."""
     values = [int(e) for e in exponents]
     if any(e < 0 for e in values):
         raise ValueError("multiexp_big needs non-negative exponents")
     top = max((e.bit_length() for e in values), default=0)
     if top == 0:
         return mpz(1)
-    mask = (1 << _LIMB) - 1
+    limbs = -(-top // _LIMB)
+    width = -(-top // limbs)
+    mask = (1 << width) - 1
     result = None
-    for limb in range((top - 1) // _LIMB, -1, -1):
-        shift = _LIMB * limb
-        part = multiexp(bases, np.array([(e >> shift) & mask for e in values], np.int64), modulus)
-        result = part if result is None else gmpy2.powmod(result, 1 << _LIMB, modulus) * part % modulus
+    for limb in range(limbs - 1, -1, -1):
+        shift = width * limb
+        digits = np.array([(e >> shift) & mask for e in values], np.int64)
+        part = multiexp(bases, digits, modulus)
+        if result is None:
+            result = part
+        else:
+            result = gmpy2.powmod(result, 1 << width, modulus) * part % modulus
     return result
 
 

@@ -24,7 +24,9 @@ security:
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import math
 import os
 import secrets
 import threading
@@ -52,6 +54,9 @@ __all__ = [
 
 MIN_SECURE_BITS = 2048
 """Smallest modulus, in bits, accepted without ``insecure=True``."""
+FULL_EXPONENT_BITS = 64
+"""Bits by which a full-length obfuscator's exponent exceeds the modulus (statistical
+distance from uniform on the base's group below ``2**-64``)."""
 
 _PARALLEL_MIN = 64  # fewer values than this stay in the calling process
 PROGRESS_MIN_VALUES = 5000  # encryptions from which a progress bar is shown (a few seconds)
@@ -210,6 +215,8 @@ class PaillierPublicKey:
         h = (-x * x) % self.n
         self.h_s = gmpy2.powmod(h, self.n, self.nsquare)
         self._obfuscator = _Obfuscator(self.h_s, self.nsquare, bits)
+        self._full_table: FixedBaseTable | None = None
+        self._full_lock = threading.Lock()
 
     @property
     def n_length(self) -> int:
@@ -282,6 +289,21 @@ class PaillierPublicKey:
         ``workers`` processes share the rest)."""
         return self._obfuscator.draw(count, parallel.check_workers(workers))
 
+    def full_obfuscators(self, count: int) -> list[Any]:
+        """``count`` values ``h_s**a`` with ``a`` uniform on ``FULL_EXPONENT_BITS`` more bits
+        than ``n`` has: statistically uniform on the group ``h_s`` generates, whatever its
+        order (a fixed-base table of 7-bit windows, about 20 MiB for a 2048-bit key, built on
+        first use). See :func:`vfl.crypto.rerandomize.rerandomize` for what this hides."""
+        with self._full_lock:
+            if self._full_table is None:
+                bits = self.n_length + FULL_EXPONENT_BITS
+                self._full_table = FixedBaseTable(self.h_s, self.nsquare, bits, window=7)
+        return self._full_table.random_powers(count)
+
+    def base_bytes(self) -> bytes:
+        """This holder's ``h_s``, for the key's owner to encrypt with (:meth:`PaillierPrivateKey.for_base`)."""
+        return int(self.h_s).to_bytes(self.ciphertext_bytes, "big")
+
     def start_obfuscator_pool(self, size: int = 1024) -> None:
         """Precompute up to ``size`` obfuscators in a background thread.
 
@@ -350,6 +372,28 @@ class PaillierPrivateKey:
         bits = public_key.obfuscation_bits
         self._obf_p = _Obfuscator(public_key.h_s % self.psquare, self.psquare, bits)
         self._obf_q = _Obfuscator(public_key.h_s % self.qsquare, self.qsquare, bits)
+
+    def for_base(self, base: bytes) -> PaillierPrivateKey:
+        """This key, encrypting with obfuscators ``h_s**a`` of another holder's ``h_s``
+        (:meth:`PaillierPublicKey.base_bytes`), by CRT. Every ciphertext it makes then lies in
+        the group ``h_s`` generates, which that holder's full-length re-randomisation
+        (:meth:`PaillierPublicKey.full_obfuscators`) covers uniformly.
+
+        Raises
+        ------
+        ValueError
+            ``base`` is not an n-th residue modulo ``n**2`` (checked with the factors).
+        """
+        h_s = mpz(int.from_bytes(base, "big"))
+        nsq = self.public_key.nsquare
+        carmichael = (self.p - 1) * (self.q - 1) // math.gcd(int(self.p - 1), int(self.q - 1))
+        if not 1 < h_s < nsq or gmpy2.powmod(h_s, carmichael, nsq) != 1:
+            raise ValueError("the base is not an n-th residue modulo n**2 of this key")
+        clone = copy.copy(self)
+        bits = self.public_key.obfuscation_bits
+        clone._obf_p = _Obfuscator(h_s % self.psquare, self.psquare, bits)
+        clone._obf_q = _Obfuscator(h_s % self.qsquare, self.qsquare, bits)
+        return clone
 
     def _h(self, prime: Any, prime_square: Any) -> Any:
         g = self.public_key.n + 1

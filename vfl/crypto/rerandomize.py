@@ -9,14 +9,23 @@ made. Two strengths:
 * **uniform** (``for_key_owner=True``): multiply by ``r**n`` for uniform ``r`` in ``Z_n*``. The
   owner of the private key knows the factorisation and could read residue characters of a DJN
   obfuscator ``h**a`` (``h`` is fixed), so only full randomness hides a product's randomness
-  from it. It costs a full-length exponentiation per ciphertext.
+  from it. It costs a full-length exponentiation per ciphertext;
+* **in the base's group** (``for_key_owner="base"``): multiply by ``h_s**a`` with ``a``
+  uniform on 64 bits more than ``n`` (:meth:`PaillierPublicKey.full_obfuscators`), about a
+  tenth of the cost. This hides the product's randomness from the key's owner on one
+  condition: every ciphertext it was computed from has its randomness in the group of
+  *this* holder's ``h_s``. That holds when the owner encrypted its inputs with this holder's
+  base (:meth:`PaillierPrivateKey.for_base`) and everything else came from this holder's
+  key object. Then the result's randomness is ``h_s**(known + a)``, statistically uniform on
+  that group whatever the exponents were. The secret-shared protocol
+  (:mod:`vfl.linear.shared`) is built this way.
 """
 
 from __future__ import annotations
 
 import math
 import secrets
-from typing import Any
+from typing import Any, Literal
 
 import gmpy2
 
@@ -40,14 +49,20 @@ def uniform_obfuscators(n: Any, count: int) -> list[Any]:
 
 
 def rerandomize(
-    vector: EncryptedVector, *, for_key_owner: bool = False, workers: int | None = None
+    vector: EncryptedVector,
+    *,
+    for_key_owner: bool | Literal["base"] = False,
+    workers: int | None = None,
 ) -> EncryptedVector:
-    """The same plaintexts under fresh randomness (see the module docstring for the two
+    """The same plaintexts under fresh randomness (see the module docstring for the three
     strengths); the result is marked fresh, so ``to_wire()`` sends it as it is."""
     if not for_key_owner:
         return vector.obfuscate(workers=workers)
     key = vector.public_key
     nsq = key.nsquare
-    rs = uniform_obfuscators(key.n, vector.size)
+    if for_key_owner == "base":
+        rs = key.full_obfuscators(vector.size)
+    else:
+        rs = uniform_obfuscators(key.n, vector.size)
     out = [c * r % nsq for c, r in zip(vector.ciphertexts, rs, strict=True)]
     return EncryptedVector(key, out, vector.exponent, shape=vector.shape, fresh=True)

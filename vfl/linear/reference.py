@@ -69,6 +69,9 @@ def plaintext_reference(
                 grad = xs[p][rows].T @ z / (spec.loss.c * len(rows))
                 grad = grad + penalty(ws[p], spec.alpha, p == label_party)
                 ws[p] = opts[p].step(ws[p], grad, epoch)
+        if spec.shared:  # the secret-shared protocol: at the epoch's final weights, all rows
+            z = sum(xs[p] @ ws[p] for p in xs) - targets
+            total = float(np.sum(z * z))
         if curve.add(spec.loss.mean_loss(total, n, outputs)):
             break
     out = {p: (w[:, 0] if outputs == 1 else w) for p, w in ws.items()}

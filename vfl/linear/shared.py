@@ -122,8 +122,10 @@ W_INT_BITS = 16
 """Public bound on a weight's magnitude: ``|w| < 2**W_INT_BITS``."""
 T_BITS = int(math.log2(SCORE_BOUND)) + FEATURE_BITS + W_BITS + 1
 """Bits of a target at scale ``2**(FEATURE_BITS + W_BITS)`` (``|t| <= SCORE_BOUND``)."""
-RHO = 64
-"""Bits by which a reduced share exceeds its value's bound (failure ``< 2**-RHO``)."""
+RHO = 48
+"""Bits by which a reduced share exceeds its value's bound (a failure, of probability below
+``2**-RHO`` per value, is loud: it throws the weights far beyond their bound, which the end
+of training refuses)."""
 LR_BITS = 64
 """Fixed-point precision of the learning-rate factors."""
 
@@ -138,6 +140,15 @@ class Plan(Message):
     columns: int
     feature_bits: int
     rows: int
+
+
+@dataclass(frozen=True)
+class Base(Message):
+    """Without a coordinator: the ``h_s`` a party re-randomises with under the other party's
+    key, for that party to encrypt its inputs with (:meth:`PaillierPrivateKey.for_base`)."""
+
+    KIND = "re-randomisation base"
+    h_s: bytes
 
 
 @dataclass(frozen=True)
@@ -188,20 +199,20 @@ class Sizes:
     def tau_layout(self) -> PackingLayout:
         return GradientExchange.share_layout(self.row_packing(False), self.outputs)
 
-    @property
-    def share_bits(self) -> int:
-        """Bits of the entries of ``S_P`` (shares of the cross Gram matrix, own Grams)."""
-        return max(self.gram_layout.slot_bits, self.gram_bits) + 1
+    def share_bits(self, span: int = 1) -> int:
+        """Bits of the entries of ``S_P`` summed over ``span`` batches (own Grams and shares
+        of the cross Gram matrix)."""
+        return max(self.gram_layout.slot_bits, self.gram_bits) + 1 + span.bit_length()
 
     @property
     def weight_modulus(self) -> int:
         return 1 << (W_INT_BITS + W_BITS + RHO)
 
-    @property
-    def product_layout(self) -> PackingLayout:
-        """The packed ``S_P e`` of ``outputs`` columns ``e`` (shares of weights, negated at B)."""
+    def product_layout(self, span: int = 1) -> PackingLayout:
+        """The packed ``S_P e`` (``S_P`` summed over ``span`` batches) for ``outputs`` columns
+        ``e``: shares of the weights, negated at B."""
         value_bits = (
-            self.share_bits + self.weight_modulus.bit_length() + self.joint.bit_length() + 2
+            self.share_bits(span) + self.weight_modulus.bit_length() + self.joint.bit_length() + 2
         )
         slots = (self.key_bits - 2) // (value_bits + KAPPA + 1)
         if slots < 1:
@@ -209,23 +220,22 @@ class Sizes:
         groups = -(-self.joint // slots)
         return PackingLayout(self.outputs * groups * slots, value_bits, KAPPA, slots)
 
-    @property
-    def groups(self) -> int:
-        return -(-self.joint // self.product_layout.slots)
+    def groups(self, span: int = 1) -> int:
+        return -(-self.joint // self.product_layout(span).slots)
 
-    @property
-    def n_modulus(self) -> int:
-        """Shares of ``N`` and ``N - tau`` are reduced modulo this."""
-        weights = self.gram_bits + W_INT_BITS + W_BITS + self.joint.bit_length()
-        targets = self.row_bits + max(self.fb_a, self.fb_b) + T_BITS
-        return 1 << (max(weights, targets) + 2 + RHO)
+    def n_modulus(self, span: int = 1) -> int:
+        """Shares of ``N`` and ``N - tau`` (over ``span`` batches) are reduced modulo this."""
+        rows = self.row_bits + span.bit_length()
+        weights = 2 * max(self.fb_a, self.fb_b) + rows + W_INT_BITS + W_BITS
+        targets = rows + max(self.fb_a, self.fb_b) + T_BITS
+        return 1 << (max(weights + self.joint.bit_length(), targets) + 2 + RHO)
 
-    def loss_bound(self, batches: int) -> float:
+    def loss_bound(self, span: int) -> float:
+        """Bound on the encrypted cross terms of the loss over ``span`` batches."""
         bits = (
             self.weight_modulus.bit_length()
-            + self.n_modulus.bit_length()
-            + (2 * self.joint * self.outputs * batches).bit_length()
-            + 2
+            + self.n_modulus(span).bit_length()
+            + (4 * self.joint * self.outputs).bit_length()
         )
         return 2.0**bits
 
@@ -285,16 +295,32 @@ class _Link:
             self.key, self.secret = spec.policy.generate()
             VLR.send(fed, peer, "key", PublicKeyMessage.of(self.key))
             self.peer_key = spec.policy.accept(VLR.recv(fed, peer, "key", PublicKeyMessage), peer)
+            SS.send(fed, peer, "base", Base(h_s=self.peer_key.base_bytes()))
+            try:
+                self.secret = self.secret.for_base(SS.recv(fed, peer, "base", Base).h_s)
+            except ValueError as exc:
+                Base.refuse(peer, "h_s", str(exc))
         self.views: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
 
-    def share_out(
-        self, tag: str, vector: EncryptedVector, layout: PackingLayout, *, fresh: bool = False
-    ) -> tuple[int, ...]:
+    def encrypt(self, plaintexts: list[int]) -> list[Any]:
+        """Encrypt our inputs to the other party's computations: under our key with its base
+        (no coordinator), or under the coordinator's."""
+        return (self.secret or self.key).raw_encrypt(plaintexts, workers=self.spec.workers)
+
+    def for_owner(self, vector: EncryptedVector) -> EncryptedVector:
+        """Re-randomise a result computed from the peer's ciphertexts before it goes to the
+        peer: without a coordinator the peer owns the key and knows its inputs' randomness,
+        so the result gets a full-length power of our base, in whose group the peer encrypted
+        every input (:mod:`vfl.crypto.rerandomize`); the coordinator knows no input's
+        randomness, so the fresh encryption of the masks suffices."""
+        if self.coordinator is None:
+            return rerandomize(vector, for_key_owner="base")
+        return vector
+
+    def share_out(self, tag: str, vector: EncryptedVector, layout: PackingLayout) -> tuple[int, ...]:
         """Mask ``vector`` (packed signed slots under the peer's key), send it to the peer and
-        return the masks (our share is minus each). A share for the key's owner is first
-        re-randomised uniformly (unless ``fresh`` says it already was)."""
-        if self.coordinator is None and not fresh:
-            vector = rerandomize(vector, for_key_owner=True)
+        return the masks (our share is minus each)."""
+        vector = self.for_owner(vector)
         masked, masks = mask_slots(vector, layout)
         SS.send(self.fed, self.peer, tag, Encrypted(data=masked.to_wire()))
         return masks.masks
@@ -378,11 +404,7 @@ class SharedDataRole(DataRole):
         spec, is_label = self.spec, self.is_label
         began = time.perf_counter()
         packing = sizes.row_packing(is_label)
-        encrypt = (link.secret or link.key).raw_encrypt
-        groups = [
-            encrypt(plain, workers=spec.workers)
-            for plain in pack_rows(x_int, packing, int(link.key.n))
-        ]
+        groups = [link.encrypt(plain) for plain in pack_rows(x_int, packing, int(link.key.n))]
         peer_rows = PeerRows.exchange(
             fed, (link.key, packing, groups), {link.peer: link.peer_key}, len(x_int),
             spec.batch_size,
@@ -390,7 +412,6 @@ class SharedDataRole(DataRole):
         if peer_rows.packing != sizes.row_packing(not is_label):
             Plan.refuse(link.peer, "columns", "do not match the packing of its encrypted rows")
         fixed, _ = Schedule(len(x_int), spec.batch_size, seed).fixed()
-        two_party = spec.coordinator is None
         d_a, d_b, k_out = sizes.d_a, sizes.d_b, sizes.outputs
         t_int = None
         if self.targets is not None:
@@ -405,16 +426,16 @@ class SharedDataRole(DataRole):
             s = np.zeros((sizes.joint, sizes.joint), dtype=object)
             tau = np.zeros((sizes.joint, k_out), dtype=object)
             if t_int is not None:  # the label party: X_B^T t for B, then its share of G_AB
-                product = peer_rows.combine(rows, t_int[rows], to_key_owner=two_party)
-                masks = link.share_out("tau", product, tau_l, fresh=True)
+                product = peer_rows.combine(rows, t_int[rows], to_key_owner=False)
+                masks = link.share_out("tau", product, tau_l)
                 tau[d_a:] = -_by_rows(masks, b_pack.per_ct, b_pack.groups, d_b, k_out)
                 tau[:d_a] = _ints(x_int[rows]).T @ _ints(t_int[rows])
                 h = _by_rows(link.open("gram", gram_l), a_pack.per_ct, a_pack.groups, d_a, d_b)
                 s[:d_a, :d_a] = own
                 t_squares.append(int(np.sum(_ints(t_int[rows]) ** 2)))
             else:
-                product = peer_rows.combine(rows, x_int[rows], to_key_owner=two_party)
-                masks = link.share_out("gram", product, gram_l, fresh=True)
+                product = peer_rows.combine(rows, x_int[rows], to_key_owner=False)
+                masks = link.share_out("gram", product, gram_l)
                 h = -_by_rows(masks, a_pack.per_ct, a_pack.groups, d_a, d_b)
                 tau[d_a:] = _by_rows(link.open("tau", tau_l), b_pack.per_ct, b_pack.groups, d_b,
                                      k_out)
@@ -423,36 +444,35 @@ class SharedDataRole(DataRole):
             s[d_a:, :d_a] = h.T
             s_mats.append(s)
             taus.append(tau)
-        # every batch's S encrypted once, columns packed, for the other party's products
-        layout = sizes.product_layout
-        n = int(link.key.n)
+        # every batch's S, and their sum (for the epoch's loss), encrypted once, columns
+        # packed, for the other party's products
+        span = len(fixed)
+        s_mats.append(sum(s_mats[1:], s_mats[0]))
+        taus.append(sum(taus[1:], taus[0]))
         plains = []
-        for s in s_mats:
-            for c in range(sizes.joint):
-                for g in range(sizes.groups):
-                    acc = 0
-                    for j in range(layout.slots):
-                        r = g * layout.slots + j
-                        if r < sizes.joint:
-                            acc += int(s[r, c]) << (layout.slot_bits * j)
-                    plains.append(acc % n)
-        cts = encrypt(plains, workers=spec.workers)
-        per_batch = sizes.joint * sizes.groups
-        for b in range(len(fixed)):
-            block = EncryptedVector(link.key, cts[b * per_batch : (b + 1) * per_batch], 0, fresh=True)
+        for b, s in enumerate(s_mats):
+            plains += _pack_columns(s, sizes.product_layout(span if b == span else 1), link.key)
+        cts = link.encrypt(plains)
+        sent = 0
+        for b, s in enumerate(s_mats):
+            size = sizes.joint * sizes.groups(span if b == span else 1)
+            block = EncryptedVector(link.key, cts[sent : sent + size], 0, fresh=True)
             SS.send(fed, link.peer, "s", Encrypted(data=block.to_wire()), b)
+            sent += size
         peer_s = []
-        for b in range(len(fixed)):
-            block = vector_from(link.peer_key, SS.recv(fed, link.peer, "s", Encrypted, b).data,
-                                link.peer)
-            if block.shape != (per_batch,) or block.exponent != 0:
+        for b in range(span + 1):
+            block = vector_from(
+                link.peer_key, SS.recv(fed, link.peer, "s", Encrypted, b).data, link.peer
+            )
+            size = sizes.joint * sizes.groups(span if b == span else 1)
+            if block.shape != (size,) or block.exponent != 0:
                 Encrypted.refuse(link.peer, "data", f"holds {block.shape} encrypted columns")
             peer_s.append(block.ciphertexts)
         return {
             "fixed": fixed,
             "s": s_mats,
             "tau": taus,
-            "t_squares": t_squares,
+            "t_squares": sum(t_squares),
             "peer_s": peer_s,
             "setup_seconds": time.perf_counter() - began,
         }
@@ -491,14 +511,14 @@ class SharedDataRole(DataRole):
         spec = self.spec
         v = self._initial_shares(fed, link, sizes)
         fixed = shares["fixed"]
+        span = len(fixed)
         _, orders = Schedule(len(self.x), spec.batch_size, seed).fixed()
-        sign = 1 if self.is_label else -1
-        layout = sizes.product_layout
-        nsq = link.peer_key.nsquare
         result = FitResult(part=None)
         curve = LossCurve(spec.tol, spec.patience)
         followers = [p for p in [link.peer, spec.coordinator] if p is not None]
-        scale = 2 * FEATURE_BITS
+        mine = slice(0, sizes.d_a) if self.is_label else slice(sizes.d_a, sizes.joint)
+        decay = np.ones((sizes.joint, 1), dtype=object)
+        decay[sizes.d_a - 1] = 0  # no penalty on the intercept
         epoch = 0
         while True:
             if self.is_label:
@@ -509,78 +529,32 @@ class SharedDataRole(DataRole):
             if stop:
                 break
             began = time.perf_counter()
-            own_sum, cross = 0, None
             for b in next(orders):
                 rows = fixed[b]
-                # the other party's products with our share, masked, to it
-                e = v * sign
-                bases = shares["peer_s"][b]
-                products = []
-                for k in range(sizes.outputs):
-                    exps = [int(x) for x in e[:, k]]
-                    for g in range(sizes.groups):
-                        column_cts = [bases[c * sizes.groups + g] for c in range(sizes.joint)]
-                        products.append(multiexp_big(column_cts, exps, nsq))
-                masks = link.share_out("prod", EncryptedVector(link.peer_key, products, 0), layout)
-                n_share = -sign * _by_rows(masks, layout.slots, sizes.groups, sizes.joint,
-                                           sizes.outputs)
-                opened = _by_rows(link.open("prod", layout), layout.slots, sizes.groups,
-                                  sizes.joint, sizes.outputs)
-                n_share = n_share + (-sign) * opened
-                s, tau = shares["s"][b], shares["tau"][b]
-                n_share = _reduce(s @ v + n_share - tau, sizes.n_modulus, self.is_label)
-                m_share = _reduce(n_share - tau, sizes.n_modulus, self.is_label)
+                n_share = self._gradient(link, sizes, shares, b, 1, v)
                 if spec.keep_views:  # our share of our gradient numerator, for audits
-                    mine = slice(0, sizes.d_a) if self.is_label else slice(sizes.d_a, sizes.joint)
-                    link.views.append((rows.copy(), _floats(n_share[mine], scale + W_BITS)))
-                # the loss: <w, N - tau> + |t|^2
-                if self.is_label:
-                    own_sum += _dot(v, m_share) + shares["t_squares"][b]
-                    both = _flat(v) + _flat(m_share)  # non-negative at the label party
-                    enc = (link.secret or link.key).raw_encrypt(both)
-                    terms = EncryptedVector(link.key, enc, 0, fresh=True)
-                    SS.send(fed, link.peer, "loss", Encrypted(data=terms.to_wire()))
-                else:
-                    got = vector_from(link.peer_key, SS.recv(fed, link.peer, "loss", Encrypted).data,
-                                      link.peer)
-                    if got.shape != (2 * v.size,) or got.exponent != 0:
-                        Encrypted.refuse(link.peer, "data", f"holds {got.shape} loss terms")
-                    exps = [-int(x) for x in m_share.reshape(-1)] + [-int(x) for x in v.reshape(-1)]
-                    term = multiexp_big(got.ciphertexts, exps, nsq)
-                    cross = term if cross is None else cross * term % nsq
-                    own_sum += _dot(v, m_share)
-                # the update on shares, then a fresh re-randomisation
+                    scaled = _floats(n_share[mine], 2 * FEATURE_BITS + W_BITS)
+                    link.views.append((rows.copy(), scaled))
+                # SGD on shares (each party truncates its own), then a fresh re-randomisation
                 l_n, l_w = fixed_point_sgd(
                     spec.learning_rate, epoch, spec.loss.c, len(rows), spec.alpha
                 )
-                decay = np.full((sizes.joint, 1), l_w, dtype=object)
-                decay[sizes.d_a - 1] = 0  # no penalty on the intercept
-                step = (n_share * l_n) // (1 << (scale + LR_BITS)) + (v * decay) // (1 << LR_BITS)
-                v = v - step
-                mod = sizes.weight_modulus
+                step = (n_share * l_n) // (1 << (2 * FEATURE_BITS + LR_BITS))
+                v = v - step - (v * (decay * l_w)) // (1 << LR_BITS)
+                modulus = sizes.weight_modulus
                 if self.is_label:
-                    offset = _uniform(v.shape, mod)
+                    offset = _uniform(v.shape, modulus)
                     SS.send(fed, link.peer, "offset", Integers(values=_flat(offset)))
-                    v = _reduce(v + offset, mod, True)
+                    v = _reduce(v + offset, modulus, True)
                 else:
                     offset = _unflat(SS.recv(fed, link.peer, "offset", Integers), v.shape, link.peer)
-                    v = _reduce(v - offset, mod, False)
-            # the epoch's loss, to the label party only
+                    v = _reduce(v - offset, modulus, False)
+            loss = self._epoch_loss(fed, link, sizes, shares, v)
             if self.is_label:
-                loss = self._epoch_loss(fed, link, sizes, own_sum, len(fixed))
                 result.epoch_seconds.append(time.perf_counter() - began)
                 logger.info("epoch %d: training loss %.6f", epoch + 1, loss)
                 if curve.add(loss):
                     result.converged = True
-            else:
-                assert cross is not None
-                total = EncryptedVector(link.peer_key, [cross], 0)
-                total = total + EncryptedVector(
-                    link.peer_key, link.peer_key.raw_encrypt([(-own_sum) % int(link.peer_key.n)]), 0
-                )
-                if spec.coordinator is None:
-                    total = rerandomize(total, for_key_owner=True)
-                SS.send(fed, link.peer, "loss-total", Encrypted(data=total.to_wire()))
             epoch += 1
         if self.is_label and not result.converged and spec.tol is not None:
             _warn_not_converged(spec)
@@ -589,11 +563,73 @@ class SharedDataRole(DataRole):
         result.part = self.part
         return result
 
+    def _gradient(
+        self,
+        link: _Link,
+        sizes: Sizes,
+        shares: dict[str, Any],
+        b: int,
+        span: int,
+        v: np.ndarray[Any, Any],
+    ) -> np.ndarray[Any, Any]:
+        """Our reduced share of ``N = G w - tau`` of batch ``b`` (or of all batches, ``span``
+        of them): the other party's columns raised to our share, masked and sent to it; ours
+        raised to its share, opened."""
+        sign = 1 if self.is_label else -1
+        layout, groups = sizes.product_layout(span), sizes.groups(span)
+        nsq = link.peer_key.nsquare
+        columns = shares["peer_s"][b]
+        e = v * sign  # non-negative at both parties
+        products = []
+        for k in range(sizes.outputs):
+            exps = [int(x) for x in e[:, k]]
+            for g in range(groups):
+                bases = [columns[c * groups + g] for c in range(sizes.joint)]
+                products.append(multiexp_big(bases, exps, nsq))
+        tag = "prod" if span == 1 else "prod-all"
+        masks = link.share_out(tag, EncryptedVector(link.peer_key, products, 0), layout)
+        share = -sign * _by_rows(masks, layout.slots, groups, sizes.joint, sizes.outputs)
+        opened = _by_rows(link.open(tag, layout), layout.slots, groups, sizes.joint, sizes.outputs)
+        share = share - sign * opened
+        s, tau = shares["s"][b], shares["tau"][b]
+        return _reduce(s @ v + share - tau, sizes.n_modulus(span), self.is_label)
+
     def _epoch_loss(
-        self, fed: Federation, link: _Link, sizes: Sizes, own_sum: int, batches: int
+        self,
+        fed: Federation,
+        link: _Link,
+        sizes: Sizes,
+        shares: dict[str, Any],
+        v: np.ndarray[Any, Any],
     ) -> float:
-        total = vector_from(link.key, SS.recv(fed, link.peer, "loss-total", Encrypted).data,
-                            link.peer)
+        """The mean training loss at the epoch's final weights over all rows (the label party
+        learns it; B returns 0.0): ``|X w - t|^2 = <w, N - tau> + |t|^2`` from shares of
+        ``N`` over all batches; the cross terms of the inner product travel encrypted."""
+        span = len(shares["fixed"])
+        n_share = self._gradient(link, sizes, shares, span, span, v)
+        modulus = sizes.n_modulus(span)
+        m_share = _reduce(n_share - shares["tau"][span], modulus, self.is_label)
+        own = _dot(v, m_share)
+        if not self.is_label:
+            got = vector_from(
+                link.peer_key, SS.recv(fed, link.peer, "loss", Encrypted).data, link.peer
+            )
+            if got.shape != (2 * v.size,) or got.exponent != 0:
+                Encrypted.refuse(link.peer, "data", f"holds {got.shape} loss terms")
+            exps = [-int(x) for x in m_share.reshape(-1)] + [-int(x) for x in v.reshape(-1)]
+            nsq = link.peer_key.nsquare
+            cross = EncryptedVector(link.peer_key, [multiexp_big(got.ciphertexts, exps, nsq)], 0)
+            own_ct = link.peer_key.raw_encrypt([(-own) % int(link.peer_key.n)])
+            total = cross + EncryptedVector(link.peer_key, own_ct, 0)
+            total = link.for_owner(total)
+            SS.send(fed, link.peer, "loss-total", Encrypted(data=total.to_wire()))
+            return 0.0
+        terms = link.encrypt(_flat(v) + _flat(m_share))
+        SS.send(fed, link.peer, "loss", Encrypted(
+            data=EncryptedVector(link.key, terms, 0, fresh=True).to_wire()))
+        total = vector_from(
+            link.key, SS.recv(fed, link.peer, "loss-total", Encrypted).data, link.peer
+        )
         if total.shape != (1,) or total.exponent != 0:
             Encrypted.refuse(link.peer, "data", "is not one loss term")
         if link.secret is not None:
@@ -601,18 +637,18 @@ class SharedDataRole(DataRole):
             raw = int(link.secret.raw_decrypt(total.ciphertexts)[0])
             value = raw - n if raw > n // 2 else raw
         else:
-            assert self.spec.coordinator is not None
+            assert link.coordinator is not None
             value = int(
                 decrypt_masked(
                     fed,
-                    self.spec.coordinator,
+                    link.coordinator,
                     SS.child("loss"),
                     total,
-                    bound=sizes.loss_bound(batches),
+                    bound=sizes.loss_bound(span),
                     exact=True,
                 )[0]
             )
-        squares = (own_sum - value) / 2.0 ** (2 * (FEATURE_BITS + W_BITS))
+        squares = (own + shares["t_squares"] - value) / 2.0 ** (2 * (FEATURE_BITS + W_BITS))
         return self.spec.loss.mean_loss(squares, len(self.x), sizes.outputs)
 
     def _reveal(self, fed: Federation, link: _Link, sizes: Sizes, v: np.ndarray[Any, Any]) -> None:
@@ -641,6 +677,24 @@ def _warn_not_converged(spec: FitSpec) -> None:
         ConvergenceWarning,
         stacklevel=3,
     )
+
+
+def _pack_columns(
+    s: np.ndarray[Any, Any], layout: PackingLayout, key: PaillierPublicKey
+) -> list[int]:
+    """The plaintexts of ``s``'s columns, each cut into groups of ``layout.slots`` signed
+    slots (column-major: column ``c``, group ``g`` at ``c * groups + g``)."""
+    rows = s.shape[0]
+    groups = -(-rows // layout.slots)
+    n = int(key.n)
+    out = []
+    for c in range(s.shape[1]):
+        for g in range(groups):
+            acc = 0
+            for j in range(min(layout.slots, rows - g * layout.slots)):
+                acc += int(s[g * layout.slots + j, c]) << (layout.slot_bits * j)
+            out.append(acc % n)
+    return out
 
 
 def _dot(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> int:
@@ -708,8 +762,10 @@ class SharedCoordinatorRole:
         epochs = 0
         while not SS.recv(fed, label, "epoch", EpochControl).stop:
             for _ in range(batches):
-                serve(label, "prod", sizes.product_layout)
-                serve(other, "prod", sizes.product_layout)
+                serve(label, "prod", sizes.product_layout())
+                serve(other, "prod", sizes.product_layout())
+            serve(label, "prod-all", sizes.product_layout(batches))
+            serve(other, "prod-all", sizes.product_layout(batches))
             serve_decryption(fed, label, SS.child("loss"), private_key, expected=1, count=1)
             epochs += 1
         return FitResult(part=None, n_iter=epochs)
