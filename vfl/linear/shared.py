@@ -81,6 +81,8 @@ import numpy as np
 
 from vfl.crypto import EncryptedVector
 from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
+from gmpy2 import mpz
+
 from vfl.crypto.kernels import multiexp_big
 from vfl.crypto.masked import (
     DecryptedSlots,
@@ -449,10 +451,18 @@ class SharedDataRole(DataRole):
         span = len(fixed)
         s_mats.append(sum(s_mats[1:], s_mats[0]))
         taus.append(sum(taus[1:], taus[0]))
-        plains = []
+        zero = np.zeros((sizes.joint, sizes.joint), dtype=bool)  # S_P's structural zeros
+        if is_label:
+            zero[d_a:, d_a:] = True
+        else:
+            zero[:d_a, :d_a] = True
+        plains: list[int | None] = []
         for b, s in enumerate(s_mats):
-            plains += _pack_columns(s, sizes.product_layout(span if b == span else 1), link.key)
-        cts = link.encrypt(plains)
+            layout = sizes.product_layout(span if b == span else 1)
+            plains += _pack_columns(s, layout, link.key, zero)
+        # groups known to be zero (the zero block of S_P) travel as the trivial ciphertext 1
+        encrypted = iter(link.encrypt([p for p in plains if p is not None]))
+        cts = [mpz(1) if p is None else next(encrypted) for p in plains]
         sent = 0
         for b, s in enumerate(s_mats):
             size = sizes.joint * sizes.groups(span if b == span else 1)
@@ -582,10 +592,10 @@ class SharedDataRole(DataRole):
         e = v * sign  # non-negative at both parties
         products = []
         for k in range(sizes.outputs):
-            exps = [int(x) for x in e[:, k]]
             for g in range(groups):
-                bases = [columns[c * groups + g] for c in range(sizes.joint)]
-                products.append(multiexp_big(bases, exps, nsq))
+                live = [c for c in range(sizes.joint) if columns[c * groups + g] != 1]
+                bases = [columns[c * groups + g] for c in live]
+                products.append(multiexp_big(bases, [int(e[c, k]) for c in live], nsq))
         tag = "prod" if span == 1 else "prod-all"
         masks = link.share_out(tag, EncryptedVector(link.peer_key, products, 0), layout)
         share = -sign * _by_rows(masks, layout.slots, groups, sizes.joint, sizes.outputs)
@@ -680,19 +690,27 @@ def _warn_not_converged(spec: FitSpec) -> None:
 
 
 def _pack_columns(
-    s: np.ndarray[Any, Any], layout: PackingLayout, key: PaillierPublicKey
-) -> list[int]:
+    s: np.ndarray[Any, Any],
+    layout: PackingLayout,
+    key: PaillierPublicKey,
+    zero: np.ndarray[Any, Any],
+) -> list[int | None]:
     """The plaintexts of ``s``'s columns, each cut into groups of ``layout.slots`` signed
-    slots (column-major: column ``c``, group ``g`` at ``c * groups + g``)."""
+    slots (column-major: column ``c``, group ``g`` at ``c * groups + g``); None for a group
+    whose rows lie in the structurally zero block of ``S_P`` (public, as the block is)."""
     rows = s.shape[0]
     groups = -(-rows // layout.slots)
     n = int(key.n)
-    out = []
+    out: list[int | None] = []
     for c in range(s.shape[1]):
         for g in range(groups):
+            cut = range(g * layout.slots, min(rows, (g + 1) * layout.slots))
+            if all(zero[r, c] for r in cut):
+                out.append(None)
+                continue
             acc = 0
-            for j in range(min(layout.slots, rows - g * layout.slots)):
-                acc += int(s[g * layout.slots + j, c]) << (layout.slot_bits * j)
+            for j, r in enumerate(cut):
+                acc += int(s[r, c]) << (layout.slot_bits * j)
             out.append(acc % n)
     return out
 
