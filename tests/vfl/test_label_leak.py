@@ -63,7 +63,13 @@ def test_lattice_reduction_solves_a_party_with_few_columns() -> None:
     }
     y = imaging.loc[truth["imaging"], LABEL].reset_index(drop=True)
     est = VerticalLogisticRegression(
-        key_bits=1024, insecure=True, random_state=0, batch_size=64, max_iter=1, tol=None
+        key_bits=1024,
+        insecure=True,
+        random_state=0,
+        batch_size=64,
+        max_iter=1,
+        tol=None,
+        protocol="coordinator",
     )
     est.fit(parts, y, label_party="imaging", keep_views=True)
     design = est.parts_["lab"].design(parts["lab"])  # 10 columns: integer programming stalls

@@ -31,7 +31,7 @@ PROTOCOLS = ("shared", "shared_coordinator", "coordinator", "two_party")
 training, :mod:`vfl.linear.shared`; two data parties); ``coordinator`` and ``two_party``
 reveal each party its exact gradient, which lets it solve for labels (:mod:`vfl.linear`)."""
 SHARED = ("shared", "shared_coordinator")
-DEFAULT_RATES = {"adam": 0.05, "sgd": 0.5}
+DEFAULT_RATES = {"adam": 0.05, "momentum": 0.3, "sgd": 0.5}
 """Default ``learning_rate`` per optimiser."""
 
 
@@ -52,7 +52,7 @@ class VerticalLinearModel(FederatedEstimator):
         max_iter: int = 30,
         batch_size: int = 256,
         tol: float | None = 1e-4,
-        n_iter_no_change: int = 1,
+        n_iter_no_change: int = 5,
         learning_rate: float | None = None,
         optimizer: str | None = None,
         alpha: float = 1e-3,
@@ -109,10 +109,10 @@ class VerticalLinearModel(FederatedEstimator):
     # -- checks ------------------------------------------------------------------------------
 
     def _optimizer(self) -> str:
-        """The optimiser trained with: ``sgd`` under the secret-shared protocols (Adam's
+        """The optimiser trained with: ``momentum`` under the secret-shared protocols (Adam's
         square roots are not linear in shares), ``adam`` by default otherwise."""
         if self.optimizer is None:
-            return "sgd" if self.protocol in SHARED else "adam"
+            return "momentum" if self.protocol in SHARED else "adam"
         return str(self.optimizer)
 
     def _learning_rate(self) -> float:
@@ -127,11 +127,13 @@ class VerticalLinearModel(FederatedEstimator):
             raise ValueError(
                 f"optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}"
             )
-        if self.protocol in SHARED and optimizer != "sgd":
+        linear = [n for n, c in OPTIMIZERS.items() if c(1.0).linear_step(0) is not None]
+        if self.protocol in SHARED and optimizer not in linear:
             raise ValueError(
-                f"protocol={self.protocol!r} trains with optimizer='sgd' (Adam's square roots "
-                "cannot be computed on secret shares); pass optimizer='sgd', or a "
-                "gradient-revealing protocol ('coordinator', 'two_party') for Adam"
+                f"protocol={self.protocol!r} trains with an optimizer linear in the gradient "
+                f"({sorted(linear)}): Adam's square roots cannot be computed on secret "
+                "shares; use a gradient-revealing protocol ('coordinator', 'two_party') for "
+                "Adam"
             )
         if self.protocol in SHARED and self.label_epsilon is not None:
             raise ValueError(

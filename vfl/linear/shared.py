@@ -102,6 +102,7 @@ from vfl.linear.messages import VLR, Encrypted, EpochControl, Outputs
 from vfl.linear.model import FEATURE_BITS, feature_bits
 from vfl.linear.protocol import DataRole, FitResult, FitSpec
 from vfl.training.convergence import LossCurve
+from vfl.training.optimizers import Optimizer, make_optimizer
 from vfl.training.schedule import Schedule, agree_seed
 
 __all__ = [
@@ -112,7 +113,7 @@ __all__ = [
     "SharedCoordinatorRole",
     "SharedDataRole",
     "Sizes",
-    "fixed_point_sgd",
+    "fixed_point_step",
 ]
 
 logger = logging.getLogger(__name__)
@@ -272,13 +273,23 @@ def _gram(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], bits: int) -> np.nda
     return _ints(x).T @ _ints(y)  # type: ignore[no-any-return]
 
 
-def fixed_point_sgd(
-    learning_rate: float, epoch: int, c: float, rows: int, alpha: float
-) -> tuple[int, int]:
-    """The integer factors of one SGD step on shares: ``lr / (1 + epoch) / (c rows)`` for
-    ``N`` and ``lr / (1 + epoch) * alpha`` for the weights, at scale ``2**LR_BITS``."""
-    step = learning_rate / (1.0 + epoch)
-    return round(step / (c * rows) * 2.0**LR_BITS), round(step * alpha * 2.0**LR_BITS)
+def fixed_point_step(
+    optimizer: Optimizer, epoch: int, c: float, rows: int, alpha: float
+) -> tuple[int, int, int, int]:
+    """The integer factors (at scale ``2**LR_BITS``) of one step of a linear optimiser on
+    shares: ``1 / (c rows)`` for ``N`` and ``alpha`` for the weights (the gradient), ``beta``
+    for the velocity and the step size."""
+    linear = optimizer.linear_step(epoch)
+    if linear is None:
+        raise ValueError(f"{type(optimizer).__name__} is not linear in the gradient")
+    beta, step = linear
+    scale = 2.0**LR_BITS
+    return (
+        round(scale / (c * rows)),
+        round(alpha * scale),
+        round(beta * scale),
+        round(step * scale),
+    )
 
 
 class _Link:
@@ -527,8 +538,8 @@ class SharedDataRole(DataRole):
         curve = LossCurve(spec.tol, spec.patience)
         followers = [p for p in [link.peer, spec.coordinator] if p is not None]
         mine = slice(0, sizes.d_a) if self.is_label else slice(sizes.d_a, sizes.joint)
-        decay = np.ones((sizes.joint, 1), dtype=object)
-        decay[sizes.d_a - 1] = 0  # no penalty on the intercept
+        optimizer = make_optimizer(spec.optimizer, learning_rate=spec.learning_rate)
+        velocity = np.zeros_like(v)
         epoch = 0
         while True:
             if self.is_label:
@@ -545,20 +556,8 @@ class SharedDataRole(DataRole):
                 if spec.keep_views:  # our share of our gradient numerator, for audits
                     scaled = _floats(n_share[mine], 2 * FEATURE_BITS + W_BITS)
                     link.views.append((rows.copy(), scaled))
-                # SGD on shares (each party truncates its own), then a fresh re-randomisation
-                l_n, l_w = fixed_point_sgd(
-                    spec.learning_rate, epoch, spec.loss.c, len(rows), spec.alpha
-                )
-                step = (n_share * l_n) // (1 << (2 * FEATURE_BITS + LR_BITS))
-                v = v - step - (v * (decay * l_w)) // (1 << LR_BITS)
-                modulus = sizes.weight_modulus
-                if self.is_label:
-                    offset = _uniform(v.shape, modulus)
-                    SS.send(fed, link.peer, "offset", Integers(values=_flat(offset)))
-                    v = _reduce(v + offset, modulus, True)
-                else:
-                    offset = _unflat(SS.recv(fed, link.peer, "offset", Integers), v.shape, link.peer)
-                    v = _reduce(v - offset, modulus, False)
+                v, velocity = self._step(fed, link, sizes, optimizer, epoch, rows, n_share, v,
+                                         velocity)
             loss = self._epoch_loss(fed, link, sizes, shares, v)
             if self.is_label:
                 result.epoch_seconds.append(time.perf_counter() - began)
@@ -572,6 +571,42 @@ class SharedDataRole(DataRole):
         self._reveal(fed, link, sizes, v)
         result.part = self.part
         return result
+
+    def _step(
+        self,
+        fed: Federation,
+        link: _Link,
+        sizes: Sizes,
+        optimizer: Optimizer,
+        epoch: int,
+        rows: np.ndarray[Any, Any],
+        n_share: np.ndarray[Any, Any],
+        v: np.ndarray[Any, Any],
+        velocity: np.ndarray[Any, Any],
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """One optimiser step on shares, each party truncating its own (exact to a unit of
+        ``2**-W_BITS`` per product), then a fresh re-randomisation of weights and velocity:
+        the label party adds uniform offsets and sends them to B, which subtracts them."""
+        spec = self.spec
+        to_n, to_alpha, beta, step = fixed_point_step(
+            optimizer, epoch, spec.loss.c, len(rows), spec.alpha
+        )
+        one = 1 << LR_BITS
+        decay = np.full((sizes.joint, 1), to_alpha, dtype=object)
+        decay[sizes.d_a - 1] = 0  # no penalty on the intercept
+        gradient = (n_share * to_n) // (one << (2 * FEATURE_BITS)) + (v * decay) // one
+        velocity = (velocity * beta) // one + gradient
+        v = v - (velocity * step) // one
+        modulus = sizes.weight_modulus
+        both = np.concatenate([v, velocity])
+        if self.is_label:
+            offset = _uniform(both.shape, modulus)
+            SS.send(fed, link.peer, "offset", Integers(values=_flat(offset)))
+            both = _reduce(both + offset, modulus, True)
+        else:
+            offset = _unflat(SS.recv(fed, link.peer, "offset", Integers), both.shape, link.peer)
+            both = _reduce(both - offset, modulus, False)
+        return both[: len(v)], both[len(v) :]
 
     def _gradient(
         self,

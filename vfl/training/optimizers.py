@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OPTIMIZERS", "Adam", "Optimizer", "Sgd", "make_optimizer"]
+__all__ = ["OPTIMIZERS", "Adam", "Momentum", "Optimizer", "Sgd", "make_optimizer"]
 
 
 class Optimizer(abc.ABC):
@@ -29,6 +29,12 @@ class Optimizer(abc.ABC):
     ) -> np.ndarray[Any, Any]:
         """The updated weights (a new array) after one step in ``epoch`` (from 0)."""
 
+    def linear_step(self, epoch: int) -> tuple[float, float] | None:
+        """``(beta, step)`` when the update is linear in the gradient --
+        ``velocity = beta * velocity + gradient; weights -= step * velocity`` -- which is what
+        secret-shared training can run on shares; None otherwise (Adam)."""
+        return None
+
 
 class Sgd(Optimizer):
     """Gradient descent with the step decayed as ``learning_rate / (1 + epoch)``."""
@@ -38,6 +44,34 @@ class Sgd(Optimizer):
     ) -> np.ndarray[Any, Any]:
         out: np.ndarray[Any, Any] = weights - self.learning_rate / (1.0 + epoch) * gradient
         return out
+
+    def linear_step(self, epoch: int) -> tuple[float, float]:
+        return 0.0, self.learning_rate / (1.0 + epoch)
+
+
+class Momentum(Optimizer):
+    """Heavy-ball momentum (Polyak 1964): ``velocity = beta * velocity + gradient``, then
+    ``weights -= learning_rate / sqrt(1 + epoch) * velocity`` with ``beta = 0.9``. Linear in
+    the gradient, so the secret-shared protocol runs it on shares; on correlated features it
+    converges about as Adam does where plain SGD lags (vehicle, breast cancer)."""
+
+    beta = 0.9
+
+    def __init__(self, learning_rate: float) -> None:
+        super().__init__(learning_rate)
+        self.velocity: np.ndarray[Any, Any] | None = None
+
+    def step(
+        self, weights: np.ndarray[Any, Any], gradient: np.ndarray[Any, Any], epoch: int
+    ) -> np.ndarray[Any, Any]:
+        beta, step = self.linear_step(epoch)
+        v = gradient if self.velocity is None else beta * self.velocity + gradient
+        self.velocity = v
+        out: np.ndarray[Any, Any] = weights - step * v
+        return out
+
+    def linear_step(self, epoch: int) -> tuple[float, float]:
+        return self.beta, self.learning_rate / np.sqrt(1.0 + epoch)
 
 
 class Adam(Optimizer):
@@ -68,7 +102,7 @@ class Adam(Optimizer):
         return out
 
 
-OPTIMIZERS: dict[str, type[Optimizer]] = {"adam": Adam, "sgd": Sgd}
+OPTIMIZERS: dict[str, type[Optimizer]] = {"adam": Adam, "momentum": Momentum, "sgd": Sgd}
 """The registry: name -> class."""
 
 

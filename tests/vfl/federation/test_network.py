@@ -260,6 +260,7 @@ MODEL = {
     "batch_size": 100,
     "tol": None,
     "random_state": 3,
+    "protocol": "shared_coordinator",
     "key_bits": 1024,
     "insecure": True,
 }
@@ -312,10 +313,11 @@ def test_training_over_grpc_processes_gives_the_in_process_model(tmp_path: Path)
     local = VerticalLogisticRegression(**MODEL, coordinator="c").fit(  # type: ignore[arg-type]
         parts, y, label_party="imaging"
     )
+    # the secret-shared protocol truncates random shares: equal to a unit of 2**-24 per step
     for name in ("imaging", "lab"):
         remote = PartyModel.load(tmp_path / f"{name}.npz")
-        np.testing.assert_allclose(remote.coef, local.parts_[name].coef, rtol=0, atol=1e-12)
-        assert remote.intercept == pytest.approx(local.parts_[name].intercept, abs=1e-12)
+        np.testing.assert_allclose(remote.coef, local.parts_[name].coef, rtol=0, atol=1e-5)
+        assert remote.intercept == pytest.approx(local.parts_[name].intercept, abs=1e-5)
 
 
 def test_a_restarted_sender_is_refused_and_its_peer_told(pki) -> None:  # type: ignore[no-untyped-def]

@@ -4,13 +4,21 @@ label-solve audit that breaks the exact protocols gets nothing beyond chance."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 from sklearn.datasets import load_breast_cancer
 
-from tests.vfl.linear.conftest import small_model
+from tests.vfl.linear.conftest import small_model as _small_model
+
+
+def small_model(cls: Any, **params: Any) -> Any:
+    """Label DP is for the gradient-revealing protocols (the shared one refuses it)."""
+    params.setdefault("protocol", "coordinator")
+    return _small_model(cls, **params)
 from vfl.audit import LabelSolveAudit
 from vfl.crypto import SecurityWarning, generate_paillier_keypair
 from vfl.crypto.packing import RowPacking, unpack_signed

@@ -70,9 +70,10 @@ def test_encrypted_training_equals_the_plaintext_protocol(wine, protocol: str) -
     assert list(est.classes_) == ["barbera", "barolo", "grignolino"]
 
 
+@pytest.mark.slow
 def test_accuracy_close_to_scikit_learn_one_vs_rest(vehicle) -> None:  # type: ignore[no-untyped-def]
     parts, y, test_parts, y_test = vehicle
-    est = small(max_iter=60, tol=None).fit(parts, y, label_party="garage")
+    est = small(max_iter=30, batch_size=64, tol=None).fit(parts, y, label_party="garage")
     predicted = est.predict(test_parts)
     assert set(predicted) <= set(NAMES.values())
     proba = est.predict_proba(test_parts)
@@ -183,7 +184,7 @@ def test_three_parties_k_classes_equal_the_plaintext_protocol_and_leak_nothing(w
     cols = list(parts["scanner"].columns)
     three = {"garage": parts["garage"], "scanner": parts["scanner"][cols[:4]]}
     three["camera"] = parts["scanner"][cols[4:]]
-    est = small(max_iter=2, tol=None, batch_size=64)
+    est = small(max_iter=2, tol=None, batch_size=64, protocol="coordinator")
     est.fit(three, y, label_party="garage", keep_payloads=True)
     weights, curve = plaintext_reference(est, three, y, label_party="garage")
     for name in ("scanner", "camera"):

@@ -46,7 +46,7 @@ def test_optimizers_by_name() -> None:
     adam = make_optimizer("adam", learning_rate=0.1)
     np.testing.assert_allclose(adam.step(w, g, epoch=0), w - 0.1 * np.sign(g), rtol=1e-6)
     with pytest.raises(
-        ValueError, match=r"optimizer must be one of \['adam', 'sgd'\], got 'lbfgs'"
+        ValueError, match=r"optimizer must be one of \['adam', 'momentum', 'sgd'\], got 'lbfgs'"
     ):
         make_optimizer("lbfgs", learning_rate=0.1)
     with pytest.raises(ValueError, match="learning_rate must be > 0"):
