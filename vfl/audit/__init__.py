@@ -13,12 +13,16 @@ run them on their own runs.
   (:func:`register_audit`, :func:`get_audit`);
 * :class:`~vfl.audit.labels.LabelSolveAudit` (``"label-solve"``) -- recovers the label party's
   binary labels from a passive party's first-batch gradient in the gradient-revealing vertical
-  protocols, by integer solving. The attacks of split learning, transfer and the horizontal
-  path register here as they arrive.
+  protocols, by integer solving;
+* :class:`~vfl.audit.scores.ScoreSolveAudit` (``"score-solve"``) -- recovers a one-column
+  passive party's feature column and scores from the label party's view accumulated over
+  the epochs of those protocols, by linear algebra. The attacks of split learning, transfer
+  and the horizontal path register here as they arrive.
 """
 
 from vfl.audit.base import AUDITS, Audit, AuditResult, get_audit, register_audit
 from vfl.audit.labels import LabelSolveAudit
+from vfl.audit.scores import ScoreSolveAudit
 from vfl.audit.transcript import Leak, find_plaintext
 
 __all__ = [
@@ -27,6 +31,7 @@ __all__ = [
     "AuditResult",
     "LabelSolveAudit",
     "Leak",
+    "ScoreSolveAudit",
     "find_plaintext",
     "get_audit",
     "register_audit",

@@ -301,7 +301,8 @@ class PaillierPublicKey:
         return self._full_table.random_powers(count)
 
     def base_bytes(self) -> bytes:
-        """This holder's ``h_s``, for the key's owner to encrypt with (:meth:`PaillierPrivateKey.for_base`)."""
+        """This holder's ``h_s``, for the key's owner to encrypt with
+        (:meth:`PaillierPrivateKey.for_base`)."""
         return int(self.h_s).to_bytes(self.ciphertext_bytes, "big")
 
     def start_obfuscator_pool(self, size: int = 1024) -> None:

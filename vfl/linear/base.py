@@ -18,8 +18,8 @@ from vfl.federation.base import Federation
 from vfl.linear.losses import LinearLoss
 from vfl.linear.model import PartyModel
 from vfl.linear.protocol import CoordinatorRole, DataRole, FitResult, FitSpec
-from vfl.linear.shared import SharedCoordinatorRole, SharedDataRole
 from vfl.linear.scoring import ScoreCoordinatorRole, ScoreRole, ScoreSpec
+from vfl.linear.shared import SharedCoordinatorRole, SharedDataRole
 from vfl.training.optimizers import OPTIMIZERS
 from vfl.training.schedule import check_batch_size
 from vfl.validation import check_data_parties, check_parts

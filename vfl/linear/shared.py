@@ -78,12 +78,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from vfl.crypto import EncryptedVector
-from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
 from gmpy2 import mpz
 
+from vfl.crypto import EncryptedVector
 from vfl.crypto.kernels import multiexp_big
+from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
 from vfl.crypto.masked import (
     DecryptedSlots,
     DecryptionRequest,
@@ -330,7 +329,9 @@ class _Link:
             return rerandomize(vector, for_key_owner="base")
         return vector
 
-    def share_out(self, tag: str, vector: EncryptedVector, layout: PackingLayout) -> tuple[int, ...]:
+    def share_out(
+        self, tag: str, vector: EncryptedVector, layout: PackingLayout
+    ) -> tuple[int, ...]:
         """Mask ``vector`` (packed signed slots under the peer's key), send it to the peer and
         return the masks (our share is minus each)."""
         vector = self.for_owner(vector)
@@ -419,7 +420,10 @@ class SharedDataRole(DataRole):
         packing = sizes.row_packing(is_label)
         groups = [link.encrypt(plain) for plain in pack_rows(x_int, packing, int(link.key.n))]
         peer_rows = PeerRows.exchange(
-            fed, (link.key, packing, groups), {link.peer: link.peer_key}, len(x_int),
+            fed,
+            (link.key, packing, groups),
+            {link.peer: link.peer_key},
+            len(x_int),
             spec.batch_size,
         )[link.peer]
         if peer_rows.packing != sizes.row_packing(not is_label):
@@ -450,8 +454,9 @@ class SharedDataRole(DataRole):
                 product = peer_rows.combine(rows, x_int[rows], to_key_owner=False)
                 masks = link.share_out("gram", product, gram_l)
                 h = -_by_rows(masks, a_pack.per_ct, a_pack.groups, d_a, d_b)
-                tau[d_a:] = _by_rows(link.open("tau", tau_l), b_pack.per_ct, b_pack.groups, d_b,
-                                     k_out)
+                tau[d_a:] = _by_rows(
+                    link.open("tau", tau_l), b_pack.per_ct, b_pack.groups, d_b, k_out
+                )
                 s[d_a:, d_a:] = own
             s[:d_a, d_a:] = h
             s[d_a:, :d_a] = h.T
@@ -475,7 +480,7 @@ class SharedDataRole(DataRole):
         encrypted = iter(link.encrypt([p for p in plains if p is not None]))
         cts = [mpz(1) if p is None else next(encrypted) for p in plains]
         sent = 0
-        for b, s in enumerate(s_mats):
+        for b in range(len(s_mats)):
             size = sizes.joint * sizes.groups(span if b == span else 1)
             block = EncryptedVector(link.key, cts[sent : sent + size], 0, fresh=True)
             SS.send(fed, link.peer, "s", Encrypted(data=block.to_wire()), b)
@@ -532,7 +537,6 @@ class SharedDataRole(DataRole):
         spec = self.spec
         v = self._initial_shares(fed, link, sizes)
         fixed = shares["fixed"]
-        span = len(fixed)
         _, orders = Schedule(len(self.x), spec.batch_size, seed).fixed()
         result = FitResult(part=None)
         curve = LossCurve(spec.tol, spec.patience)
@@ -556,8 +560,9 @@ class SharedDataRole(DataRole):
                 if spec.keep_views:  # our share of our gradient numerator, for audits
                     scaled = _floats(n_share[mine], 2 * FEATURE_BITS + W_BITS)
                     link.views.append((rows.copy(), scaled))
-                v, velocity = self._step(fed, link, sizes, optimizer, epoch, rows, n_share, v,
-                                         velocity)
+                v, velocity = self._step(
+                    fed, link, sizes, optimizer, epoch, rows, n_share, v, velocity
+                )
             loss = self._epoch_loss(fed, link, sizes, shares, v)
             if self.is_label:
                 result.epoch_seconds.append(time.perf_counter() - began)
@@ -670,8 +675,12 @@ class SharedDataRole(DataRole):
             SS.send(fed, link.peer, "loss-total", Encrypted(data=total.to_wire()))
             return 0.0
         terms = link.encrypt(_flat(v) + _flat(m_share))
-        SS.send(fed, link.peer, "loss", Encrypted(
-            data=EncryptedVector(link.key, terms, 0, fresh=True).to_wire()))
+        SS.send(
+            fed,
+            link.peer,
+            "loss",
+            Encrypted(data=EncryptedVector(link.key, terms, 0, fresh=True).to_wire()),
+        )
         total = vector_from(
             link.key, SS.recv(fed, link.peer, "loss-total", Encrypted).data, link.peer
         )
@@ -755,7 +764,8 @@ def _dot(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> int:
 
 
 def _floats(a: np.ndarray[Any, Any], bits: int) -> np.ndarray[Any, Any]:
-    return np.array([math.ldexp(int(x), -bits) for x in a.reshape(-1)]).reshape(a.shape)
+    out: np.ndarray[Any, Any] = np.array([math.ldexp(int(x), -bits) for x in a.reshape(-1)])
+    return out.reshape(a.shape)
 
 
 def _flat(a: np.ndarray[Any, Any]) -> list[int]:
@@ -777,8 +787,9 @@ def _sizes(spec: FitSpec, plans: dict[str, Plan], outputs: int, key_bits: int) -
     for name, p in ((label, a), (other, b)):
         if not 1 <= p.columns <= 100_000 or not 1 <= p.feature_bits <= 200:
             Plan.refuse(name, "columns", f"plan {p} is not a usable design")
-    return Sizes(a.columns, b.columns, outputs, a.feature_bits, b.feature_bits,
-                 spec.batch_size, key_bits)
+    return Sizes(
+        a.columns, b.columns, outputs, a.feature_bits, b.feature_bits, spec.batch_size, key_bits
+    )
 
 
 class SharedCoordinatorRole:
@@ -805,8 +816,12 @@ class SharedCoordinatorRole:
 
         def serve(party: str, tag: str, layout: PackingLayout) -> None:
             serve_decryption(
-                fed, party, SS.child(tag), private_key,
-                expected=layout.n_ciphertexts, layout=layout,
+                fed,
+                party,
+                SS.child(tag),
+                private_key,
+                expected=layout.n_ciphertexts,
+                layout=layout,
             )
 
         for _ in range(batches):
@@ -827,4 +842,3 @@ class SharedCoordinatorRole:
         from vfl.linear.messages import Outputs
 
         return int(VLR.recv(fed, label, "outputs", Outputs).count)
-

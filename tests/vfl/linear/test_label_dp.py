@@ -13,18 +13,19 @@ from scipy import stats
 from sklearn.datasets import load_breast_cancer
 
 from tests.vfl.linear.conftest import small_model as _small_model
-
-
-def small_model(cls: Any, **params: Any) -> Any:
-    """Label DP is for the gradient-revealing protocols (the shared one refuses it)."""
-    params.setdefault("protocol", "coordinator")
-    return _small_model(cls, **params)
 from vfl.audit import LabelSolveAudit
 from vfl.crypto import SecurityWarning, generate_paillier_keypair
 from vfl.crypto.packing import RowPacking, unpack_signed
 from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
 from vfl.linear.exchange import FEATURE_BITS, SCORE_BITS, encrypted_noise
 from vfl.privacy.accounting import epsilon, gaussian_event
+
+
+def small_model(cls: Any, **params: Any) -> Any:
+    """Label DP is for the gradient-revealing protocols (the shared one refuses it)."""
+    params.setdefault("protocol", "coordinator")
+    return _small_model(cls, **params)
+
 
 pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.SecurityWarning")
 

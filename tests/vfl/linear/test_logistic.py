@@ -77,7 +77,7 @@ def payload_numbers(payload: object) -> list[np.ndarray]:
     return []
 
 
-@pytest.mark.parametrize("protocol", ["coordinator", "two_party"])
+@pytest.mark.parametrize("protocol", ["coordinator", "two_party", "shared", "shared_coordinator"])
 def test_no_plaintext_feature_or_label_crosses_a_party_boundary(breast, protocol: str) -> None:  # type: ignore[no-untyped-def]
     parts, y, _, _ = breast
     est = small(protocol=protocol, max_iter=1, batch_size=128, tol=None)
@@ -104,6 +104,9 @@ def test_no_plaintext_feature_or_label_crosses_a_party_boundary(breast, protocol
         if record.tag.endswith("/req"):
             decryptor_inputs += 1
             assert isinstance(record.payload()["data"], CiphertextBlock)
+    if protocol.startswith("shared"):
+        check_shared_transcript(records, protocol, decryptor_inputs)
+        return
     if protocol == "coordinator":
         assert decryptor_inputs > 0
         to_coordinator = [r for r in records if r.receiver == "coordinator"]
@@ -123,8 +126,36 @@ def test_no_plaintext_feature_or_label_crosses_a_party_boundary(breast, protocol
             assert all(isinstance(b, CiphertextBlock) for b in record.payload()["blocks"])
 
 
+def check_shared_transcript(records: list, protocol: str, decryptor_inputs: int) -> None:  # type: ignore[type-arg]
+    """Under the secret-shared protocols, between the data parties: ciphertexts (encrypted
+    rows, masked shares, encrypted Gram columns, encrypted loss terms), the public plan and
+    base, and plain integers that are shares or uniform offsets; the coordinator gets only
+    decryption requests of masked shares."""
+    ciphertexts = {"vlr/ss/gram", "vlr/ss/tau", "vlr/ss/prod", "vlr/ss/prod-all", "vlr/ss/loss"}
+    ciphertexts |= {"vlr/ss/loss-total", "vlr/rows/0"}
+    shares = {"vlr/ss/init", "vlr/ss/offset", "vlr/ss/final"}
+    control = {"vlr/seed", "vlr/outputs", "vlr/key", "vlr/rows", "vlr/ss/epoch", "vlr/ss/plan"}
+    control |= {"vlr/ss/base"}
+    between = [r for r in records if {r.sender, r.receiver} == {"imaging", "lab"}]
+    tags = {r.tag for r in between}
+    assert {t for t in tags if not t.startswith("vlr/ss/s/")} <= ciphertexts | shares | control
+    assert ("vlr/ss/base" in tags) == (protocol == "shared")
+    for record in between:
+        payload = record.payload()
+        if record.tag in ciphertexts - {"vlr/rows/0"} or record.tag.startswith("vlr/ss/s/"):
+            assert isinstance(payload["data"], CiphertextBlock), record.tag
+            assert set(payload["data"].exponents.tolist()) == {0}  # one public exponent
+    if protocol == "shared":
+        assert decryptor_inputs == 0  # each party opens, with its own key, shares masked for it
+        return
+    to_coordinator = {r.tag for r in records if r.receiver == "coordinator"}
+    steps = {f"vlr/ss/{s}/req" for s in ("gram", "tau", "prod", "prod-all", "loss")}
+    assert to_coordinator <= steps | {"vlr/ss/plan", "vlr/outputs", "vlr/ss/epoch"}
+    assert steps <= to_coordinator
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("protocol", ["coordinator", "two_party"])
+@pytest.mark.parametrize("protocol", ["coordinator", "two_party", "shared"])
 def test_auc_close_to_scikit_learn_and_beats_one_party(breast, protocol: str) -> None:  # type: ignore[no-untyped-def]
     parts, y, test_parts, y_test = breast
     with warnings.catch_warnings():
@@ -222,16 +253,17 @@ def test_deployment_roles_train_the_same_model(breast, protocol: str) -> None:  
         np.testing.assert_allclose(
             estimators[name].parts_[name].coef, simulated.parts_[name].coef, atol=tolerance
         )
-    assert estimators["imaging"].loss_curve_ == pytest.approx(
-        simulated.loss_curve_, rel=tolerance
-    )
+    assert estimators["imaging"].loss_curve_ == pytest.approx(simulated.loss_curve_, rel=tolerance)
 
 
 @pytest.mark.parametrize(
     ("protocol", "steps"),
     [
         ("coordinator", {"vlr/grad", "vlr/loss"}),
-        ("shared_coordinator", {f"vlr/ss/{s}" for s in ("gram", "tau", "prod", "prod-all", "loss")}),
+        (
+            "shared_coordinator",
+            {f"vlr/ss/{s}" for s in ("gram", "tau", "prod", "prod-all", "loss")},
+        ),
     ],
 )
 def test_what_the_key_holder_decrypts_is_masked(breast, protocol: str, steps: set[str]) -> None:  # type: ignore[no-untyped-def]

@@ -45,6 +45,13 @@ def test_optimizers_by_name() -> None:
     np.testing.assert_allclose(sgd.step(w, g, epoch=1), w - 0.05 * g)
     adam = make_optimizer("adam", learning_rate=0.1)
     np.testing.assert_allclose(adam.step(w, g, epoch=0), w - 0.1 * np.sign(g), rtol=1e-6)
+    assert adam.linear_step(0) is None  # cannot run on secret shares
+    momentum = make_optimizer("momentum", learning_rate=0.1)
+    first = momentum.step(w, g, epoch=0)  # velocity g
+    np.testing.assert_allclose(first, w - 0.1 * g)
+    second = momentum.step(first, g, epoch=3)  # velocity 0.9 g + g, step 0.1 / sqrt(4)
+    np.testing.assert_allclose(second, first - 0.05 * 1.9 * g)
+    assert momentum.linear_step(3) == (0.9, 0.05)
     with pytest.raises(
         ValueError, match=r"optimizer must be one of \['adam', 'momentum', 'sgd'\], got 'lbfgs'"
     ):

@@ -1,0 +1,177 @@
+"""The secret-shared protocol (the default): the model of the plaintext protocol on its fixed
+batches, and a view that attacks get nothing from."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_wine
+
+from tests.vfl.linear.conftest import small_model
+from vfl.audit import LabelSolveAudit, ScoreSolveAudit
+from vfl.crypto import EncryptedVector, SecurityWarning
+from vfl.crypto.masked import DecryptionRequest
+from vfl.crypto.policy import PublicKeyMessage
+from vfl.federation import LocalFederation
+from vfl.federation.base import PartyFailedError
+from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
+from vfl.linear.messages import VLR, Outputs
+from vfl.linear.reference import plaintext_reference
+from vfl.linear.shared import SS, Plan, SharedCoordinatorRole, Sizes, fixed_point_step
+from vfl.training.optimizers import make_optimizer
+
+pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.SecurityWarning")
+
+# truncating random shares costs at most two units of 2**-24 per step and weight
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def breast() -> tuple[dict[str, pd.DataFrame], pd.Series]:
+    x, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    cols = list(x.columns)
+    return {"imaging": x[cols[:10]], "lab": x[cols[10:]]}, y
+
+
+def assert_equals_reference(est, parts, y, label: str) -> None:  # type: ignore[no-untyped-def]
+    weights, curve = plaintext_reference(est, parts, y, label_party=label)
+    for name, part in est.parts_.items():
+        w = part.weights(with_intercept=name == label)
+        np.testing.assert_allclose(w, weights[name].reshape(w.shape), atol=ATOL)
+    np.testing.assert_allclose(est.loss_curve_, curve, rtol=ATOL)
+
+
+@pytest.mark.parametrize("protocol", ["shared", "shared_coordinator"])
+def test_the_shared_model_is_the_plaintext_protocols(breast, protocol: str) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    est = small_model(
+        VerticalLogisticRegression, protocol=protocol, max_iter=3, batch_size=64, tol=None
+    )
+    est.fit(parts, y, label_party="imaging")
+    assert est.n_iter_ == 3 and len(est.loss_curve_) == 3
+    assert est.loss_curve_[-1] < est.loss_curve_[0]  # it learns
+    assert_equals_reference(est, parts, y, "imaging")
+
+
+def test_multiclass_sgd_and_linear_regression_on_shares_are_the_plaintext_protocols() -> None:
+    x, y = load_wine(return_X_y=True, as_frame=True)
+    parts = {"garage": x.iloc[:, :6], "scanner": x.iloc[:, 6:]}
+    est = small_model(VerticalLogisticRegression, max_iter=2, batch_size=48, tol=None)
+    est.fit(parts, y.map({0: "a", 1: "b", 2: "c"}), label_party="scanner")
+    assert est.parts_["garage"].coef.shape == (6, 3)
+    assert_equals_reference(est, parts, y.map({0: "a", 1: "b", 2: "c"}), "scanner")
+    x, t = load_diabetes(return_X_y=True, as_frame=True)
+    parts = {"school": x.iloc[:, :4], "survey": x.iloc[:, 4:]}
+    reg = small_model(
+        VerticalLinearRegression, optimizer="sgd", max_iter=2, batch_size=64, tol=None
+    )
+    reg.fit(parts, t, label_party="school")
+    assert_equals_reference(reg, parts, t, "school")
+
+
+def test_the_passive_partys_view_gives_the_label_solver_nothing(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    # the same first batch that the gradient-revealing protocols give away entirely
+    # (tests/vfl/test_label_leak.py)
+    est = small_model(VerticalLogisticRegression, batch_size=64, max_iter=1, tol=None)
+    est.fit(parts, y, label_party="imaging", keep_views=True)
+    design = est.parts_["lab"].design(parts["lab"])
+    result = LabelSolveAudit().run(est.views_["lab"], design, y, time_limit=5)
+    assert result.trials == 64
+    assert not result.details["solved"]
+    assert not result.significant()  # no better than the majority-class guess
+
+
+def test_the_label_partys_accumulated_view_gives_no_scores_of_a_one_column_passive(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    one = {"imaging": parts["imaging"], "lab": parts["lab"].iloc[:, :1]}
+    results = {}
+    for protocol in ("coordinator", "shared"):
+        est = small_model(
+            VerticalLogisticRegression, protocol=protocol, batch_size=64, max_iter=8, tol=None
+        )
+        est.fit(one, y, label_party="imaging", keep_views=True)
+        design = est.parts_["imaging"].design(one["imaging"])
+        design = np.column_stack([design, np.ones(len(design))])
+        column = est.parts_["lab"].design(one["lab"])[:, 0]
+        results[protocol] = ScoreSolveAudit().run(est.views_["imaging"], design, column)
+    # the audit can fail: where gradients are revealed it recovers the column exactly
+    assert results["coordinator"].details["correlation"] == pytest.approx(1.0, abs=1e-6)
+    assert results["coordinator"].success_rate == 1.0
+    shared = results["shared"]
+    assert shared.details["status"] == "solved"  # as many equations, now of masked shares
+    assert not shared.significant()
+    # a random direction in 569 dimensions: |correlation| above 0.25 has probability < 1e-9
+    assert abs(shared.details["correlation"]) < 0.25
+
+
+def test_the_coordinator_refuses_a_request_of_another_size_naming_the_party() -> None:
+    spec = small_model(
+        VerticalLogisticRegression, protocol="shared_coordinator", batch_size=64
+    ).fit_spec("imaging", ["imaging", "lab"])
+    layout = Sizes(11, 11, 1, 24, 24, 64, 1024).gram_layout  # what the coordinator derives
+
+    def data_party(name: str, inflate: bool):  # type: ignore[no-untyped-def]
+        def run(fed):  # type: ignore[no-untyped-def]
+            key = spec.policy.accept(VLR.recv(fed, "coordinator", "key", PublicKeyMessage), "c")
+            SS.send(fed, "coordinator", "plan", Plan(columns=11, feature_bits=24, rows=256))
+            if name == "imaging":
+                VLR.send(fed, "coordinator", "outputs", Outputs(count=1))
+            if inflate:  # the first step's request, one ciphertext too many
+                cts = key.raw_encrypt([0] * (layout.n_ciphertexts + 1))
+                block = EncryptedVector(key, cts, 0).to_wire()
+                request = DecryptionRequest(data=block, layout=layout.to_dict())
+                SS.child("gram").send(fed, "coordinator", "req", request)
+            SS.recv(fed, "coordinator", "never", Plan)  # wait for the coordinator's refusal
+
+        return run
+
+    roles = {
+        "imaging": data_party("imaging", True),
+        "lab": data_party("lab", False),
+        "coordinator": SharedCoordinatorRole(spec),
+    }
+    n = layout.n_ciphertexts
+    refusal = rf"party 'imaging' .* asks for {n + 1} decryptions; this step has {n}"
+    with pytest.raises(PartyFailedError, match=refusal):
+        LocalFederation(timeout=30).run(roles)
+
+
+def test_what_the_shared_protocol_cannot_do_is_refused_with_the_reason(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    three = {**parts, "genomics": parts["lab"].iloc[:, :5]}
+    with pytest.raises(ValueError, match=r"exactly two data parties.*protocol='coordinator'"):
+        small_model(VerticalLogisticRegression).fit(three, y, label_party="imaging")
+    with pytest.raises(ValueError, match="Adam's square roots cannot be computed on secret"):
+        small_model(VerticalLogisticRegression, optimizer="adam").fit(
+            parts, y, label_party="imaging"
+        )
+    with pytest.raises(ValueError, match="reveals no gradient, so label DP"):
+        small_model(VerticalLogisticRegression, label_epsilon=1.0, tol=None).fit(
+            parts, y, label_party="imaging"
+        )
+
+
+def test_a_warm_start_splits_the_fitted_weights_into_fresh_shares(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    est = small_model(VerticalLogisticRegression, max_iter=2, batch_size=128, tol=None)
+    est.fit(parts, y, label_party="imaging")
+    before = {n: p.weights(with_intercept=n == "imaging") for n, p in est.parts_.items()}
+    est.set_params(warm_start=True, learning_rate=1e-9, max_iter=1)
+    est.fit(parts, y, label_party="imaging")
+    for name, part in est.parts_.items():  # a step of 1e-9 leaves them where they were
+        after = part.weights(with_intercept=name == "imaging")
+        np.testing.assert_allclose(after, before[name], atol=ATOL)
+        assert np.any(after != 0)
+
+
+def test_the_fixed_point_step_factors() -> None:
+    momentum = make_optimizer("momentum", learning_rate=0.4)
+    to_n, to_alpha, beta, step = fixed_point_step(momentum, 3, c=4.0, rows=64, alpha=1e-3)
+    one = 2.0**64
+    assert to_n / one == pytest.approx(1 / 256, rel=1e-15)
+    assert to_alpha / one == pytest.approx(1e-3, rel=1e-15)
+    assert (beta / one, step / one) == pytest.approx((0.9, 0.2), rel=1e-15)
+    with pytest.raises(ValueError, match="not linear in the gradient"):
+        fixed_point_step(make_optimizer("adam", learning_rate=0.1), 0, 4.0, 64, 0.0)
