@@ -5,8 +5,9 @@
 2. private record linkage: both encode identities into Bloom filters with a secret they
    share; a linkage unit (here: the coordinator) matches the encodings without the secret;
 3. each side keeps its own linked rows, in the common order, split into train and test;
-4. Paillier-encrypted vertical logistic regression (the imaging centre holds the labels, the
-   coordinator the key);
+4. vertical logistic regression by the secret-shared protocol (the imaging centre holds the
+   labels; weights and gradients exist only as additive shares, Paillier for the cross
+   products, each party with its own key);
 5. a table of test AUC (federated, imaging alone, lab alone, centralised plaintext), linkage
    quality, bytes each party sent, time per stage; plots of the training curve and the
    linkage scores in the output folder.
@@ -86,7 +87,8 @@ def main() -> None:
     parts_train = {"imaging": img_rows.iloc[train], "lab": lab_rows.iloc[train]}
     parts_test = {"imaging": img_rows.iloc[test], "lab": lab_rows.iloc[test]}
 
-    # 4. encrypted training (2048-bit Paillier, coordinator protocol)
+    # 4. encrypted training (2048-bit Paillier, the secret-shared protocol: weights and
+    #    gradients exist only as additive shares, so neither party sees a gradient)
     started = time.perf_counter()
     model = VerticalLogisticRegression(random_state=0)
     with warnings.catch_warnings():
@@ -124,7 +126,7 @@ def main() -> None:
         print(f"{name:<38}{auc:>9.3f}")
     transcript = model.transcript_
     print("\nbytes sent during training:")
-    for party in ("imaging", "lab", "coordinator"):
+    for party in ("imaging", "lab"):
         print(f"  {party:<12}{transcript.total_bytes(sender=party) / 1e6:8.2f} MB")
     print("\ntime per stage:")
     for stage, seconds in times.items():

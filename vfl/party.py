@@ -26,8 +26,10 @@ schema's identity columns, linked by the coordinator, which never has the data p
 secret (each data party reads it from ``--secret-file`` or the ``VFLINK_LINKAGE_SECRET``
 environment variable: it must not be in the shared config); with ``"bloom"`` the
 ``id_column`` is only each party's own row ID in the outputs. Then split the common rows into
-training and test rows with the shared seed; train the job's estimator (protocol
-``"coordinator"`` when the config has a coordinator, else ``"two_party"``); score the test
+training and test rows with the shared seed; train the job's estimator (by default the
+secret-shared protocol: ``"shared_coordinator"`` when the config has a coordinator, else
+``"shared"``; three or more data parties must name ``protocol = "coordinator"`` in
+``[job.params]``, accepting that it reveals each party its gradient); score the test
 rows, which only the active party learns; the active party evaluates them (the job's metrics:
 test AUC and accuracy for ``logistic``, R^2 and RMSE for ``linear``).
 
@@ -175,7 +177,9 @@ def _estimator(config: FederationConfig, job: dict[str, Any]) -> Any:
         for k, v in job["params"].items()
     }
     coordinator = config.coordinator
-    params.setdefault("protocol", "coordinator" if coordinator else "two_party")
+    # secure by default: the secret-shared protocol; three or more data parties must name
+    # protocol = "coordinator" (which reveals gradients) themselves
+    params.setdefault("protocol", "shared_coordinator" if coordinator else "shared")
     if coordinator:
         params.setdefault("coordinator", coordinator)
     try:

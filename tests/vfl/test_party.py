@@ -255,7 +255,9 @@ def test_a_linear_regression_job_runs_from_the_registry(tmp_path: Path) -> None:
 def test_label_dp_from_the_config_writes_the_ledger_beside_the_model(tmp_path: Path) -> None:
     import json
 
-    config = write_config(tmp_path, max_iter=3, tol='"none"', params="label_epsilon = 4.0")
+    config = write_config(
+        tmp_path, max_iter=3, tol='"none"', params='label_epsilon = 4.0\nprotocol = "coordinator"'
+    )
     procs = {n: start(tmp_path, config, n) for n in ("coordinator", "lab", "imaging")}
     for name, proc in procs.items():
         assert proc.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]

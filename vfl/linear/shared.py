@@ -764,8 +764,9 @@ def _dot(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> int:
 
 
 def _floats(a: np.ndarray[Any, Any], bits: int) -> np.ndarray[Any, Any]:
-    out: np.ndarray[Any, Any] = np.array([math.ldexp(int(x), -bits) for x in a.reshape(-1)])
-    return out.reshape(a.shape)
+    flat = [math.ldexp(int(x), -bits) for x in a.reshape(-1)]
+    out: np.ndarray[Any, Any] = np.array(flat, dtype=float).reshape(a.shape)
+    return out
 
 
 def _flat(a: np.ndarray[Any, Any]) -> list[int]:
