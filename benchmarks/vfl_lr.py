@@ -7,10 +7,11 @@ multiplications and additions, masks each value and the coordinator decrypts the
 Same 2048-bit key size, data, batches. Where a phe epoch would take minutes, it is timed on its
 first batches and scaled to the epoch (said so in the output).
 
-Prints per-epoch seconds (vflink with its default workers -- all cores for batches of 512 rows
-or more -- and with one process; phe), the ratios, and the test AUC of vflink's defaults
-against scikit-learn. Also multiclass (one-vs-rest, K=3: the encrypted rows are set up once
-for all K models; phe's one-vs-rest is K binary protocols, so its epoch is K times the
+Prints per-epoch seconds (vflink's gradient-revealing coordinator protocol with its default
+workers -- all cores for batches of 512 rows or more -- and with one process; vflink's
+secret-shared protocol, the default, in which nobody sees a gradient; phe), the setups, the
+ratios, and the test AUC of vflink's defaults against scikit-learn. Also multiclass
+(one-vs-rest, K=3: the encrypted rows are set up once for all K models; phe's one-vs-rest is K binary protocols, so its epoch is K times the
 per-row cost measured for the binary case) and linear regression (the same exchange with the
 squared loss; phe's baseline is the binary protocol's per-row cost, the same work).
 
@@ -80,10 +81,14 @@ def vflink_epoch_seconds(
     batch: int,
     workers: int | None,
     model: type = VerticalLogisticRegression,
+    protocol: str = "coordinator",
 ) -> tuple[float, float]:
     """Steady-state seconds per epoch (mean of epochs 2-3) and the fit's one-off setup (key
-    exchange and the encryption of every party's feature rows)."""
-    est = model(max_iter=3, tol=None, batch_size=batch, workers=workers, random_state=0)
+    exchange and the encryption of every party's feature rows; for the shared protocol also
+    sharing every batch's Gram matrix and encrypting its columns)."""
+    est = model(
+        max_iter=3, tol=None, batch_size=batch, workers=workers, random_state=0, protocol=protocol
+    )
     est.fit(parts, y, label_party="active")
     # the first epoch also builds the fixed-base table of the re-randomising obfuscators
     return float(np.mean(est.epoch_seconds_[1:])), float(est.setup_seconds_)
@@ -101,8 +106,10 @@ def main() -> None:
         "2048-bit keys; seconds per epoch at the label party (all parties' work), steady "
         "state: mean of epochs 2-3. 'setup' is vflink's once-per-fit cost (key generation and "
         "exchange, encrypting every party's packed feature rows); 'fit x30' compares a "
-        "30-epoch fit (the default max_iter) with the setup included; phe: key generation "
-        "excluded\n"
+        "30-epoch fit of the shared protocol (the default max_iter) with its setup included; "
+        "phe: key generation excluded. 'coord.': the gradient-revealing coordinator protocol "
+        "(default workers, then 1 core); 'shared': the secret-shared default (nobody sees a "
+        "gradient); 'sh/co': shared seconds per epoch over coordinator's\n"
     )
     x, y = load_breast_cancer(return_X_y=True, as_frame=True)
     x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.3, random_state=0, stratify=y)
@@ -163,8 +170,12 @@ def main() -> None:
             )
         )
     print(
-        f"{'case':<42}{'vflink':>9}{'1 core':>9}{'setup':>8}{'phe':>10}{'ratio':>8}{'1 core':>8}"
-        f"{'fit x30':>9}"
+        f"{'case':<42}{'coord.':>8}{'1 core':>8}{'setup':>7}{'shared':>8}{'setup':>7}{'phe':>9}"
+        f"{'coord.':>8}{'1 core':>7}{'shared':>8}{'sh/co':>7}{'fit x30':>8}"
+    )
+    print(
+        f"{'':<42}{'s/epoch':>8}{'':>8}{'':>7}{'s/epoch':>8}{'':>7}{'':>9}{'phe/x':>8}{'':>7}"
+        f"{'phe/x':>8}"
     )
     phe_per_row = 0.0
     for name, active, passive, labels, batch, model, k in cases:
@@ -173,6 +184,7 @@ def main() -> None:
             warnings.simplefilter("ignore")
             ours, setup = vflink_epoch_seconds(parts, labels, batch, None, model)
             ours_one, _ = vflink_epoch_seconds(parts, labels, batch, 1, model)
+            shared, shared_setup = vflink_epoch_seconds(parts, labels, batch, None, model, "shared")
         if (batch >= 10_000 or k > 1 or model is VerticalLinearRegression) and phe_per_row:
             # phe's work is per row and model (an encryption, 23 multiplications and
             # additions); one 10000-row batch would take minutes, so reuse the per-row cost
@@ -189,24 +201,27 @@ def main() -> None:
             )
             scaled = "" if ran * batch >= len(labels) else f" (phe: {ran} batches, scaled)"
             phe_per_row = theirs / len(labels)
-        fit30 = 30 * theirs / (setup + 30 * ours)
+        fit30 = 30 * theirs / (shared_setup + 30 * shared)
         print(
-            f"{name:<42}{ours:>8.2f}s{ours_one:>8.2f}s{setup:>7.1f}s{theirs:>9.1f}s"
-            f"{theirs / ours:>7.1f}x{theirs / ours_one:>7.1f}x{fit30:>8.1f}x{scaled}"
+            f"{name:<42}{ours:>7.2f}s{ours_one:>7.2f}s{setup:>6.1f}s{shared:>7.2f}s"
+            f"{shared_setup:>6.1f}s{theirs:>8.1f}s{theirs / ours:>7.1f}x{theirs / ours_one:>6.1f}x"
+            f"{theirs / shared:>7.1f}x{shared / ours:>6.1f}x{fit30:>7.1f}x{scaled}"
         )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        parts = {"imaging": x_tr[cols[:10]], "lab": x_tr[cols[10:]]}
-        est = VerticalLogisticRegression(random_state=0).fit(parts, y_tr, label_party="imaging")
-    auc = roc_auc_score(
-        y_te, est.predict_proba({"imaging": x_te[cols[:10]], "lab": x_te[cols[10:]]})[:, 1]
-    )
     reference = LogisticRegression().fit(scaler.transform(x_tr), y_tr)
     auc_sk = roc_auc_score(y_te, reference.predict_proba(scaler.transform(x_te))[:, 1])
-    print(
-        f"\nbreast cancer test AUC: vflink defaults {auc:.4f} ({est.n_iter_} epochs), "
-        f"scikit-learn {auc_sk:.4f}, gap {auc_sk - auc:+.4f}"
-    )
+    parts = {"imaging": x_tr[cols[:10]], "lab": x_tr[cols[10:]]}
+    test = {"imaging": x_te[cols[:10]], "lab": x_te[cols[10:]]}
+    print(f"\nbreast cancer test AUC (scikit-learn {auc_sk:.4f}):")
+    for protocol in ("shared", "coordinator"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = VerticalLogisticRegression(random_state=0, protocol=protocol)
+            est.fit(parts, y_tr, label_party="imaging")
+        auc = roc_auc_score(y_te, est.predict_proba(test)[:, 1])
+        print(
+            f"  vflink defaults, protocol={protocol!r}: {auc:.4f} ({est.n_iter_} epochs), "
+            f"gap {auc_sk - auc:+.4f}"
+        )
 
 
 if __name__ == "__main__":
