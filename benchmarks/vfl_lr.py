@@ -11,9 +11,10 @@ Prints per-epoch seconds (vflink's gradient-revealing coordinator protocol with 
 workers -- all cores for batches of 512 rows or more -- and with one process; vflink's
 secret-shared protocol, the default, in which nobody sees a gradient; phe), the setups, the
 ratios, and the test AUC of vflink's defaults against scikit-learn. Also multiclass
-(one-vs-rest, K=3: the encrypted rows are set up once for all K models; phe's one-vs-rest is K binary protocols, so its epoch is K times the
-per-row cost measured for the binary case) and linear regression (the same exchange with the
-squared loss; phe's baseline is the binary protocol's per-row cost, the same work).
+(one-vs-rest, K=3: the encrypted rows are set up once for all K models; phe's one-vs-rest
+is K binary protocols, so its epoch is K times the per-row cost measured for the binary
+case) and linear regression (the same exchange with the squared loss; phe's baseline is the
+binary protocol's per-row cost, the same work).
 
 Run::
 
