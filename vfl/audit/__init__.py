@@ -14,6 +14,9 @@ run them on their own runs.
 * :class:`~vfl.audit.labels.LabelSolveAudit` (``"label-solve"``) -- recovers the label party's
   binary labels from a passive party's first-batch gradient in the gradient-revealing vertical
   protocols, by integer solving;
+* :class:`~vfl.audit.labels.LabelDirectionAudit` (``"label-direction"``) -- guesses those
+  labels in every batch of the training from the sign of each row against the decrypted
+  gradient share (a statistical attack, for the batches exact solving cannot reach);
 * :class:`~vfl.audit.scores.ScoreSolveAudit` (``"score-solve"``) -- recovers a one-column
   passive party's feature column and scores from the label party's view accumulated over
   the epochs of those protocols, by linear algebra. The attacks of split learning, transfer
@@ -21,7 +24,7 @@ run them on their own runs.
 """
 
 from vfl.audit.base import AUDITS, Audit, AuditResult, get_audit, register_audit
-from vfl.audit.labels import LabelSolveAudit
+from vfl.audit.labels import LabelDirectionAudit, LabelSolveAudit
 from vfl.audit.scores import ScoreSolveAudit
 from vfl.audit.transcript import Leak, find_plaintext
 
@@ -29,6 +32,7 @@ __all__ = [
     "AUDITS",
     "Audit",
     "AuditResult",
+    "LabelDirectionAudit",
     "LabelSolveAudit",
     "Leak",
     "ScoreSolveAudit",

@@ -43,15 +43,22 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
         ``tol``; None runs ``max_iter`` epochs.
     n_iter_no_change : int
         Epochs in a row without such an improvement (on the best loss so far) before
-        stopping (as scikit-learn's SGD estimators; 1 stops at the first).
-    learning_rate : float
-        Step size (Adam) or initial step size (SGD, decayed as ``1 / (1 + epoch)``).
-    optimizer : {"adam", "sgd"}
-        Each party runs it on its own weights, which is the same as running it centrally.
+        stopping (5, as scikit-learn's SGD estimators).
+    learning_rate : float, optional
+        Step size (Adam; default 0.05) or initial step size (``momentum``, default 0.3,
+        decayed as ``1 / sqrt(1 + epoch)``; ``sgd``, default 0.5, decayed as
+        ``1 / (1 + epoch)``).
+    optimizer : {"momentum", "sgd", "adam"}, optional
+        ``momentum`` (heavy ball, beta 0.9) by default under the secret-shared protocols,
+        which run only optimisers linear in the gradient; ``adam`` by default under the
+        gradient-revealing ones, where each party runs it on its own weights.
     alpha : float
         L2 penalty on the weights (not the intercept).
-    protocol : {"coordinator", "two_party"}
-        See :mod:`vfl.linear`.
+    protocol : {"shared", "shared_coordinator", "coordinator", "two_party"}
+        ``"shared"`` (default): secret-shared training, in which no party sees a gradient;
+        ``"coordinator"`` and ``"two_party"`` reveal each party its exact gradients, from
+        which labels and scores can be solved for (see :mod:`vfl.linear`; ``"coordinator"``
+        is the one for three or more data parties).
     key_bits : int
         Paillier modulus size in bits (2048 by default; smaller needs ``insecure=True``).
     random_state : int, optional

@@ -9,7 +9,7 @@ import pytest
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_wine
 
 from tests.vfl.linear.conftest import small_model
-from vfl.audit import LabelSolveAudit, ScoreSolveAudit
+from vfl.audit import LabelDirectionAudit, LabelSolveAudit, ScoreSolveAudit
 from vfl.crypto import EncryptedVector, SecurityWarning
 from vfl.crypto.masked import DecryptionRequest
 from vfl.crypto.policy import PublicKeyMessage
@@ -81,6 +81,23 @@ def test_the_passive_partys_view_gives_the_label_solver_nothing(breast) -> None:
     assert result.trials == 64
     assert not result.details["solved"]
     assert not result.significant()  # no better than the majority-class guess
+
+
+def test_every_later_batch_leaks_labels_statistically_unless_shared(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    rates = {}
+    for protocol in ("coordinator", "shared"):
+        est = small_model(
+            VerticalLogisticRegression, protocol=protocol, batch_size=64, max_iter=3, tol=None
+        )
+        est.fit(parts, y, label_party="imaging", keep_views=True)
+        design = est.parts_["lab"].design(parts["lab"])
+        later = est.views_["lab"][9:]  # the second and third epochs: no exact solving
+        rates[protocol] = LabelDirectionAudit().run(later, design, y)
+    assert rates["coordinator"].significant()  # the audit can fail: revealed gradients leak
+    assert rates["coordinator"].advantage > 0.1
+    assert not rates["shared"].significant()
+    assert rates["shared"].success_rate < rates["shared"].chance  # a random direction per batch
 
 
 def test_the_label_partys_accumulated_view_gives_no_scores_of_a_one_column_passive(breast) -> None:  # type: ignore[no-untyped-def]
