@@ -161,18 +161,11 @@ class LabelSolveAudit(Audit):
         index: Any = None,
         time_limit: float = 30.0,
     ) -> AuditResult:
-        if not view:
-            raise ValueError("the view is empty: fit with keep_views=True")
+        positive_all = binary_truth(view, x, labels, index)
         rows, decrypted = view[0]
         if decrypted.ndim == 2 and decrypted.shape[1] != 1:
             raise ValueError("the label-solve audit attacks binary models (one output)")
-        if index is not None and hasattr(labels, "loc"):
-            labels = labels.loc[index]
-        if len(labels) != len(x):
-            raise ValueError(f"{len(labels)} labels for {len(x)} rows: pass them in row order")
-        truth = np.asarray(labels)[rows]
-        classes = np.unique(np.asarray(labels))
-        positive = (truth == classes[-1]).astype(np.int64)
+        positive = positive_all[rows]
         began = time.perf_counter()
         a, b = first_batch_equations(x[rows], decrypted.reshape(-1))
         found, status = solve_binary(a, b, time_limit=time_limit)
@@ -194,6 +187,22 @@ class LabelSolveAudit(Audit):
                 "columns": x.shape[1],
             },
         )
+
+
+def binary_truth(
+    view: list[Any], x: np.ndarray[Any, Any], labels: Any, index: Any
+) -> np.ndarray[Any, Any]:
+    """The true labels as 0/1 (the larger class positive) in ``x``'s row order (a Series is
+    aligned to ``index`` first), after checking that there is a view to attack."""
+    if not view:
+        raise ValueError("the view is empty: fit with keep_views=True")
+    if index is not None and hasattr(labels, "loc"):
+        labels = labels.loc[index]
+    if len(labels) != len(x):
+        raise ValueError(f"{len(labels)} labels for {len(x)} rows: pass them in row order")
+    values = np.asarray(labels)
+    positive: np.ndarray[Any, Any] = (values == np.unique(values)[-1]).astype(np.int64)
+    return positive
 
 
 @register_audit
@@ -219,14 +228,7 @@ class LabelDirectionAudit(Audit):
         *,
         index: Any = None,
     ) -> AuditResult:
-        if not view:
-            raise ValueError("the view is empty: fit with keep_views=True")
-        if index is not None and hasattr(labels, "loc"):
-            labels = labels.loc[index]
-        if len(labels) != len(x):
-            raise ValueError(f"{len(labels)} labels for {len(x)} rows: pass them in row order")
-        classes = np.unique(np.asarray(labels))
-        positive = (np.asarray(labels) == classes[-1]).astype(np.int64)
+        positive = binary_truth(view, x, labels, index)
         right = trials = 0
         for rows, seen in view:
             g = np.asarray(seen, dtype=float)

@@ -16,6 +16,8 @@ from vfl.crypto.kernels import (
     batch_invert,
     crt_combine,
     multiexp,
+    multiexp_big,
+    multiexp_straus,
     pippenger_window,
 )
 
@@ -53,6 +55,33 @@ def test_multiexp_pippenger_path_and_edge_cases() -> None:
     assert multiexp([], np.zeros(0, dtype=np.int64), MODULUS_SQ) == 1
     with pytest.raises(ValueError, match="non-negative"):
         multiexp(bases[:2], np.array([1, -1]), MODULUS_SQ)
+
+
+@given(
+    st.integers(0, 80).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.integers(1, 2**62), min_size=n, max_size=n),
+            st.lists(st.integers(0, 2**300) | st.just(0) | st.just(1), min_size=n, max_size=n),
+        )
+    )
+)
+@settings(max_examples=40, deadline=None)
+def test_long_exponents_by_straus_and_by_limbs_equal_the_naive_product(
+    data: tuple[list[int], list[int]],
+) -> None:
+    base_seeds, exps = data
+    bases = [gmpy2.powmod(mpz(s), 7, MODULUS_SQ) for s in base_seeds]
+    expected = naive(bases, exps)
+    assert multiexp_straus(bases, exps, MODULUS_SQ) == expected
+    assert multiexp_big(bases, exps, MODULUS_SQ) == expected  # whichever path it picks
+
+
+def test_multiexp_big_takes_the_limb_path_for_many_bases() -> None:
+    bases = [mpz(secrets.randbelow(int(MODULUS_SQ))) for _ in range(600)]
+    exps = [secrets.randbits(130) for _ in range(600)]
+    assert multiexp_big(bases, exps, MODULUS_SQ) == naive(bases, exps)
+    with pytest.raises(ValueError, match="non-negative"):
+        multiexp_big(bases[:2], [1, -1], MODULUS_SQ)
 
 
 def test_pippenger_window_grows_with_terms() -> None:

@@ -197,3 +197,23 @@ def test_a_process_started_by_multiprocessing_exits_after_using_the_worker_pool(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=300
     )
     assert result.stdout.strip() == "[0, 0, 0]", result.stderr[-2000:]
+
+
+def test_the_owner_encrypts_in_another_holders_base_and_that_holder_rerandomises_in_it(
+    keypair: Keys,
+) -> None:
+    from vfl.crypto.rerandomize import rerandomize
+
+    public, private = keypair
+    holder = PaillierPublicKey(int(public.n), insecure=True)  # another party's key object
+    assert holder.h_s != public.h_s  # each holder draws its own base
+    owner = private.for_base(holder.base_bytes())
+    plain = [0, 1, 12345, int(public.n) - 1]
+    cts = owner.raw_encrypt(plain)
+    assert [int(v) for v in private.raw_decrypt(cts)] == plain
+    vector = EncryptedVector(holder, cts, 0)
+    fresh = rerandomize(vector, for_key_owner="base")
+    assert fresh.fresh and fresh.ciphertexts != vector.ciphertexts
+    assert [int(v) for v in private.raw_decrypt(fresh.ciphertexts)] == plain
+    with pytest.raises(ValueError, match="not an n-th residue"):
+        private.for_base(int(public.n + 2).to_bytes(public.ciphertext_bytes, "big"))
