@@ -145,6 +145,11 @@ def check_shared_transcript(records: list, protocol: str, decryptor_inputs: int)
         if record.tag in ciphertexts - {"vlr/rows/0"} or record.tag.startswith("vlr/ss/s/"):
             assert isinstance(payload["data"], CiphertextBlock), record.tag
             assert set(payload["data"].exponents.tolist()) == {0}  # one public exponent
+        if record.tag in shares:
+            # uniform shares and offsets, 88 bits wide: every plaintext quantity of the
+            # protocol (a weight, at 2**24 and below 2**16) is below 2**40, a uniform share
+            # with probability 2**-48
+            assert all(abs(v) >= 2**40 for v in payload["values"]), record.tag
     if protocol == "shared":
         assert decryptor_inputs == 0  # each party opens, with its own key, shares masked for it
         return
