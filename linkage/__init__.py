@@ -17,7 +17,7 @@ data holder or a linkage unit runs, for protocols to drive.
 """
 
 from linkage.blocking import Candidates, KeyBlocking, LshBlocking, block
-from linkage.encoding import Encodings, encode
+from linkage.encoding import CollisionWarning, Encodings, encode
 from linkage.matching import (
     auto_threshold,
     dice_pairs,
@@ -32,6 +32,7 @@ from linkage.schema import Field, Schema
 
 __all__ = [
     "Candidates",
+    "CollisionWarning",
     "EcdhPsiParty",
     "Encodings",
     "Field",

@@ -36,6 +36,7 @@ import hashlib
 import logging
 import os
 import unicodedata
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +48,14 @@ from tqdm import tqdm
 
 from linkage.schema import Field, Schema
 
-__all__ = ["PROGRESS_MIN_RECORDS", "Encodings", "derive_key", "encode", "soundex"]
+__all__ = [
+    "PROGRESS_MIN_RECORDS",
+    "CollisionWarning",
+    "Encodings",
+    "derive_key",
+    "encode",
+    "soundex",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +202,7 @@ def encode(frame: pd.DataFrame, schema: Schema, *, secret: bytes | str) -> Encod
             [salt + "\x1f" + token for token in _tokens(str(uniques[v]), spec)]
             for salt, v in zip(salts.tolist(), (combos % len(uniques)).tolist(), strict=True)
         ]
+        _warn_collisions(spec, uniques)
         key = derive_key(secret, spec.key_purpose)
         filters = _filters(token_lists, key, spec.hash_count, schema.bits)
         words[present] |= filters[combo_codes]
@@ -268,6 +277,36 @@ def _normalise(values: pd.Series, spec: Field) -> tuple[pd.Series, np.ndarray[An
     return out.mask(out == ""), bad
 
 
+class CollisionWarning(UserWarning):
+    """Distinct values of a field get identical tokens, hence identical encodings."""
+
+
+def _warn_collisions(spec: Field, uniques: Any) -> None:
+    """Warn when distinct values of a q-gram field still get the same tokens (repeated
+    q-grams are counted, so this takes values whose q-gram multisets agree): their encodings
+    cannot tell them apart, which for an identifier means silently linking the wrong
+    records."""
+    if spec.kind not in ("name", "text"):
+        return
+    seen: dict[frozenset[str], str] = {}
+    pairs: list[tuple[str, str]] = []
+    for value in map(str, uniques):
+        tokens = frozenset(_tokens(value, spec))
+        if tokens in seen:
+            pairs.append((seen[tokens], value))
+        else:
+            seen[tokens] = value
+    if pairs:
+        first, second = pairs[0]
+        warnings.warn(
+            f"field {spec.name!r}: {len(pairs)} distinct values have the same q-grams as "
+            f"another (e.g. {first!r} and {second!r}) and get identical encodings in this "
+            "field; if it is an identifier, declare it kind='id' (compared whole)",
+            CollisionWarning,
+            stacklevel=3,
+        )
+
+
 def _fold(value: str) -> str:
     decomposed = unicodedata.normalize("NFKD", value.casefold())
     return (
@@ -278,10 +317,20 @@ def _fold(value: str) -> str:
 
 
 def _tokens(value: str, spec: Field) -> list[str]:
-    if spec.kind in ("name", "text", "id"):
+    if spec.kind == "id":  # identifiers compare whole: 11 and 111 must never look alike
+        return ["=" + value]
+    if spec.kind in ("name", "text"):
+        # the multiset of q-grams: a repeated q-gram is a token of its own ("44" and "44#2"),
+        # so that 11 and 111, or 44499 and 44999, are not the same set
         q = spec.q_size
         padded = "_" * (q - 1) + value + "_" * (q - 1)
-        return [padded[i : i + q] for i in range(len(padded) - q + 1)]
+        seen: dict[str, int] = {}
+        tokens = []
+        for i in range(len(padded) - q + 1):
+            gram = padded[i : i + q]
+            seen[gram] = seen.get(gram, 0) + 1
+            tokens.append(gram if seen[gram] == 1 else f"{gram}\x1e{seen[gram]}")
+        return tokens
     if spec.kind == "date":
         year, month, day = value.split("-")
         return [f"y{year}", f"m{month}", f"d{day}"]

@@ -8,12 +8,15 @@ its kind, which sets good defaults for normalisation, q-gram size and weight:
 kind            tokens                                                              q    weight
 ==============  =================================================================  ===  ======
 ``name``        q-grams of the letters (accents and case folded, spaces, hyphens    2    20
-                and apostrophes removed), padded with ``_`` at both ends
-``text``        q-grams of the letters and digits, padded                           2    10
+                and apostrophes removed), padded with ``_`` at both ends; a
+                repeated q-gram counts again (``44`` then ``44#2``)
+``text``        q-grams of the letters and digits, padded, repeats counted          2    10
 ``date``        year, month and day as three tokens (parsed with ``date_format``)   --   15
 ``categorical`` the folded value as one token                                      --   10
 ``number``      the value rounded to ``decimals`` as one token                      --   10
-``id``          q-grams of the normalised ID (upper case, no spaces or dashes)      2    10
+``id``          the normalised ID (upper case, no spaces, dashes, dots or slashes)  --   10
+                as one token: identifiers compare whole, so ``11`` never matches
+                ``111`` (q-gram sets would make them identical)
 ==============  =================================================================  ===  ======
 
 ``weight`` is the number of bit positions each token sets (hash functions per token); a
@@ -43,7 +46,7 @@ __all__ = ["KINDS", "SCHEMA_VERSION", "TRANSFORMS", "Field", "Schema"]
 SCHEMA_VERSION = 1
 TRANSFORMS = ("year", "month", "day", "soundex", *(f"prefix{n}" for n in range(1, 10)))
 KINDS = ("name", "text", "date", "categorical", "number", "id")
-_DEFAULT_Q = {"name": 2, "text": 2, "id": 2}
+_DEFAULT_Q = {"name": 2, "text": 2}
 _DEFAULT_WEIGHT = {"name": 20, "text": 10, "date": 15, "categorical": 10, "number": 10, "id": 10}
 
 
@@ -58,7 +61,7 @@ class Field:
     kind : str
         One of :data:`KINDS`.
     q : int, optional
-        q-gram size for ``name``, ``text`` and ``id`` fields.
+        q-gram size for ``name`` and ``text`` fields.
     weight : int, optional
         Bit positions set per token (hash functions per token).
     date_format : str

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from linkage.encoding import Encodings, encode
+from linkage.encoding import CollisionWarning, Encodings, encode
 from linkage.matching import dice_pairs, evaluate, match
 from linkage.schema import Field, Schema
 from vfl.datasets import identity_schema, make_lab_imaging_cohort
@@ -159,3 +159,24 @@ def test_schema_checks_and_json_round_trip() -> None:
     with pytest.raises(ValueError, match="not a linkage schema"):
         Schema.from_json("{}")
     assert isinstance(encode(people(), SCHEMA, secret=SECRET), Encodings)
+
+
+def test_exact_identifiers_link_exactly_and_q_gram_collisions_warn() -> None:
+    # FATE breast's ids 0..568, shuffled at one party: 11/111, 22/222 ... have the same
+    # q-gram sets; compared whole, as kind="id", they cannot collide
+    rng = np.random.default_rng(3)
+    ids = np.arange(569)
+    left = pd.DataFrame({"id": ids}, index=[f"l{i}" for i in ids])
+    shuffled = rng.permutation(ids)
+    right = pd.DataFrame({"id": shuffled}, index=[f"r{i}" for i in shuffled])
+    exact = Schema([Field("id", "id")])
+    pairs = match(encode(left, exact, secret=SECRET), encode(right, exact, secret=SECRET))
+    assert len(pairs) == 569
+    assert (pairs["a"].str[1:] == pairs["b"].str[1:]).all()  # every row with its own id
+    as_text = Schema([Field("id", "text")])  # repeated q-grams counted: 11 and 111 differ
+    text_pairs = match(encode(left, as_text, secret=SECRET), encode(right, as_text, secret=SECRET))
+    assert (text_pairs["a"].str[1:] == text_pairs["b"].str[1:]).all()
+    # values with the same q-gram multiset still collide, and say so
+    same = pd.DataFrame({"code": ["aaba", "abaa"]}, index=["x", "y"])  # _a aa ab ba a_
+    with pytest.warns(CollisionWarning, match=r"field 'code': 1 distinct values .*kind='id'"):
+        encode(same, Schema([Field("code", "text")]), secret=SECRET)

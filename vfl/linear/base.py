@@ -456,6 +456,31 @@ class VerticalLinearModel(FederatedEstimator):
         result = run_deployed(roles, federation)[name]
         return None if result is None else self._from_scores(np.asarray(result))
 
+    # -- coefficients --------------------------------------------------------------------------
+
+    def _held_parts(self) -> list[PartyModel]:
+        self._check_fitted()
+        order = list(getattr(self, "data_parties_", None) or self.parts_)
+        return [self.parts_[p] for p in order if p in self.parts_]
+
+    @property
+    def coef_(self) -> np.ndarray[Any, Any]:
+        """The coefficients this estimator holds, in standardised units, shape
+        ``(outputs, columns)``: every party's in simulation (columns in
+        :attr:`feature_names_in_` order, the data parties' order), only this party's own in
+        deployment (a party never holds another's)."""
+        parts = self._held_parts()
+        blocks = [p.coef.reshape(len(p.columns), p.outputs) for p in parts]
+        out: np.ndarray[Any, Any] = np.vstack(blocks).T
+        return out
+
+    @property
+    def feature_names_in_(self) -> np.ndarray[Any, Any]:
+        """The columns of :attr:`coef_`, as ``"<party>:<column>"``."""
+        return np.array(
+            [f"{p.party}:{c}" for p in self._held_parts() for c in p.columns], dtype=object
+        )
+
     # -- persistence -------------------------------------------------------------------------
 
     def save(self, folder: str | Path) -> list[Path]:

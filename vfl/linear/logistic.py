@@ -105,6 +105,10 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
     ----------
     parts_ : dict of str to PartyModel
         Each party's fitted part (in deployment, only this party's).
+    coef_ : ndarray (outputs, columns)
+        The coefficients held here, on the standardised features: every party's in
+        simulation, in ``feature_names_in_`` order (``"<party>:<column>"``); a party's own in
+        deployment. ``intercept_`` at the label party.
     classes_ : ndarray
         The class labels (at the label party).
     n_iter_, loss_curve_, epoch_seconds_, setup_seconds_, label_party_, transcript_

@@ -39,6 +39,13 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
 
     _loss = SQUARED
 
+    @property
+    def coef_(self) -> np.ndarray[Any, Any]:
+        """As :attr:`VerticalLinearModel.coef_`, shaped ``(columns,)`` as scikit-learn's
+        ``LinearRegression`` (in the units of the standardised features and target)."""
+        out: np.ndarray[Any, Any] = super().coef_.ravel()
+        return out
+
     def __init__(
         self,
         *,

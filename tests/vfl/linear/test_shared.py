@@ -192,3 +192,21 @@ def test_the_fixed_point_step_factors() -> None:
     assert (beta / one, step / one) == pytest.approx((0.9, 0.2), rel=1e-15)
     with pytest.raises(ValueError, match="not linear in the gradient"):
         fixed_point_step(make_optimizer("adam", learning_rate=0.1), 0, 4.0, 64, 0.0)
+
+
+def test_coef_is_every_held_partys_coefficients_in_party_order(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    est = small_model(VerticalLogisticRegression, max_iter=1, batch_size=128, tol=None)
+    est.fit(parts, y, label_party="imaging")
+    assert est.coef_.shape == (1, 30)
+    np.testing.assert_array_equal(est.coef_[0, :10], est.parts_["imaging"].coef)
+    np.testing.assert_array_equal(est.coef_[0, 10:], est.parts_["lab"].coef)
+    assert est.feature_names_in_[0] == "imaging:mean radius"
+    lab_only = small_model(VerticalLogisticRegression)
+    lab_only.parts_ = {"lab": est.parts_["lab"]}  # what a deployed party holds
+    lab_only.data_parties_ = ["imaging", "lab"]
+    assert lab_only.coef_.shape == (1, 20)  # its own, never another party's
+    x, t = load_diabetes(return_X_y=True, as_frame=True)
+    reg = small_model(VerticalLinearRegression, max_iter=1, batch_size=64, tol=None)
+    reg.fit({"school": x.iloc[:, :4], "survey": x.iloc[:, 4:]}, t, label_party="school")
+    assert reg.coef_.shape == (10,)  # as scikit-learn's LinearRegression
