@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from vfl.crypto.kernels import FixedBaseTable, multiexp_rows
+from vfl.crypto.kernels import FixedBaseTable, multiexp_big, multiexp_rows
 
 __all__ = ["default_workers", "map_processes", "map_threads", "set_default_workers", "split"]
 
@@ -107,6 +107,42 @@ def _shutdown() -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
+_main_lock = threading.Lock()
+
+
+class _MainHidden:
+    """While worker processes start: hide the ``__main__`` module's file and spec, so that
+    the workers (and the forkserver) do not import it.
+
+    multiprocessing imports the parent's main module in every process it starts (as
+    ``__mp_main__``), which runs a script's top level again when it has no
+    ``if __name__ == "__main__":`` guard: the user's pipeline re-runs in each worker, which
+    then fails trying to start workers of its own. Our workers run functions of this module
+    only and never need the user's main module."""
+
+    def __enter__(self) -> None:
+        _main_lock.acquire()
+        import sys
+
+        self.main = sys.modules.get("__main__")
+        self.saved: dict[str, Any] = {}
+        for name in ("__file__", "__spec__"):
+            if self.main is not None and name in vars(self.main):
+                self.saved[name] = vars(self.main)[name]
+        if self.main is not None:
+            self.main.__spec__ = None
+            if "__file__" in self.saved:
+                del self.main.__file__
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.main is not None:
+                for name, value in self.saved.items():
+                    setattr(self.main, name, value)
+        finally:
+            _main_lock.release()
+
+
 def _map(
     pool: Callable[[int], Executor],
     fn: Callable[..., T],
@@ -116,7 +152,12 @@ def _map(
     if workers <= 1 or len(argument_tuples) <= 1:
         return [fn(*args) for args in argument_tuples]
     executor = pool(workers)
-    return [f.result() for f in [executor.submit(fn, *args) for args in argument_tuples]]
+    if pool is _process_pool:  # submitting may start the processes
+        with _MainHidden():
+            futures = [executor.submit(fn, *args) for args in argument_tuples]
+    else:
+        futures = [executor.submit(fn, *args) for args in argument_tuples]
+    return [f.result() for f in futures]
 
 
 def map_processes(
@@ -149,6 +190,11 @@ def random_powers_worker(base: int, modulus: int, bits: int, count: int) -> list
     while len(_tables) > _MAX_TABLES:
         del _tables[next(iter(_tables))]
     return table.random_powers(count)
+
+
+def multiexp_big_worker(bases: Sequence[Any], exponents: Sequence[int], modulus: int) -> Any:
+    """In a worker: :func:`~vfl.crypto.kernels.multiexp_big` (non-negative exponents)."""
+    return multiexp_big(bases, exponents, modulus)
 
 
 def multiexp_rows_worker(

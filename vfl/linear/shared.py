@@ -82,6 +82,7 @@ from gmpy2 import mpz
 
 from vfl.crypto import EncryptedVector
 from vfl.crypto.kernels import multiexp_big
+from vfl.crypto.parallel import map_processes, multiexp_big_worker
 from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
 from vfl.crypto.masked import (
     DecryptedSlots,
@@ -346,7 +347,8 @@ class _Link:
         if vector.shape != (layout.n_ciphertexts,) or vector.exponent != 0:
             Encrypted.refuse(self.peer, "data", f"has shape {vector.shape}, not this step's")
         if self.secret is not None:
-            return [int(v) for v in self.secret.decrypt_packed(vector, layout)]
+            slots = self.secret.decrypt_packed(vector, layout, workers=self.spec.workers)
+            return [int(v) for v in slots]
         if self.coordinator is None:
             raise RuntimeError("no key to open the share with")
         request = DecryptionRequest(data=vector.to_wire(), layout=layout.to_dict())
@@ -630,12 +632,13 @@ class SharedDataRole(DataRole):
         nsq = link.peer_key.nsquare
         columns = shares["peer_s"][b]
         e = v * sign  # non-negative at both parties
-        products = []
+        jobs = []
         for k in range(sizes.outputs):
             for g in range(groups):
                 live = [c for c in range(sizes.joint) if columns[c * groups + g] != 1]
                 bases = [columns[c * groups + g] for c in live]
-                products.append(multiexp_big(bases, [int(e[c, k]) for c in live], nsq))
+                jobs.append((bases, [int(e[c, k]) for c in live], nsq))
+        products = map_processes(multiexp_big_worker, jobs, self.spec.workers)
         tag = "prod" if span == 1 else "prod-all"
         masks = link.share_out(tag, EncryptedVector(link.peer_key, products, 0), layout)
         share = -sign * _by_rows(masks, layout.slots, groups, sizes.joint, sizes.outputs)
