@@ -82,7 +82,6 @@ from gmpy2 import mpz
 
 from vfl.crypto import EncryptedVector
 from vfl.crypto.kernels import multiexp_big
-from vfl.crypto.parallel import map_processes, multiexp_big_worker
 from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
 from vfl.crypto.masked import (
     DecryptedSlots,
@@ -92,6 +91,7 @@ from vfl.crypto.masked import (
     serve_decryption,
 )
 from vfl.crypto.packing import PackingLayout, RowPacking, pack_rows
+from vfl.crypto.parallel import map_processes, multiexp_big_worker
 from vfl.crypto.policy import PublicKeyMessage, vector_from
 from vfl.crypto.rerandomize import rerandomize
 from vfl.federation.base import Federation
