@@ -9,7 +9,9 @@ Measured on a 2-core machine, and chosen by that measurement:
 * decryption is ``gmpy2.powmod_base_list`` modulo ``p**2`` and ``q**2``, which releases the
   lock: its two halves run in two **threads**, without copying anything.
 
-Workers exchange only integers and int64 arrays with this process (through the standard
+Worker processes start without importing the caller's main module (:class:`_MainHidden`),
+so a script without an ``if __name__ == "__main__":`` guard runs once. Workers exchange only
+integers and int64 arrays with this process (through the standard
 library's process pool); nothing crosses a party boundary here. ``workers=1`` (the default
 everywhere) runs in the calling thread. Small batches stay in the caller, where starting
 workers would cost more than it saves.
