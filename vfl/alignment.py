@@ -14,12 +14,26 @@ Two ways, each written once as the code every role runs:
 
 Each party ends with its own frame reordered to the common patients, indexed
 ``0 .. n_common - 1`` (``common_row``), its original row labels in
-``frame.attrs["source_rows"]``. :func:`align` runs every role in one process (simulation);
-:func:`align_party` runs one party's role on its own federation (deployment).
+``frame.attrs["source_rows"]``.
+
+**The common order is reproducible.** With PSI it sorts the common IDs by
+``SHA-256(order_key || id)``. The same inputs and key give the same order and index, so a
+seeded split picks the same rows, and other keys give unrelated orders. Both data parties
+hold every common ID, so even the default empty key tells them nothing. The order also says
+nothing of either party's table order. With Bloom linkage, the linkage unit sorts the common
+patients by ``HMAC(order_key, the anchor's encoding)`` when it is given an ``order_key``,
+which the data parties must not know: a party holding it could tell which of its records
+the anchor spelled exactly as it did. Without one, the order is random, fresh each run, as
+it must be with BLIP hardening, whose encodings change every run.
+
+:func:`align` runs every role in one process (simulation); :func:`align_party` runs one
+party's role on its own federation (deployment).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +93,7 @@ def align(
     threshold: float | None = None,
     linkage_unit: str = "coordinator",
     ledger: Any = None,
+    order_key: bytes | str | None = None,
 ) -> dict[str, pd.DataFrame]:
     """Align ``frames`` (party name -> its table) to their common rows; every role simulated
     in this process. See :func:`align_party` for the parameters."""
@@ -113,6 +128,7 @@ def align(
                 threshold=threshold,
                 linkage_unit=linkage_unit,
                 ledger=ledger,
+                order_key=order_key if method == "psi" else None,
             )
         )
         for name in parties
@@ -125,6 +141,7 @@ def align(
             parties=parties,
             threshold=threshold,
             linkage_unit=linkage_unit,
+            order_key=order_key,
         )
     results = LocalFederation().run(roles)
     return {name: results[name] for name in parties}
@@ -142,6 +159,7 @@ def align_party(
     threshold: float | None = None,
     linkage_unit: str = "coordinator",
     ledger: Any = None,
+    order_key: bytes | str | None = None,
 ) -> Any:
     """This party's role in aligning (deployment).
 
@@ -167,6 +185,10 @@ def align_party(
         Where a data party records the differential privacy its encodings spend when the
         schema hardens them with BLIP (``blip_epsilon`` per bit, composed over the schema's
         encoded bits: the most in which two versions of one person's record can differ).
+    order_key : bytes or str, optional
+        What the common order is sorted by (see the module docstring): with PSI, both data
+        parties' (the same at each; default empty); with Bloom linkage, the linkage unit's
+        alone (default: a random order).
 
     Returns
     -------
@@ -195,15 +217,20 @@ def align_party(
         own_double = ALIGN.recv(federation, other, "psi-double", PsiPoints).split(other)
         if len(own_double) != len(ids):
             raise ValueError(f"party {other!r} returned {len(own_double)} points for {len(ids)}")
-        # both now hold both sides' doubly blinded points; the common order sorts by them
-        common = sorted(set(own_double) & set(their_double))
+        # both now hold both sides' doubly blinded points: the common ones are the common IDs,
+        # which both sort by a keyed hash of the ID itself (the same order at both, run after run)
+        common = set(own_double) & set(their_double)
         position = {point: k for k, point in enumerate(own_double)}
         rows = party.own_rows(position[p] for p in common)
+        key = _key_bytes(order_key)
+        rows.sort(
+            key=lambda r: hashlib.sha256(b"vflink/order\x00" + key + ids[r].encode()).digest()
+        )
         return _reorder(frame, rows, me)
     if frame is None:  # the linkage unit
         if me != linkage_unit:
             raise ValueError(f"party {me!r} has no frame but is not the linkage unit")
-        _link_encodings(federation, parties, threshold)
+        _link_encodings(federation, parties, threshold, order_key)
         return None
     if schema is None or secret is None:
         raise ValueError(f"party {me!r}: Bloom-filter alignment needs the schema and the secret")
@@ -241,7 +268,16 @@ def _reorder(frame: pd.DataFrame, rows: list[int], party: str) -> pd.DataFrame:
     return out
 
 
-def _link_encodings(federation: Federation, parties: list[str], threshold: float | None) -> None:
+def _key_bytes(key: bytes | str | None) -> bytes:
+    return key.encode("utf-8") if isinstance(key, str) else (key or b"")
+
+
+def _link_encodings(
+    federation: Federation,
+    parties: list[str],
+    threshold: float | None,
+    order_key: bytes | str | None = None,
+) -> None:
     encodings = {}
     for party in parties:
         message = ALIGN.recv(federation, party, "encodings", EncodingsMessage)
@@ -259,7 +295,12 @@ def _link_encodings(federation: Federation, parties: list[str], threshold: float
             raise ValueError(f"linking {anchor!r} with {party!r}: {exc}") from None
         partner[party] = dict(zip(links["a"].tolist(), links["b"].tolist(), strict=True))
     common = sorted(set.intersection(*(set(p) for p in partner.values())))
-    secrets.SystemRandom().shuffle(common)  # the common order reveals no party's order
+    if order_key is None:  # a fresh random order: it reveals no party's order
+        secrets.SystemRandom().shuffle(common)
+    else:  # reproducible, and as uninformative to parties that do not hold the key
+        key = _key_bytes(order_key)
+        words = encodings[anchor].words
+        common.sort(key=lambda r: hmac.new(key, words[r].tobytes(), hashlib.sha256).digest())
     ALIGN.send(federation, anchor, "rows", RowPositions(np.asarray(common, dtype=np.int64)))
     for party in others:
         positions = np.asarray([partner[party][a] for a in common], dtype=np.int64)

@@ -25,8 +25,10 @@ ECDH PSI on the exact ``id_column``, or with ``align = "bloom"`` by Bloom-filter
 schema's identity columns, linked by the coordinator, which never has the data parties' shared
 secret (each data party reads it from ``--secret-file`` or the ``VFLINK_LINKAGE_SECRET``
 environment variable: it must not be in the shared config); with ``"bloom"`` the
-``id_column`` is only each party's own row ID in the outputs. Then split the common rows into
-training and test rows with the shared seed; train the job's estimator (by default the
+``id_column`` is only each party's own row ID in the outputs. Then the label party draws
+the test rows from ``split_seed`` (stratified by class for a classifier) and sends the other
+parties their aligned positions; with PSI's reproducible common order, one config gives the
+same split run after run. Train the job's estimator (by default the
 secret-shared protocol: ``"shared_coordinator"`` when the config has a coordinator, else
 ``"shared"``; three or more data parties must name ``protocol = "coordinator"`` in
 ``[job.params]``, accepting that it reveals each party its gradient); score the test
@@ -349,11 +351,52 @@ def align_rows(run: PartyRun, fed: Federation) -> None:
     run.seconds["align"] = time.perf_counter() - began
 
 
-def split_rows(run: PartyRun) -> None:
-    """Training and test rows from the shared ``split_seed`` (the same at every party)."""
-    order = np.random.default_rng(run.job["split_seed"]).permutation(run.rows)
+@dataclass(frozen=True)
+class HeldOutRows(Message):
+    """The label party to every other party: the aligned positions held out for testing."""
+
+    KIND = "test rows"
+    rows: np.ndarray
+
+
+def split_rows(run: PartyRun, fed: Federation) -> None:
+    """Training and test rows, drawn by the label party from ``split_seed`` -- stratified by
+    class for a classifier -- and sent to the other parties as aligned positions only. With
+    the aligned order reproducible (:mod:`vfl.alignment`), one config gives the same split
+    run after run. The others learn which rows are held out, which a stratified draw leaves
+    nearly independent of any row's label."""
+    config = run.config
+    others = [p for p in [*run.data_parties, config.coordinator] if p and p != run.name]
+    if run.name == config.active:
+        test = _draw_test_rows(run)
+        JOB.broadcast(fed, "test-rows", HeldOutRows(test), to=others)
+    else:
+        test = JOB.recv(fed, config.active, "test-rows", HeldOutRows).rows
+        if test.ndim != 1 or test.dtype.kind not in "iu" or len(np.unique(test)) != len(test):
+            HeldOutRows.refuse(config.active, "rows", "are not distinct integer positions")
+        if len(test) and (test.min() < 0 or test.max() >= run.rows):
+            HeldOutRows.refuse(config.active, "rows", f"fall outside the {run.rows} common rows")
     run.is_test = np.zeros(run.rows, dtype=bool)
-    run.is_test[order[: round(run.rows * run.job["test_fraction"])]] = True
+    run.is_test[test] = True
+
+
+def _draw_test_rows(run: PartyRun) -> np.ndarray[Any, Any]:
+    count = round(run.rows * run.job["test_fraction"])
+    seed = run.job["split_seed"]
+    if count == 0:
+        return np.zeros(0, dtype=np.int64)
+    if run.job["learner"].name == "logistic" and run.aligned is not None:
+        from sklearn.model_selection import StratifiedShuffleSplit
+
+        labels = run.aligned[run.job["label_column"]].to_numpy()
+        try:
+            split = StratifiedShuffleSplit(n_splits=1, test_size=count, random_state=seed)
+            _, test = next(split.split(np.zeros(len(labels)), labels))
+            return np.sort(test).astype(np.int64)
+        except ValueError as exc:  # a class too small to stratify
+            logger.warning("party %r: test rows not stratified (%s)", run.name, exc)
+    order = np.random.default_rng(seed).permutation(run.rows)
+    return np.sort(order[:count]).astype(np.int64)
 
 
 def train(run: PartyRun, fed: Federation) -> None:
@@ -440,7 +483,7 @@ def run_party(
     read_data(run, data)
     with config.federation(name, cert=cert, key=key) as fed:
         align_rows(run, fed)
-        split_rows(run)
+        split_rows(run, fed)
         train(run, fed)
         score(run, fed)
     summary: dict[str, Any] = {

@@ -31,6 +31,38 @@ def test_psi_alignment_gives_both_parties_the_common_patients_in_one_order(cohor
     assert set(a.attrs["source_rows"]) == set(truth["lab"])
 
 
+def test_the_common_order_is_a_function_of_the_records_and_the_key(cohort) -> None:  # type: ignore[no-untyped-def]
+    lab, imaging, _ = cohort
+    frames = {"lab": lab, "imaging": imaging}
+    runs = [align(frames, method="psi", id_column="patient_id") for _ in range(2)]
+    # the same inputs and key: the same rows in the same order (and index), run after run
+    for name in frames:
+        assert runs[0][name].attrs["source_rows"] == runs[1][name].attrs["source_rows"]
+        pd.testing.assert_frame_equal(runs[0][name], runs[1][name])
+    # shuffling a party's table does not change the common order
+    shuffled = {"lab": lab.sample(frac=1, random_state=5), "imaging": imaging}
+    again = align(shuffled, method="psi", id_column="patient_id")
+    pd.testing.assert_frame_equal(again["imaging"], runs[0]["imaging"])
+    # another key: the same patients in an unrelated order
+    keyed = align(frames, method="psi", id_column="patient_id", order_key="project 7")
+    ids, other = runs[0]["lab"]["patient_id"], keyed["lab"]["patient_id"]
+    assert set(ids) == set(other) and (ids.to_numpy() != other.to_numpy()).mean() > 0.9
+    assert (keyed["lab"]["patient_id"].to_numpy() == keyed["imaging"]["patient_id"]).all()
+
+
+def test_bloom_linkage_orders_by_the_linkage_units_key(cohort) -> None:  # type: ignore[no-untyped-def]
+    lab, imaging, _ = cohort
+    frames = {"lab": lab, "imaging": imaging}
+
+    def run(order_key: str | None) -> list:  # type: ignore[type-arg]
+        return align(
+            frames, method="bloom", schema=identity_schema(), secret=SECRET, order_key=order_key
+        )["imaging"].attrs["source_rows"]
+
+    assert run("unit key") == run("unit key")  # reproducible with the unit's key
+    assert run(None) != run(None)  # a fresh random order without one
+
+
 def bloom_roles(frames: dict, secrets_of: dict) -> dict:  # type: ignore[type-arg]
     parties = list(frames)
     roles = {
