@@ -37,10 +37,12 @@ _EXPORTS = {
     "VerticalLogisticRegression": "vfl.linear",
     "VerticalLinearRegression": "vfl.linear",
     "PrivacyLedger": "vfl.privacy",
+    "VerticalFrames": "vfl.validation",
 }
 
 __all__ = [
     "PrivacyLedger",
+    "VerticalFrames",
     "VerticalLinearRegression",
     "VerticalLogisticRegression",
     "__version__",
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from vfl.alignment import align, align_party
     from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
     from vfl.privacy import PrivacyLedger
+    from vfl.validation import VerticalFrames
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

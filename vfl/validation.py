@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "VerticalFrames",
     "check_class_labels",
     "check_data_parties",
     "check_numeric",
@@ -21,9 +22,66 @@ __all__ = [
 ]
 
 
+class VerticalFrames:
+    """Every party's columns of the same rows, ``{party: DataFrame}``, indexable by row as one
+    table, so that scikit-learn's model selection can split it.
+
+    ``cross_val_score``, ``GridSearchCV`` and ``train_test_split`` index ``X`` by row
+    positions and need ``len`` and ``shape``. This container gives each party's frame the
+    same rows and carries the label party, so a vertical estimator's ``fit(X, y)`` needs no
+    further argument::
+
+        X = VerticalFrames({"lab": lab, "imaging": imaging}, label_party="imaging")
+        cross_val_score(VerticalLogisticRegression(), X, y, cv=3)
+
+    In simulation only: it holds every party's data in this process.
+    """
+
+    def __init__(self, parts: dict[str, pd.DataFrame], *, label_party: str) -> None:
+        self.parts = check_parts(parts, label_party)
+        self.label_party = label_party
+
+    def __len__(self) -> int:
+        return len(next(iter(self.parts.values())))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self), sum(frame.shape[1] for frame in self.parts.values())
+
+    def __getitem__(self, rows: Any) -> VerticalFrames:
+        """The rows at positions ``rows`` (an integer array, a slice or a boolean mask), at
+        every party; ``frames[rows, ...]`` as scikit-learn writes it, too."""
+        if isinstance(rows, tuple):
+            if len(rows) != 2 or not (rows[1] is Ellipsis or rows[1] == slice(None)):
+                raise IndexError("VerticalFrames are indexed by rows only")
+            rows = rows[0]
+        key = np.asarray(rows) if not isinstance(rows, slice) else rows
+        return VerticalFrames(
+            {name: frame.iloc[key] for name, frame in self.parts.items()},
+            label_party=self.label_party,
+        )
+
+    def __repr__(self) -> str:
+        columns = ", ".join(f"{n}: {f.shape[1]}" for n, f in self.parts.items())
+        return (
+            f"VerticalFrames({len(self)} rows; columns {columns}; label party {self.label_party!r})"
+        )
+
+
+def label_party_of(parts: Any, label_party: str | None) -> str:
+    """The label party named, or the one a :class:`VerticalFrames` carries."""
+    if label_party is not None:
+        return label_party
+    if isinstance(parts, VerticalFrames):
+        return parts.label_party
+    raise TypeError("pass label_party= (or the data as VerticalFrames(parts, label_party=...))")
+
+
 def check_parts(parts: Any, label_party: str) -> dict[str, pd.DataFrame]:
     """``parts`` as a dict of non-empty DataFrames with one shared, unique index, among which
-    ``label_party`` is one."""
+    ``label_party`` is one (a :class:`VerticalFrames` gives its dict)."""
+    if isinstance(parts, VerticalFrames):
+        parts = parts.parts
     if not isinstance(parts, dict) or not parts:
         raise TypeError("parts must be a non-empty dict {party name: DataFrame}")
     if label_party not in parts:

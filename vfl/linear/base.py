@@ -22,7 +22,7 @@ from vfl.linear.scoring import ScoreCoordinatorRole, ScoreRole, ScoreSpec
 from vfl.linear.shared import SharedCoordinatorRole, SharedDataRole
 from vfl.training.optimizers import OPTIMIZERS
 from vfl.training.schedule import check_batch_size
-from vfl.validation import check_data_parties, check_parts
+from vfl.validation import VerticalFrames, check_data_parties, check_parts, label_party_of
 
 __all__ = ["PROTOCOLS", "VerticalLinearModel"]
 
@@ -333,10 +333,10 @@ class VerticalLinearModel(FederatedEstimator):
 
     def fit(
         self,
-        parts: dict[str, pd.DataFrame],
+        parts: dict[str, pd.DataFrame] | VerticalFrames,
         y: Any,
         *,
-        label_party: str,
+        label_party: str | None = None,
         keep_payloads: bool = False,
         keep_views: bool = False,
         ledger: Any = None,
@@ -345,13 +345,14 @@ class VerticalLinearModel(FederatedEstimator):
 
         Parameters
         ----------
-        parts : dict of str to DataFrame
-            Each party's features, all with the same index (the aligned common rows).
+        parts : dict of str to DataFrame, or VerticalFrames
+            Each party's features, all with the same index (the aligned common rows);
+            :class:`~vfl.validation.VerticalFrames` for scikit-learn's model selection.
         y : array-like or Series
             Labels (targets) of those rows (a Series is aligned by index), held by
             ``label_party``.
         label_party : str
-            The active party: one of ``parts``.
+            The active party: one of ``parts`` (a VerticalFrames carries it).
         keep_payloads : bool
             Keep every message's payload in ``transcript_`` for audits (memory grows with the
             data); sizes are always kept.
@@ -362,6 +363,7 @@ class VerticalLinearModel(FederatedEstimator):
             Where label DP records its spend (with ``label_epsilon``; by default a new ledger,
             kept as ``privacy_ledger_``).
         """
+        label_party = label_party_of(parts, label_party)
         frames = check_parts(parts, label_party)
         spec = replace(
             self.fit_spec(label_party, list(frames)),

@@ -210,3 +210,24 @@ def test_coef_is_every_held_partys_coefficients_in_party_order(breast) -> None: 
     reg = small_model(VerticalLinearRegression, max_iter=1, batch_size=64, tol=None)
     reg.fit({"school": x.iloc[:, :4], "survey": x.iloc[:, 4:]}, t, label_party="school")
     assert reg.coef_.shape == (10,)  # as scikit-learn's LinearRegression
+
+
+def test_scikit_learn_model_selection_splits_vertical_frames(breast) -> None:  # type: ignore[no-untyped-def]
+    from sklearn.model_selection import GridSearchCV, cross_val_score, train_test_split
+
+    from vfl import VerticalFrames
+
+    parts, y = breast
+    frames = VerticalFrames(parts, label_party="imaging")
+    assert len(frames) == 569 and frames.shape == (569, 30)
+    x_train, x_test, y_train, y_test = train_test_split(frames, y, test_size=0.3, random_state=0)
+    assert isinstance(x_train, VerticalFrames) and len(x_test) == len(y_test) == 171
+    assert x_train.parts["lab"].index.equals(y_train.index)  # every party, the same rows
+    est = small_model(VerticalLogisticRegression, max_iter=2, batch_size=128, tol=None)
+    scores = cross_val_score(est, frames, y, cv=3)
+    assert scores.shape == (3,) and (scores > 0.7).all()  # two epochs; the majority is 0.63
+    search = GridSearchCV(est, {"alpha": [1e-3, 1e-1]}, cv=2).fit(x_train, y_train)
+    assert search.best_params_["alpha"] in (1e-3, 1e-1)
+    assert search.score(x_test, y_test) > 0.8
+    with pytest.raises(TypeError, match="pass label_party="):
+        est.fit(parts, y)  # a plain dict needs the label party named
