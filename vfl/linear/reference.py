@@ -60,8 +60,10 @@ def plaintext_reference(
         fixed, orders = schedule.fixed()
         epochs = ([fixed[b] for b in order] for order in orders)
     curve = LossCurve(spec.tol, spec.patience)
+    model = dict(ws)
     for epoch, batches in zip(range(spec.max_iter), epochs, strict=False):
         total = 0.0
+        sums = {p: np.zeros_like(w) for p, w in ws.items()}
         for rows in batches:
             z = sum(xs[p][rows] @ ws[p] for p in xs) - targets[rows]
             total += float(np.sum(z * z))
@@ -69,10 +71,13 @@ def plaintext_reference(
                 grad = xs[p][rows].T @ z / (spec.loss.c * len(rows))
                 grad = grad + penalty(ws[p], spec.alpha, p == label_party)
                 ws[p] = opts[p].step(ws[p], grad, epoch)
-        if spec.shared:  # the secret-shared protocol: at the epoch's final weights, all rows
-            z = sum(xs[p] @ ws[p] for p in xs) - targets
+                sums[p] += ws[p]
+        if spec.shared:  # the secret-shared protocol: the epoch's mean iterate, all rows
+            model = {p: s / len(batches) for p, s in sums.items()}
+            z = sum(xs[p] @ model[p] for p in xs) - targets
             total = float(np.sum(z * z))
         if curve.add(spec.loss.mean_loss(total, n, outputs)):
             break
-    out = {p: (w[:, 0] if outputs == 1 else w) for p, w in ws.items()}
+    final = model if spec.shared else ws
+    out = {p: (w[:, 0] if outputs == 1 else w) for p, w in final.items()}
     return out, curve.values
