@@ -118,6 +118,15 @@ class PartyModel:
     def design(self, frame: pd.DataFrame) -> np.ndarray[Any, Any]:
         """This party's standardised, rounded feature matrix of ``frame`` (checked)."""
         values = (check_numeric(frame, self.party, self.columns) - self.mean) / self.scale
+        huge = np.abs(values) >= 2.0**40
+        if huge.any():
+            columns = [self.columns[j] for j in np.flatnonzero(huge.any(axis=0))]
+            row = frame.index[int(np.flatnonzero(huge.any(axis=1))[0])]
+            raise ValueError(
+                f"party {self.party!r}: column(s) {columns} reach 2**40 in magnitude (first at "
+                f"row {row!r}), beyond the fixed point encryption works in; train with "
+                "standardize=True, or rescale them"
+            )
         clip = self.extra.get("row_clip")
         if clip is not None:  # label DP trained on rows of bounded norm: predict on them too
             return clip_rows(values, float(clip))

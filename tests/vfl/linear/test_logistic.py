@@ -198,6 +198,11 @@ def test_bad_input_gets_clear_errors(breast) -> None:  # type: ignore[no-untyped
     shifted = {**parts, "lab": parts["lab"].iloc[::-1]}
     with pytest.raises(ValueError, match="party 'lab': rows do not align"):
         est.fit(shifted, y, label_party="imaging")
+    huge = parts["lab"].assign(**{"worst area": parts["lab"]["worst area"] * 1e12})
+    with pytest.raises(
+        ValueError, match=r"party 'lab': column\(s\) \['worst area'\] reach 2\*\*40"
+    ):
+        small(max_iter=1, standardize=False).fit({**parts, "lab": huge}, y, label_party="imaging")
     nan = parts["lab"].copy()
     nan.iloc[3, 2] = np.nan
     with pytest.raises(ValueError, match=r"party 'lab': column '.*' has NaN or inf"):
