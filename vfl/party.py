@@ -25,7 +25,9 @@ ECDH PSI on the exact ``id_column``, or with ``align = "bloom"`` by Bloom-filter
 schema's identity columns, linked by the coordinator, which never has the data parties' shared
 secret (each data party reads it from ``--secret-file`` or the ``VFLINK_LINKAGE_SECRET``
 environment variable: it must not be in the shared config); with ``"bloom"`` the
-``id_column`` is only each party's own row ID in the outputs. Then the label party draws
+``id_column`` is only each party's own row ID in the outputs, and the common order is
+reproducible when the coordinator has a key of its own in ``VFLINK_ORDER_KEY`` (random
+otherwise). Then the label party draws
 the test rows from ``split_seed`` (stratified by class for a classifier) and sends the other
 parties their aligned positions; with PSI's reproducible common order, one config gives the
 same split run after run. Train the job's estimator (by default the
@@ -329,6 +331,9 @@ def align_rows(run: PartyRun, fed: Federation) -> None:
             parties=run.data_parties,
             threshold=job.get("threshold"),
             linkage_unit=config.coordinator,  # type: ignore[arg-type]
+            # the linkage unit's own key makes the common order reproducible; the data
+            # parties must not hold it (vfl.alignment)
+            order_key=os.environ.get("VFLINK_ORDER_KEY") if run.frame is None else None,
         )
     elif run.frame is not None:
         logger.info(
