@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vfl.federation.base import Federation
+from vfl.federation.base import Federation, FederationError
 from vfl.federation.config import FederationConfig
 from vfl.federation.messages import Message, Namespace
 from vfl.jobs import Job, get_job, predictions_frame
@@ -469,6 +469,17 @@ def outputs(run: PartyRun, summary: dict[str, Any]) -> dict[str, str | bytes]:
     return files
 
 
+def _stop_peers(config: FederationConfig, name: str, cert: Any, key: Any, reason: str) -> None:
+    """Open this party's endpoint just long enough to tell each peer why it stops (until the
+    peers' connect timeout at most), so that they end within seconds naming it and its
+    reason, instead of waiting for a party that will never come."""
+    try:
+        with config.federation(name, cert=cert, key=key) as fed:
+            fed.close(reason=reason, patience=config.connect_timeout)
+    except Exception:  # no endpoint to open (bad certificate, port taken): nothing to tell
+        logger.debug("party %r could not tell its peers why it stops", name)
+
+
 def run_party(
     config: FederationConfig,
     name: str,
@@ -484,13 +495,21 @@ def run_party(
     (``align = "bloom"``; default: the ``VFLINK_LINKAGE_SECRET`` environment variable).
     Raises ValueError for bad input, a FederationError when a peer fails; writes nothing
     unless the whole job succeeded."""
-    run = plan(config, name, secret)
-    read_data(run, data)
+    try:
+        run = plan(config, name, secret)
+        read_data(run, data)
+    except ValueError as exc:  # refused our own input: tell the peers why, then stop
+        _stop_peers(config, name, cert, key, str(exc))
+        raise
     with config.federation(name, cert=cert, key=key) as fed:
-        align_rows(run, fed)
-        split_rows(run, fed)
-        train(run, fed)
-        score(run, fed)
+        try:
+            align_rows(run, fed)
+            split_rows(run, fed)
+            train(run, fed)
+            score(run, fed)
+        except (ValueError, FederationError) as exc:  # say why, so that peers end at once
+            fed.close(reason=str(exc))
+            raise
     summary: dict[str, Any] = {
         "party": name,
         "role": run.role,

@@ -314,6 +314,25 @@ def test_a_party_killed_mid_training_stops_the_others_naming_it(tmp_path: Path) 
 
 
 @pytest.mark.network
+def test_a_party_refusing_its_own_input_stops_the_others_within_seconds(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    lab = pd.read_csv(tmp_path / "data" / "lab.csv")
+    lab.drop(columns=["patient_id"]).to_csv(tmp_path / "data" / "lab.csv", index=False)
+    began = time.monotonic()
+    procs = {n: start(tmp_path, config, n) for n in ("coordinator", "imaging", "lab")}
+    codes = {name: proc.wait(timeout=60) for name, proc in procs.items()}
+    assert time.monotonic() - began < 20  # not the peers' 60 s connect timeout
+    assert codes["lab"] == 2  # bad input
+    reason = (tmp_path / "lab.log").read_text().strip().splitlines()[-1]
+    assert "lab" in reason
+    for name in ("coordinator", "imaging"):
+        assert codes[name] == 3  # a peer failed
+        log = (tmp_path / f"{name}.log").read_text()
+        # the root cause reaches every party, relayed by whoever waited on whom
+        assert "'lab' stopped: party 'lab': its data file has no column 'patient_id'" in log
+
+
+@pytest.mark.network
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_run_local_script_runs_the_pipeline_and_leaves_no_process(tmp_path: Path) -> None:
     vflink_bin = Path(sys.executable).with_name("vflink")

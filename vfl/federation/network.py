@@ -92,6 +92,7 @@ class _Inbox:
         self.last_seq: dict[str, int] = {}
         self.sessions: dict[str, str] = {}
         self.finished: set[str] = set()
+        self.reasons: dict[str, str] = {}
         self.restarted: set[str] = set()
         self.max_pending_bytes = max_pending_bytes
 
@@ -306,16 +307,30 @@ class GrpcFederation(Federation):
         logger.info("party %r listening on %s", self.name, self.address)
         return self
 
-    def close(self, *, grace: float = 1.0) -> None:
-        """Tell the peers this party is done, stop heart-beating and serving."""
+    def close(
+        self, *, grace: float = 1.0, reason: str | None = None, patience: float = 0.0
+    ) -> None:
+        """Tell the peers this party is done, stop heart-beating and serving.
+
+        ``reason`` (a party that stops on an error of its own) travels with the goodbye, and
+        a peer waiting for this party's messages fails at once with it. ``patience`` seconds
+        are spent retrying peers not yet up to hear it (best effort)."""
         if self._server is None:
             return
         self._stop.set()
-        for peer in self.peers:
-            try:
-                self._call(peer, "Bye", json.dumps({"from": self.name}).encode(), timeout=1.0)
-            except Exception:  # best effort: the peer may be gone already
-                logger.debug("party %r could not say goodbye to %r", self.name, peer)
+        goodbye = {"from": self.name, **({"reason": reason[:2000]} if reason else {})}
+        untold = list(self.peers)
+        deadline = time.monotonic() + patience
+        while untold:
+            for peer in list(untold):
+                try:
+                    self._call(peer, "Bye", json.dumps(goodbye).encode(), timeout=1.0)
+                    untold.remove(peer)
+                except Exception:  # best effort: the peer may be gone, or not up yet
+                    logger.debug("party %r could not say goodbye to %r", self.name, peer)
+            if not untold or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
         if self._heartbeat_thread is not None:
             self._heartbeat_thread.join()
         for channel in self._channels.values():
@@ -442,7 +457,10 @@ class GrpcFederation(Federation):
 
     def _serve_bye(self, request: bytes, context: Any) -> bytes:
         sender = self._identity(context, _json_field(request, "from"))
+        reason = _json_field(request, "reason")
         with self._inbox.cond:
+            if isinstance(reason, str) and reason:
+                self._inbox.reasons[sender] = reason[:2000]
             self._inbox.finished.add(sender)
             self._inbox.cond.notify_all()
         return b""
@@ -523,6 +541,12 @@ class GrpcFederation(Federation):
                             f"party {self.name!r} could not deliver {tag!r} to {to!r} within "
                             f"{self.timeout:g} s"
                         ) from None
+                    reason = self._inbox.reasons.get(to)
+                    if reason is not None and to in self._inbox.finished:
+                        raise PeerGoneError(  # it said why it stopped: no use retrying
+                            f"party {self.name!r} cannot deliver {tag!r} to {to!r}: {to!r} "
+                            f"stopped: {reason}"
+                        ) from None
                     now = time.monotonic()
                     failing_since = failing_since or now
                     window = self._window(to)
@@ -557,6 +581,11 @@ class GrpcFederation(Federation):
                     raise PeerGoneError(
                         f"party {self.name!r} waits for {tag!r} from {frm!r}, but {frm!r} has "
                         "restarted and lost its state; restart every party"
+                    )
+                if frm in inbox.finished and frm in inbox.reasons:
+                    raise PeerGoneError(
+                        f"party {self.name!r} waits for {tag!r} from {frm!r}, but {frm!r} "
+                        f"stopped: {inbox.reasons[frm]}"
                     )
                 if frm in inbox.finished:
                     raise PeerGoneError(
