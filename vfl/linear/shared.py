@@ -665,9 +665,10 @@ class SharedDataRole(DataRole):
         shares: dict[str, Any],
         v: np.ndarray[Any, Any],
     ) -> float:
-        """The mean training loss at the epoch's final weights over all rows (the label party
-        learns it; B returns 0.0): ``|X w - t|^2 = <w, N - tau> + |t|^2`` from shares of
-        ``N`` over all batches; the cross terms of the inner product travel encrypted."""
+        """The mean training loss of the epoch's model (its mean iterate, shares ``v``) over
+        all rows (the label party learns it; B returns 0.0): ``|X w - t|^2 =
+        <w, N - tau> + |t|^2`` from shares of ``N`` over all batches; the cross terms of the
+        inner product travel encrypted."""
         span = len(shares["fixed"])
         n_share = self._gradient(link, sizes, shares, span, span, v)
         modulus = sizes.n_modulus(span)
