@@ -24,8 +24,9 @@ visited in a fresh order every epoch. Each batch's joint Gram matrix ``X^T X`` a
 ``X^T t(y)`` are split into shares once, at setup. Per batch, each party raises the other's
 encrypted share columns to its share of the weights, and masks and returns the packed
 result. The weights move by momentum SGD (or SGD) on shares, and Adam is refused: its square
-roots are not linear. The loss at the epoch's final weights reaches the label party once per
-epoch. At the end each party receives the other's share of its own weights. The model equals
+roots are not linear. Each epoch's model is the mean of its iterates, averaged on the shares.
+Its loss over all rows reaches the label party once per epoch. At the end each party
+receives the other's share of its own weights. The model equals
 :func:`plaintext_reference` to the fixed point (``2**-24`` per step; runs under one seed
 agree to about ``1e-6``, not exactly, since shares are truncated at random points).
 
