@@ -160,7 +160,7 @@ class DataRole:
         result = trainer.run(schedule)
         if spec.label_noise is not None and self.targets is not None:
             record_label_dp(spec, fed.name, result.n_iter)
-        self.part.set_weights(trainer.w, with_intercept=self.is_label)
+        self.part.set_weights(trainer.model, with_intercept=self.is_label)
         result.part, result.setup_seconds, result.view = self.part, setup, exchange.view
         return result
 
@@ -236,10 +236,24 @@ class _Trainer:
     ) -> None:
         self.fed, self.spec, self.x, self.w, self.exchange = fed, spec, x, w, exchange
         self.optimizer = make_optimizer(spec.optimizer, learning_rate=spec.learning_rate)
+        self.model = w  # what the fit returns: the last epoch's mean iterate
+        self._sum: np.ndarray[Any, Any] = np.zeros_like(w)
+        self._steps = 0
 
     def step(self, grad: np.ndarray[Any, Any], rows: int, epoch: int, intercept: bool) -> None:
         scaled = grad / (self.spec.loss.c * rows) + penalty(self.w, self.spec.alpha, intercept)
         self.w = self.optimizer.step(self.w, scaled, epoch)
+        self._sum = self._sum + self.w
+        self._steps += 1
+
+    def start_epoch(self) -> None:
+        self._sum, self._steps = np.zeros_like(self.w), 0
+
+    def end_epoch(self) -> None:
+        """The epoch's model is the mean of its iterates (each party its own weights; the
+        optimiser goes on from the last iterate)."""
+        if self._steps:
+            self.model = self._sum / self._steps
 
     def run(self, schedule: Schedule) -> FitResult:
         raise NotImplementedError
@@ -270,8 +284,10 @@ class _LabelTrainer(_Trainer):
         for epoch in range(self.spec.max_iter):
             began = time.perf_counter()
             VLR.broadcast(self.fed, "epoch", EpochControl(stop=False), to=self.followers)
+            self.start_epoch()
             for rows in next(epochs):
                 self.train_batch(rows, epoch)
+            self.end_epoch()
             loss = self.epoch_loss(len(self.x))
             result.epoch_seconds.append(time.perf_counter() - began)
             logger.info("epoch %d: training loss %.6f", epoch + 1, loss)
@@ -374,8 +390,10 @@ class _PassiveTrainer(_Trainer):
         epochs = schedule.epochs()
         epoch = 0
         while not VLR.recv(self.fed, label, "epoch", EpochControl).stop:
+            self.start_epoch()
             for rows in next(epochs):
                 self.train_batch(rows, epoch)
+            self.end_epoch()
             key = self.exchange.keys[label]
             piece = Encrypted(data=key.encrypt(np.array(self.piece)).to_wire())
             VLR.send(self.fed, label, "loss-piece", piece)

@@ -72,12 +72,11 @@ def plaintext_reference(
                 grad = grad + penalty(ws[p], spec.alpha, p == label_party)
                 ws[p] = opts[p].step(ws[p], grad, epoch)
                 sums[p] += ws[p]
-        if spec.shared:  # the secret-shared protocol: the epoch's mean iterate, all rows
-            model = {p: s / len(batches) for p, s in sums.items()}
+        model = {p: s / len(batches) for p, s in sums.items()}  # the epoch's mean iterate
+        if spec.shared:  # the secret-shared protocols' loss: of that model, over all rows
             z = sum(xs[p] @ model[p] for p in xs) - targets
             total = float(np.sum(z * z))
         if curve.add(spec.loss.mean_loss(total, n, outputs)):
             break
-    final = model if spec.shared else ws
-    out = {p: (w[:, 0] if outputs == 1 else w) for p, w in final.items()}
+    out = {p: (w[:, 0] if outputs == 1 else w) for p, w in model.items()}
     return out, curve.values
