@@ -271,8 +271,9 @@ def _ints(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 
 
 def _gram(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], bits: int) -> np.ndarray[Any, Any]:
-    """``x^T y`` of int64 matrices, exact (object integers when int64 could overflow)."""
-    if bits < 62:
+    """``x^T y`` of int64 matrices whose entries are below ``2**bits`` in magnitude, exact
+    (object integers when int64 could overflow)."""
+    if bits < 63:
         return _ints(x.T @ y)
     return _ints(x).T @ _ints(y)  # type: ignore[no-any-return]
 
@@ -445,7 +446,7 @@ class SharedDataRole(DataRole):
         gram_l, tau_l = sizes.gram_layout, sizes.tau_layout
         a_pack, b_pack = sizes.row_packing(True), sizes.row_packing(False)
         for rows in fixed:
-            own = _gram(x_int[rows], x_int[rows], 2 * max(sizes.fb_a, sizes.fb_b) + 12)
+            own = _gram(x_int[rows], x_int[rows], sizes.gram_bits)
             s = np.zeros((sizes.joint, sizes.joint), dtype=object)
             tau = np.zeros((sizes.joint, k_out), dtype=object)
             if t_int is not None:  # the label party: X_B^T t for B, then its share of G_AB
@@ -822,7 +823,7 @@ class SharedCoordinatorRole:
         public_key, private_key = spec.policy.generate()
         VLR.broadcast(fed, "key", PublicKeyMessage.of(public_key), to=[label, other])
         plans = {p: SS.recv(fed, p, "plan", Plan) for p in (label, other)}
-        outputs = self._outputs(fed, label)
+        outputs = int(VLR.recv(fed, label, "outputs", Outputs).count)
         sizes = _sizes(spec, plans, outputs, public_key.n_length)
         rows = plans[label].rows
         if plans[other].rows != rows:
@@ -852,8 +853,3 @@ class SharedCoordinatorRole:
             serve_decryption(fed, label, SS.child("loss"), private_key, expected=1, count=1)
             epochs += 1
         return FitResult(part=None, n_iter=epochs)
-
-    def _outputs(self, fed: Federation, label: str) -> int:
-        from vfl.linear.messages import Outputs
-
-        return int(VLR.recv(fed, label, "outputs", Outputs).count)

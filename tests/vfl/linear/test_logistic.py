@@ -332,14 +332,19 @@ def test_small_batches_that_would_reveal_rows_are_refused(breast) -> None:  # ty
         small(batch_size=16).fit(parts, y, label_party="imaging")
 
 
-def test_three_parties_with_a_coordinator_equal_the_plaintext_protocol(breast) -> None:  # type: ignore[no-untyped-def]
-    parts, y, _, _ = breast
+def three_parties(parts: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The lab's 20 columns split into two passive parties of 10."""
     cols = list(parts["lab"].columns)
-    three = {
+    return {
         "imaging": parts["imaging"],
         "lab": parts["lab"][cols[:10]],
         "genomics": parts["lab"][cols[10:]],
     }
+
+
+def test_three_parties_with_a_coordinator_equal_the_plaintext_protocol(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y, _, _ = breast
+    three = three_parties(parts)
     est = small(max_iter=2, batch_size=100, tol=None, protocol="coordinator")
     est.fit(three, y, label_party="imaging")
     weights, curve = plaintext_reference(est, three, y, label_party="imaging")
@@ -537,12 +542,7 @@ def test_the_transcript_is_the_fits_and_scoring_leaves_it(breast) -> None:  # ty
 
 def test_cross_party_ciphertexts_carry_one_public_exponent_per_step(breast) -> None:  # type: ignore[no-untyped-def]
     parts, y, _, _ = breast
-    cols = list(parts["lab"].columns)
-    three = {
-        "imaging": parts["imaging"],
-        "lab": parts["lab"][cols[:10]],
-        "genomics": parts["lab"][cols[10:]],
-    }
+    three = three_parties(parts)
     est = small(max_iter=2, batch_size=100, tol=None, protocol="coordinator")
     est.fit(three, y, label_party="imaging", keep_payloads=True)
     exponents: dict[str, set[int]] = {}
