@@ -70,11 +70,14 @@ def test_multiclass_sgd_and_linear_regression_on_shares_are_the_plaintext_protoc
     assert_equals_reference(reg, parts, t, "school")
 
 
-def test_the_passive_partys_view_gives_the_label_solver_nothing(breast) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("protocol", ["shared", "shared_coordinator"])
+def test_the_passive_partys_view_gives_the_label_solver_nothing(breast, protocol: str) -> None:  # type: ignore[no-untyped-def]
     parts, y = breast
     # the same first batch that the gradient-revealing protocols give away entirely
     # (tests/vfl/test_label_leak.py)
-    est = small_model(VerticalLogisticRegression, batch_size=64, max_iter=1, tol=None)
+    est = small_model(
+        VerticalLogisticRegression, protocol=protocol, batch_size=64, max_iter=1, tol=None
+    )
     est.fit(parts, y, label_party="imaging", keep_views=True)
     design = est.parts_["lab"].design(parts["lab"])
     result = LabelSolveAudit().run(est.views_["lab"], design, y, time_limit=5)
