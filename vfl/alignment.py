@@ -2,9 +2,10 @@
 
 Two ways, each written once as the code every role runs:
 
-* ``method="psi"`` -- ECDH private set intersection on an exact ID column between two data
-  parties (:mod:`linkage.psi`): each learns which of its own rows are common and their common
-  order, nothing about the other's other IDs;
+* ``method="psi"`` -- ECDH private set intersection on an exact ID column (:mod:`linkage.psi`).
+  Two data parties run it directly: each learns which of its own rows are common and their
+  common order, nothing about the other's other IDs. Three or more run a ring with a helper
+  (the coordinator, which holds no ID and no key), described below;
 * ``method="bloom"`` -- the data parties encode their identity columns into Bloom filters with
   a secret they share (:func:`linkage.encode`) and send the encodings, without row labels, to a
   linkage unit (the coordinator), which never has the secret; it links every other party to the
@@ -25,6 +26,29 @@ patients by ``HMAC(order_key, the anchor's encoding)`` when it is given an ``ord
 which the data parties must not know: a party holding it could tell which of its records
 the anchor spelled exactly as it did. Without one, the order is random, fresh each run, as
 it must be with BLIP hardening, whose encodings change every run.
+
+**PSI among three or more parties** reveals only the common intersection to the data
+parties. Each party's points travel a ring: the owner blinds its (shuffled) IDs,
+``[k_i] H(x)``, and each other party in turn multiplies by its own scalar; the last one sends
+the fully blinded ``[k_1 ... k_K] H(x)`` to the helper, not back to the owner. The helper
+intersects the K sets of fully blinded points and tells each owner which of its sent
+positions are in all of them; each owner then sorts its common rows by ``SHA-256(order_key ||
+id)`` as two parties do, so that every party lists the common patients alike.
+
+What each learns (honest-but-curious parties, decisional Diffie-Hellman, no collusion):
+
+* a data party: every other party's set size (the number of points that pass through it)
+  and which of its own rows are in the K-way intersection -- nothing about pairwise or other
+  partial intersections: the points it handles carry other parties' IDs under scalars it does
+  not all hold, never its own IDs under the same scalars, so it has nothing to compare them
+  with (``tests/vfl/test_align.py`` attacks this: a party re-blinds everything it received
+  and finds none of its own points);
+* the helper: only fully blinded points, under scalars it does not hold, so no ID; but it
+  does see how many points are common to each subset of parties (the sizes of the pairwise
+  and other partial intersections, not which records);
+* a data party colluding with the helper learns which of its own rows lie in each other
+  party's set (the helper knows whose points are whose). Two parties can use the direct
+  protocol, which needs no helper.
 
 :func:`align` runs every role in one process (simulation); :func:`align_party` runs one
 party's role on its own federation (deployment).
@@ -110,7 +134,8 @@ def align(
                 f"({id_column!r} is not one of its columns)"
             )
     parties = list(frames)
-    if method == "bloom" and linkage_unit in frames:
+    helped = method == "bloom" or len(parties) > 2  # a linkage unit links, or helps the PSI
+    if helped and linkage_unit in frames:
         raise ValueError(
             f"{linkage_unit!r} is both a data party and the linkage unit; pass linkage_unit="
             "'...' with another name (the linkage unit must not hold identities)"
@@ -133,7 +158,7 @@ def align(
         )
         for name in parties
     }
-    if method == "bloom":
+    if helped:
         roles[linkage_unit] = lambda fed: align_party(
             fed,
             None,
@@ -141,7 +166,7 @@ def align(
             parties=parties,
             threshold=threshold,
             linkage_unit=linkage_unit,
-            order_key=order_key,
+            order_key=order_key if method == "bloom" else None,
         )
     results = LocalFederation().run(roles)
     return {name: results[name] for name in parties}
@@ -180,7 +205,8 @@ def align_party(
     threshold : float, optional
         Match threshold (``"bloom"``); chosen from the scores when None.
     linkage_unit : str
-        The party that links encodings (``"bloom"``).
+        The party that links encodings (``"bloom"``), or helps a PSI among three or more
+        data parties (it holds no ID and no key; see the module docstring).
     ledger : vfl.privacy.PrivacyLedger, optional
         Where a data party records the differential privacy its encodings spend when the
         schema hardens them with BLIP (``blip_epsilon`` per bit, composed over the schema's
@@ -200,28 +226,21 @@ def align_party(
     if method not in ("psi", "bloom"):
         raise ValueError(f"method must be 'psi' or 'bloom', got {method!r}")
     if method == "psi":
-        if len(parties) != 2:
-            raise ValueError(
-                f"PSI alignment runs between two data parties, got {parties}; use "
-                "method='bloom' with a linkage unit for more"
-            )
-        if frame is None or id_column is None or id_column not in frame.columns:
+        if frame is None:
+            if me != linkage_unit or len(parties) < 3:
+                raise ValueError(f"party {me!r} has no frame but is not the PSI helper")
+            _help_psi(federation, parties)
+            return None
+        if id_column is None or id_column not in frame.columns:
             raise ValueError(f"party {me!r}: PSI alignment needs its frame and its id_column")
-        other = next(p for p in parties if p != me)
         ids = linkage.normalize_ids(frame[id_column], what=f"party {me!r}'s {id_column}")
         party = linkage.EcdhPsiParty()
-        ALIGN.send(federation, other, "psi-blinded", PsiPoints(b"".join(party.blind(ids))))
-        theirs = ALIGN.recv(federation, other, "psi-blinded", PsiPoints).split(other)
-        their_double = party.reblind(theirs)
-        ALIGN.send(federation, other, "psi-double", PsiPoints(b"".join(their_double)))
-        own_double = ALIGN.recv(federation, other, "psi-double", PsiPoints).split(other)
-        if len(own_double) != len(ids):
-            raise ValueError(f"party {other!r} returned {len(own_double)} points for {len(ids)}")
-        # both now hold both sides' doubly blinded points: the common ones are the common IDs,
-        # which both sort by a keyed hash of the ID itself (the same order at both, run after run)
-        common = set(own_double) & set(their_double)
-        position = {point: k for k, point in enumerate(own_double)}
-        rows = party.own_rows(position[p] for p in common)
+        if len(parties) == 2:
+            rows = _psi_direct(federation, party, ids, next(p for p in parties if p != me))
+        else:
+            rows = _psi_ring(federation, party, ids, parties, linkage_unit)
+        # both now hold the common IDs, which both sort by a keyed hash of the ID itself (the
+        # same order at every party, run after run)
         key = _key_bytes(order_key)
         rows.sort(
             key=lambda r: hashlib.sha256(b"vflink/order\x00" + key + ids[r].encode()).digest()
@@ -251,11 +270,78 @@ def align_party(
     message = EncodingsMessage(encodings.words[shuffle], encodings.fingerprint)
     ALIGN.send(federation, linkage_unit, "encodings", message)
     positions = ALIGN.recv(federation, linkage_unit, "rows", RowPositions).rows
-    if positions.ndim != 1 or positions.dtype.kind not in "iu":
-        RowPositions.refuse(linkage_unit, "rows", "are not integer positions")
-    if len(positions) and (positions.min() < 0 or positions.max() >= len(frame)):
-        RowPositions.refuse(linkage_unit, "rows", "are out of range")
+    _check_positions(positions, len(frame), linkage_unit)
     return _reorder(frame, [shuffle[r] for r in positions.tolist()], me)
+
+
+def _psi_direct(
+    federation: Federation, party: linkage.EcdhPsiParty, ids: list[str], other: str
+) -> list[int]:
+    """Two-party ECDH PSI: this party's rows whose IDs the other party holds too."""
+    ALIGN.send(federation, other, "psi-blinded", PsiPoints(b"".join(party.blind(ids))))
+    theirs = ALIGN.recv(federation, other, "psi-blinded", PsiPoints).split(other)
+    their_double = party.reblind(theirs)
+    ALIGN.send(federation, other, "psi-double", PsiPoints(b"".join(their_double)))
+    own_double = ALIGN.recv(federation, other, "psi-double", PsiPoints).split(other)
+    if len(own_double) != len(ids):
+        raise ValueError(f"party {other!r} returned {len(own_double)} points for {len(ids)}")
+    common = set(own_double) & set(their_double)
+    position = {point: k for k, point in enumerate(own_double)}
+    return party.own_rows(position[p] for p in common)
+
+
+def _psi_ring(
+    federation: Federation,
+    party: linkage.EcdhPsiParty,
+    ids: list[str],
+    parties: list[str],
+    helper: str,
+) -> list[int]:
+    """K-party ECDH PSI (module docstring): this party's rows in every party's set.
+
+    Origin ``o``'s points visit ``o+1, ..., o+K-1`` (indices mod K); at hop ``h`` this party
+    (index ``i``) handles the points of origin ``i-h``, and the last hop sends them to the
+    helper."""
+    me, k = federation.name, len(parties)
+    i = parties.index(me)
+    after, before = parties[(i + 1) % k], parties[(i - 1) % k]
+    ALIGN.send(federation, after, "psi-ring", PsiPoints(b"".join(party.blind(ids))), i)
+    for hop in range(1, k):
+        origin = (i - hop) % k
+        points = ALIGN.recv(federation, before, "psi-ring", PsiPoints, origin).split(before)
+        onward = PsiPoints(b"".join(party.reblind(points)))
+        if hop < k - 1:
+            ALIGN.send(federation, after, "psi-ring", onward, origin)
+        else:
+            ALIGN.send(federation, helper, "psi-full", onward, origin)
+    positions = ALIGN.recv(federation, helper, "rows", RowPositions).rows
+    _check_positions(positions, len(ids), helper)
+    return party.own_rows(positions.tolist())
+
+
+def _help_psi(federation: Federation, parties: list[str]) -> None:
+    """The helper of K-party PSI: intersect the fully blinded sets, tell each owner which of
+    its positions are common (it never sees an ID or a scalar)."""
+    k = len(parties)
+    full = []
+    for origin in range(k):
+        sender = parties[(origin - 1) % k]  # the last hop of origin's ring
+        full.append(ALIGN.recv(federation, sender, "psi-full", PsiPoints, origin).split(sender))
+    common = set.intersection(*(set(points) for points in full))
+    for origin, points in enumerate(full):
+        positions = [p for p, point in enumerate(points) if point in common]
+        ALIGN.send(
+            federation, parties[origin], "rows", RowPositions(np.asarray(positions, dtype=np.int64))
+        )
+
+
+def _check_positions(positions: np.ndarray[Any, Any], rows: int, sender: str) -> None:
+    if positions.ndim != 1 or (positions.size and positions.dtype.kind not in "iu"):
+        RowPositions.refuse(sender, "rows", "are not integer positions")
+    if len(positions) and (positions.min() < 0 or positions.max() >= rows):
+        RowPositions.refuse(sender, "rows", "are out of range")
+    if len(np.unique(positions)) != len(positions):
+        RowPositions.refuse(sender, "rows", "repeat a position")
 
 
 def _reorder(frame: pd.DataFrame, rows: list[int], party: str) -> pd.DataFrame:

@@ -168,3 +168,109 @@ def test_blip_hardened_encodings_record_their_privacy_in_the_ledger(cohort) -> N
         ledger=plain,
     )
     assert plain.holders() == []  # no BLIP, no DP claimed
+
+
+def _three_sets() -> dict[str, pd.DataFrame]:
+    """Three parties whose pairwise intersections are larger than the triple one."""
+    rng = np.random.default_rng(5)
+    ids = np.arange(300)
+    held = {"a": ids[:200], "b": ids[60:260], "c": np.r_[ids[40:120], ids[180:300]]}
+    return {
+        name: pd.DataFrame({"pid": rng.permutation(own), name: rng.normal(size=len(own))})
+        for name, own in held.items()
+    }
+
+
+def test_three_party_psi_gives_each_party_the_triple_intersection_only(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import linkage
+    from vfl.federation.wire import decode
+
+    frames = _three_sets()
+    sets = {name: set(frame["pid"].tolist()) for name, frame in frames.items()}
+    triple = sets["a"] & sets["b"] & sets["c"]
+    assert all(len(sets[p] & sets[q]) > len(triple) for p, q in (("a", "b"), ("b", "c")))
+
+    # the test's god view: every party's scalar, to compute any blinding of any party's IDs
+    made: list[linkage.EcdhPsiParty] = []
+
+    class Recorded(linkage.EcdhPsiParty):
+        def __init__(self) -> None:
+            super().__init__(workers=1)
+            self.blind_input: list[str] = []
+            made.append(self)
+
+        def blind(self, ids):  # type: ignore[no-untyped-def]
+            self.blind_input = sorted(ids)
+            return super().blind(ids)
+
+    monkeypatch.setattr(linkage, "EcdhPsiParty", Recorded)
+    parties = list(frames)
+    roles = {
+        name: (
+            lambda fed, name=name: align_party(
+                fed, frames[name], method="psi", id_column="pid", parties=parties
+            )
+        )
+        for name in parties
+    }
+    roles["coordinator"] = lambda fed: align_party(fed, None, method="psi", parties=parties)
+    federation = LocalFederation(record_payloads=True)
+    aligned = federation.run(roles)
+
+    # every party: the triple intersection, in one order
+    for name in parties:
+        assert aligned[name]["pid"].tolist() == aligned["a"]["pid"].tolist()
+        assert set(aligned[name]["pid"]) == triple
+
+    # the attack: a party holds its IDs, its scalar and what it received; a pairwise leak would
+    # be a received point that it can match with one of its own IDs, blinded by its scalar or
+    # not, after re-blinding it with its scalar or not. There is none (with two parties the
+    # same match finds the intersection: that is how two-party PSI works).
+    secret_of = {
+        name: next(p._secret for p in made if p.blind_input == sorted(ids))  # the god view
+        for name, ids in ((n, linkage.normalize_ids(frames[n]["pid"])) for n in parties)
+    }
+    from itertools import combinations
+
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+
+    def blinded(points: list[bytes], keys: tuple) -> set[bytes]:  # type: ignore[type-arg]
+        for key in keys:
+            points = [key.exchange(X25519PublicKey.from_public_bytes(p)) for p in points]
+        return set(points)
+
+    def hashed(ids: list[str]) -> list[bytes]:
+        return [linkage.psi._hash_to_point(i) for i in ids]
+
+    received: dict[str, list[bytes]] = {name: [] for name in [*parties, "coordinator"]}
+    for record in federation.transcript:
+        payload = decode(record.data)
+        if isinstance(payload, dict) and isinstance(payload.get("points"), bytes):
+            raw = payload["points"]
+            received[record.receiver] += [raw[k : k + 32] for k in range(0, len(raw), 32)]
+        elif record.receiver in parties:  # the helper's answer: the triple count, no more
+            assert record.tag == "align/rows"
+            assert len(payload["rows"]) == len(triple)
+    for name in parties:
+        mine = (secret_of[name],)
+        own = hashed(linkage.normalize_ids(frames[name]["pid"]))
+        for theirs in (set(received[name]), blinded(received[name], mine)):
+            assert not theirs & (set(own) | blinded(own, mine)), name
+    # the helper sees only fully blinded points: none is an ID's point or a partial blinding
+    scalars = list(secret_of.values())
+    everyone = hashed(linkage.normalize_ids(sorted(set().union(*sets.values()))))
+    for size in range(3):
+        for keys in combinations(scalars, size):
+            assert not set(received["coordinator"]) & blinded(everyone, keys)
+    assert set(received["coordinator"]) & blinded(everyone, tuple(scalars))
+    # and with them, it could count the pairwise intersections (the module docstring says so)
+
+
+def test_three_party_psi_in_simulation_needs_a_helper_that_is_not_a_data_party() -> None:
+    frames = _three_sets()
+    aligned = align(frames, method="psi", id_column="pid", order_key="k")
+    assert len(aligned["c"]) == len(set.intersection(*(set(f["pid"]) for f in frames.values())))
+    again = align(frames, method="psi", id_column="pid", order_key="k")
+    assert aligned["b"]["pid"].tolist() == again["b"]["pid"].tolist()  # reproducible order
+    with pytest.raises(ValueError, match="both a data party and the linkage unit"):
+        align(frames, method="psi", id_column="pid", linkage_unit="a")
