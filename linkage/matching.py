@@ -215,8 +215,11 @@ def match(
         Columns ``a``, ``b`` (row labels of the two inputs) and ``score``, best first.
         ``result.attrs`` holds ``threshold`` (the one used), ``blocking`` (what found the
         candidates), ``compared`` (pairs scored), ``reduction_ratio`` (share of all pairs not
-        compared) and ``best_scores`` (each ``a`` record's best score, for
-        :func:`plot_scores`).
+        compared), ``best_scores`` (each ``a`` record's best score, for
+        :func:`plot_scores`), ``ambiguous`` (how many links were ties: their ``a`` or ``b``
+        record had another candidate above the threshold with exactly the same score, so
+        which one got linked was arbitrary -- typically two identical records on one side)
+        and ``ambiguous_links`` (their rows in the result).
     """
     if threshold is not None and not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
@@ -247,6 +250,7 @@ def match(
     ia, ib, scores = ia[keep], ib[keep], scores[keep]
     chosen = _greedy(ia, ib, scores) if method == "greedy" else _optimal(ia, ib, scores)
     chosen = chosen[np.lexsort((ib[chosen], ia[chosen], -scores[chosen]))]
+    tied = _tied(ia, ib, scores)[chosen]
     result: pd.DataFrame = pd.DataFrame(
         {"a": a.index[ia[chosen]], "b": b.index[ib[chosen]], "score": scores[chosen]},
         columns=["a", "b", "score"],
@@ -257,8 +261,23 @@ def match(
         compared=int(compared),
         reduction_ratio=1.0 - compared / (len(a) * len(b)),
         best_scores=best[:, 0].copy(),
+        ambiguous=int(tied.sum()),
+        ambiguous_links=np.flatnonzero(tied),
     )
     return result
+
+
+def _tied(
+    ia: np.ndarray[Any, Any], ib: np.ndarray[Any, Any], scores: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """Which candidate pairs (above the threshold) share their exact score with another
+    candidate of the same ``a`` or the same ``b`` record: linking one of them was a coin toss
+    (two identical records on one side, typically)."""
+    pairs = pd.DataFrame({"a": ia, "b": ib, "s": scores})
+    tied: np.ndarray[Any, Any] = (
+        pairs.duplicated(["a", "s"], keep=False) | pairs.duplicated(["b", "s"], keep=False)
+    ).to_numpy()
+    return tied
 
 
 def dice_scores(

@@ -10,8 +10,8 @@ Two ways, each written once as the code every role runs:
   a secret they share (:func:`linkage.encode`) and send the encodings, without row labels, to a
   linkage unit (the coordinator), which never has the secret; it links every other party to the
   first one (:func:`linkage.match`), keeps the patients linked across all parties, and returns
-  to each party only the positions of its own rows in the common order -- no scores, nothing of
-  the other parties.
+  to each party only the positions of its own rows in the common order and how many of them
+  were linked by a tie (see ``max_ambiguous``) -- no scores, nothing of the other parties.
 
 Each party ends with its own frame reordered to the common patients, indexed
 ``0 .. n_common - 1`` (``common_row``), its original row labels in
@@ -105,6 +105,8 @@ class RowPositions(Message):
 
     KIND = "row positions"
     rows: np.ndarray
+    ambiguous: int = 0
+    """How many common patients were linked by a tie (Bloom linkage; 0 for PSI)."""
 
 
 def align(
@@ -118,6 +120,7 @@ def align(
     linkage_unit: str = "coordinator",
     ledger: Any = None,
     order_key: bytes | str | None = None,
+    max_ambiguous: float = 0.01,
 ) -> dict[str, pd.DataFrame]:
     """Align ``frames`` (party name -> its table) to their common rows; every role simulated
     in this process. See :func:`align_party` for the parameters."""
@@ -125,6 +128,7 @@ def align(
         raise ValueError("align needs a dict of at least two parties' frames")
     if method not in ("psi", "bloom"):
         raise ValueError(f"method must be 'psi' or 'bloom', got {method!r}")
+    _check_fraction(max_ambiguous)
     for name, frame in frames.items():  # checked at the door, before any party starts
         if not isinstance(frame, pd.DataFrame):
             raise TypeError(f"party {name!r}: expected a DataFrame, got {type(frame).__name__}")
@@ -167,6 +171,7 @@ def align(
             threshold=threshold,
             linkage_unit=linkage_unit,
             order_key=order_key if method == "bloom" else None,
+            max_ambiguous=max_ambiguous,
         )
     results = LocalFederation().run(roles)
     return {name: results[name] for name in parties}
@@ -185,6 +190,7 @@ def align_party(
     linkage_unit: str = "coordinator",
     ledger: Any = None,
     order_key: bytes | str | None = None,
+    max_ambiguous: float = 0.01,
 ) -> Any:
     """This party's role in aligning (deployment).
 
@@ -215,6 +221,12 @@ def align_party(
         What the common order is sorted by (see the module docstring): with PSI, both data
         parties' (the same at each; default empty); with Bloom linkage, the linkage unit's
         alone (default: a random order).
+    max_ambiguous : float
+        The linkage unit refuses to go on when more than this fraction of the common
+        patients were linked by a tie (a record with two candidates of exactly the same
+        score, so that which one was linked is arbitrary: usually one identity entered twice
+        in a table). The count reaches every data party as ``frame.attrs["ambiguous_links"]``
+        (always 0 with PSI, whose IDs are unique).
 
     Returns
     -------
@@ -225,6 +237,7 @@ def align_party(
     me = federation.name
     if method not in ("psi", "bloom"):
         raise ValueError(f"method must be 'psi' or 'bloom', got {method!r}")
+    _check_fraction(max_ambiguous)
     if method == "psi":
         if frame is None:
             if me != linkage_unit or len(parties) < 3:
@@ -249,7 +262,7 @@ def align_party(
     if frame is None:  # the linkage unit
         if me != linkage_unit:
             raise ValueError(f"party {me!r} has no frame but is not the linkage unit")
-        _link_encodings(federation, parties, threshold, order_key)
+        _link_encodings(federation, parties, threshold, order_key, max_ambiguous)
         return None
     if schema is None or secret is None:
         raise ValueError(f"party {me!r}: Bloom-filter alignment needs the schema and the secret")
@@ -269,9 +282,11 @@ def align_party(
     secrets.SystemRandom().shuffle(shuffle)
     message = EncodingsMessage(encodings.words[shuffle], encodings.fingerprint)
     ALIGN.send(federation, linkage_unit, "encodings", message)
-    positions = ALIGN.recv(federation, linkage_unit, "rows", RowPositions).rows
-    _check_positions(positions, len(frame), linkage_unit)
-    return _reorder(frame, [shuffle[r] for r in positions.tolist()], me)
+    answer = ALIGN.recv(federation, linkage_unit, "rows", RowPositions)
+    _check_positions(answer.rows, len(frame), linkage_unit)
+    out = _reorder(frame, [shuffle[r] for r in answer.rows.tolist()], me)
+    out.attrs["ambiguous_links"] = answer.ambiguous
+    return out
 
 
 def _psi_direct(
@@ -335,6 +350,13 @@ def _help_psi(federation: Federation, parties: list[str]) -> None:
         )
 
 
+def _check_fraction(max_ambiguous: Any) -> None:
+    if isinstance(max_ambiguous, bool) or not isinstance(max_ambiguous, (int, float)):
+        raise ValueError(f"max_ambiguous must be a fraction in [0, 1], got {max_ambiguous!r}")
+    if not 0 <= max_ambiguous <= 1:
+        raise ValueError(f"max_ambiguous must be a fraction in [0, 1], got {max_ambiguous!r}")
+
+
 def _check_positions(positions: np.ndarray[Any, Any], rows: int, sender: str) -> None:
     if positions.ndim != 1 or (positions.size and positions.dtype.kind not in "iu"):
         RowPositions.refuse(sender, "rows", "are not integer positions")
@@ -351,6 +373,7 @@ def _reorder(frame: pd.DataFrame, rows: list[int], party: str) -> pd.DataFrame:
     source = out.index
     out.index = pd.RangeIndex(len(out), name="common_row")
     out.attrs["source_rows"] = list(source)
+    out.attrs["ambiguous_links"] = 0
     return out
 
 
@@ -363,6 +386,7 @@ def _link_encodings(
     parties: list[str],
     threshold: float | None,
     order_key: bytes | str | None = None,
+    max_ambiguous: float = 0.01,
 ) -> None:
     encodings = {}
     for party in parties:
@@ -374,20 +398,32 @@ def _link_encodings(
     anchor, *others = parties
     # rows of the anchor linked to every other party, and the partner position in each
     partner: dict[str, dict[int, int]] = {}
+    tied: set[int] = set()  # anchor rows linked by a tie with some party
     for party in others:
         try:
             links = linkage.match(encodings[anchor], encodings[party], threshold=threshold)
         except ValueError as exc:
             raise ValueError(f"linking {anchor!r} with {party!r}: {exc}") from None
         partner[party] = dict(zip(links["a"].tolist(), links["b"].tolist(), strict=True))
+        tied.update(links["a"].iloc[links.attrs["ambiguous_links"]].tolist())
     common = sorted(set.intersection(*(set(p) for p in partner.values())))
+    ambiguous = len(tied.intersection(common))
+    if common and ambiguous > max_ambiguous * len(common):
+        raise ValueError(
+            f"linkage unit {federation.name!r}: {ambiguous} of the {len(common)} common "
+            f"patients ({ambiguous / len(common):.1%}) were linked by a tie between records "
+            f"of exactly the same score, above max_ambiguous={max_ambiguous}; deduplicate "
+            "each party's table (one identity entered twice), add identity columns to the "
+            "schema, or raise max_ambiguous"
+        )
     if order_key is None:  # a fresh random order: it reveals no party's order
         secrets.SystemRandom().shuffle(common)
     else:  # reproducible, and as uninformative to parties that do not hold the key
         key = _key_bytes(order_key)
         words = encodings[anchor].words
         common.sort(key=lambda r: hmac.new(key, words[r].tobytes(), hashlib.sha256).digest())
-    ALIGN.send(federation, anchor, "rows", RowPositions(np.asarray(common, dtype=np.int64)))
+    rows = np.asarray(common, dtype=np.int64)
+    ALIGN.send(federation, anchor, "rows", RowPositions(rows, ambiguous))
     for party in others:
         positions = np.asarray([partner[party][a] for a in common], dtype=np.int64)
-        ALIGN.send(federation, party, "rows", RowPositions(positions))
+        ALIGN.send(federation, party, "rows", RowPositions(positions, ambiguous))

@@ -180,3 +180,16 @@ def test_exact_identifiers_link_exactly_and_q_gram_collisions_warn() -> None:
     same = pd.DataFrame({"code": ["aaba", "abaa"]}, index=["x", "y"])  # _a aa ab ba a_
     with pytest.warns(CollisionWarning, match=r"field 'code': 1 distinct values .*kind='id'"):
         encode(same, Schema([Field("code", "text")]), secret=SECRET)
+
+
+def test_a_link_decided_by_a_tie_is_reported() -> None:
+    a = people()
+    b = pd.concat([people(), people().iloc[[1]].set_axis(["r2-again"])])  # José twice in b
+    links = match(encode(a, SCHEMA, secret=SECRET), encode(b, SCHEMA, secret=SECRET), threshold=0.9)
+    assert links.attrs["ambiguous"] == 1
+    tied = links.iloc[links.attrs["ambiguous_links"]]
+    assert tied["a"].tolist() == ["r2"] and tied["b"].iloc[0] in ("r2", "r2-again")
+    clean = match(
+        encode(a, SCHEMA, secret=SECRET), encode(people(), SCHEMA, secret=SECRET), threshold=0.9
+    )
+    assert clean.attrs["ambiguous"] == 0 and len(clean) == 4

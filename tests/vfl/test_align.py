@@ -95,8 +95,10 @@ def test_bloom_alignment_through_a_linkage_unit(cohort) -> None:  # type: ignore
     for record in federation.transcript.records:
         payload = record.payload()
         if record.sender == "coordinator":
-            # only row positions go back, one array per party, no scores
-            assert record.tag == "align/rows" and set(payload) == {"rows"}
+            # only row positions go back, one array per party, no scores: and the count of
+            # ties, the same for every party
+            assert record.tag == "align/rows" and set(payload) == {"rows", "ambiguous"}
+            assert payload["ambiguous"] == 0
             assert payload["rows"].dtype == np.int64
         else:
             assert record.receiver == "coordinator" and record.tag == "align/encodings"
@@ -274,3 +276,22 @@ def test_three_party_psi_in_simulation_needs_a_helper_that_is_not_a_data_party()
     assert aligned["b"]["pid"].tolist() == again["b"]["pid"].tolist()  # reproducible order
     with pytest.raises(ValueError, match="both a data party and the linkage unit"):
         align(frames, method="psi", id_column="pid", linkage_unit="a")
+
+
+def test_ties_in_bloom_linkage_are_counted_and_refused_past_a_fraction(cohort) -> None:  # type: ignore[no-untyped-def]
+    lab, imaging, truth = cohort
+    # one identity entered twice at the lab: its imaging record has two candidates of exactly
+    # the same score, and which one gets linked is a coin toss
+    twice = lab[lab.index.isin(truth["lab"])].iloc[:12]
+    doubled = pd.concat([lab, twice.set_axis(twice.index + "-dup")])
+    frames = {"lab": doubled, "imaging": imaging}
+    options = {"method": "bloom", "schema": identity_schema(), "secret": SECRET}
+    with pytest.raises(Exception, match=r"12 of the \d+ common patients .* linked by a tie"):
+        align(frames, **options)
+    aligned = align(frames, **options, max_ambiguous=0.05)
+    assert aligned["lab"].attrs["ambiguous_links"] == 12
+    assert aligned["imaging"].attrs["ambiguous_links"] == 12
+    clean = align({"lab": lab, "imaging": imaging}, **options)
+    assert clean["lab"].attrs["ambiguous_links"] == 0
+    with pytest.raises(ValueError, match="max_ambiguous must be a fraction"):
+        align(frames, **options, max_ambiguous=2)
