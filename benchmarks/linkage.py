@@ -10,7 +10,9 @@ Prints, in one run:
 * the F1 cost of each hardening option (salt, balance, XOR-fold, BLIP);
 * 100k x 100k linked end to end (encode both + LSH blocking + compare + match) with pair
   completeness and reduction ratio, and with keyed blocking keys;
-* ECDH-PSI time and bytes for 100k x 100k and 1M x 1M, HMAC join for 1M x 1M.
+* ECDH-PSI time and bytes for 100k x 100k and 1M x 1M, HMAC join for 1M x 1M;
+* PSI among 2, 3 and 4 data parties over the in-process federation (``vfl.align``: direct
+  for two, the ring with the coordinator's help for more), time and bytes per party.
 
 clkhash and anonlink are run in a subprocess with ``--compare-python`` (a Python that has
 them; they pin old versions of their dependencies, so keep them out of vflink's environment),
@@ -18,7 +20,7 @@ or with this Python when it can import them; skipped otherwise.
 
 Run::
 
-    python benchmarks/linkage.py [--quick] [--compare-python PATH]
+    python benchmarks/linkage.py [--quick] [--psi-only] [--compare-python PATH]
 """
 
 from __future__ import annotations
@@ -277,22 +279,72 @@ def psi(quick: bool) -> None:
     )
 
 
+def psi_parties(quick: bool) -> None:
+    """K-party PSI end to end in one process (every party a thread, the machine's cores
+    shared), against two parties on the same sets."""
+    from vfl.federation import LocalFederation
+
+    n = 5_000 if quick else 30_000
+    print(
+        f"\nPSI among K data parties over the in-process federation, {n:,} IDs each "
+        "(consecutive parties overlap by 80%; all parties' compute on this machine):"
+    )
+    for k in (2, 3, 4):
+        frames = {
+            f"p{j}": pd.DataFrame({"id": [f"P{i:09d}" for i in range(j * n // 5, j * n // 5 + n)]})
+            for j in range(k)
+        }
+        federation = LocalFederation()
+        started = time.perf_counter()
+        out = federation.run(align_roles(frames))
+        seconds = time.perf_counter() - started
+        common = len(out["p0"])
+        sent = {
+            p: sum(r.nbytes for r in federation.transcript.records if r.sender == p)
+            for p in [*frames, "coordinator"]
+        }
+        print(
+            f"  K={k}: {seconds:6.1f} s, {common:,} common; MB sent per data party "
+            f"{max(sent[p] for p in frames) / 1e6:.1f}, by the helper "
+            f"{sent['coordinator'] / 1e6:.2f}"
+        )
+
+
+def align_roles(frames: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    from vfl.alignment import align_party
+
+    parties = list(frames)
+    roles: dict[str, Any] = {
+        p: (lambda fed, p=p: align_party(fed, frames[p], id_column="id", parties=parties))
+        for p in parties
+    }
+    if len(parties) > 2:
+        roles["coordinator"] = lambda fed: align_party(fed, None, parties=parties)
+    return roles
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (about a minute)")
     parser.add_argument(
         "--compare-python", default=sys.executable, help="a Python with clkhash and anonlink"
     )
+    parser.add_argument("--psi-only", action="store_true", help="only the PSI figures")
     args = parser.parse_args()
     load = os.getloadavg()
     print(
         f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
+    if args.psi_only:
+        psi_parties(args.quick)
+        psi(args.quick)
+        return
     speed_and_quality(5_000 if args.quick else 12_000, args.compare_python)
     automatic_threshold_gaps(3_000 if args.quick else 10_000)
     hardening_costs(2_000 if args.quick else 6_000)
     blocked_end_to_end(25_000 if args.quick else 125_000)
     psi(args.quick)
+    psi_parties(args.quick)
 
 
 if __name__ == "__main__":

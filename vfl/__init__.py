@@ -10,6 +10,8 @@ Sub-packages and modules (see the README's folder map):
 * :mod:`vfl.estimator`, :mod:`vfl.validation`, :mod:`vfl.persistence` -- the role runner, input
   checks and the model format every estimator shares;
 * :mod:`vfl.linear` -- vertical linear models (logistic, multiclass, linear regression);
+* :mod:`vfl.preprocessing` (:class:`vfl.PartyPreprocessor`) -- each party's own imputation,
+  one-hot encoding and scaling, fitted on its own rows;
 * :mod:`vfl.alignment` (:func:`vfl.align`) -- aligning parties' rows to their common
   patients over a federation;
 * :mod:`vfl.jobs` -- the jobs ``vflink party`` can run; :mod:`vfl.audit` -- privacy attacks;
@@ -36,11 +38,13 @@ _EXPORTS = {
     "align_party": "vfl.alignment",
     "VerticalLogisticRegression": "vfl.linear",
     "VerticalLinearRegression": "vfl.linear",
+    "PartyPreprocessor": "vfl.preprocessing",
     "PrivacyLedger": "vfl.privacy",
     "VerticalFrames": "vfl.validation",
 }
 
 __all__ = [
+    "PartyPreprocessor",
     "PrivacyLedger",
     "VerticalFrames",
     "VerticalLinearRegression",
@@ -53,6 +57,7 @@ __all__ = [
 if TYPE_CHECKING:
     from vfl.alignment import align, align_party
     from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
+    from vfl.preprocessing import PartyPreprocessor
     from vfl.privacy import PrivacyLedger
     from vfl.validation import VerticalFrames
 

@@ -16,6 +16,13 @@ Subcommands arrive with the capabilities they drive; for now:
     Run one party's side of the config's job over gRPC with mutual TLS (:mod:`vfl.party`):
     alignment, training, prediction. Exits 0 on success; otherwise prints the error (naming
     the party or peer at fault) and exits non-zero, having written no output.
+
+``vflink party --config FILE --name NAME --predict [--data CSV --model model_NAME.npz]
+[--out DIR] ...``
+    Score new rows with the parts a training run saved (:func:`vfl.party.run_predict`): every
+    party runs it (each data party with its new file and its own ``model_<party>.npz``, the
+    coordinator with neither); the rows are aligned as in training and only the label party
+    learns the scores (``predictions.csv``, and ``metrics.json`` when its file holds labels).
 """
 
 from __future__ import annotations
@@ -80,7 +87,7 @@ def _certs(args: argparse.Namespace) -> int:
 
 def _party(args: argparse.Namespace) -> int:
     from vfl.federation.config import FederationConfig
-    from vfl.party import run_party
+    from vfl.party import run_party, run_predict
 
     config = FederationConfig.load(args.config)
     secret = None
@@ -91,16 +98,15 @@ def _party(args: argparse.Namespace) -> int:
             raise ValueError(f"cannot read the secret file {args.secret_file}: {exc}") from None
         if not secret:
             raise ValueError(f"the secret file {args.secret_file} is empty")
-    summary = run_party(
-        config,
-        args.name,
-        data=args.data,
-        out=args.out,
-        cert=args.cert,
-        key=args.key,
-        secret=secret,
-    )
-    line = f"party {args.name!r} done: {summary['rows']} common rows"
+    if args.model is not None and not args.predict:
+        raise ValueError("--model is for scoring new rows: add --predict")
+    where = dict(data=args.data, out=args.out, cert=args.cert, key=args.key, secret=secret)
+    if args.predict:
+        summary = run_predict(config, args.name, model=args.model, **where)
+    else:
+        summary = run_party(config, args.name, **where)
+    scored = " scored" if args.predict else ""
+    line = f"party {args.name!r} done: {summary['rows']} common rows{scored}"
     auc, accuracy, r2 = (summary.get(k) for k in ("test_auc", "test_accuracy", "test_r2"))
     if auc is not None:  # a binary classifier
         line += f", test AUC {auc:.4f}"
@@ -179,6 +185,15 @@ def _parser() -> argparse.ArgumentParser:
         "--secret-file",
         help='the data parties\' shared linkage secret (align = "bloom"; or set '
         "VFLINK_LINKAGE_SECRET)",
+    )
+    party.add_argument(
+        "--predict",
+        action="store_true",
+        help="score new rows with the saved parts instead of training (every party)",
+    )
+    party.add_argument(
+        "--model",
+        help="with --predict: this party's saved part, model_<party>.npz (not the coordinator)",
     )
     party.set_defaults(handler=_party)
     return parser

@@ -9,13 +9,17 @@ here (:func:`register_job`), not an edit of :mod:`vfl.party`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 __all__ = ["JOBS", "Job", "get_job", "register_job"]
+
+
+def _present_outputs(estimator: Any, outputs: np.ndarray[Any, Any]) -> dict[str, Any]:
+    return {"predicted": outputs}
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,9 @@ class Job:
     metrics : tuple of str
         The names ``evaluate`` reports (each None in ``metrics.json`` when there are no
         held-out rows).
+    present : callable
+        ``present(estimator, outputs)``: the ``predictions.csv`` columns of rows without
+        labels (``vflink party --predict``); by default the outputs as ``predicted``.
     """
 
     name: str
@@ -43,6 +50,24 @@ class Job:
         [Any, np.ndarray[Any, Any], np.ndarray[Any, Any]], tuple[dict[str, Any], dict[str, Any]]
     ]
     metrics: tuple[str, ...] = ()
+    present: Callable[[Any, np.ndarray[Any, Any]], dict[str, Any]] = field(default=_present_outputs)
+
+
+def _present_classifier(estimator: Any, scores: np.ndarray[Any, Any]) -> dict[str, Any]:
+    """The predicted class, and the score and probability (binary) or each class's
+    probability (multiclass)."""
+    from vfl.linear.logistic import probabilities
+
+    classes = estimator.classes_
+    matrix = scores[:, None] if scores.ndim == 1 else scores
+    proba = probabilities(matrix)
+    columns: dict[str, Any] = {"predicted": classes[proba.argmax(axis=1)]}
+    if matrix.shape[1] == 1:
+        columns.update(score=matrix[:, 0], probability=proba[:, 1])
+    else:
+        for k, label in enumerate(classes):
+            columns[f"probability_{label}"] = proba[:, k]
+    return columns
 
 
 def _evaluate_classifier(
@@ -50,23 +75,15 @@ def _evaluate_classifier(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     from sklearn.metrics import accuracy_score, roc_auc_score
 
-    from vfl.linear.logistic import probabilities
-
-    classes = estimator.classes_
-    matrix = scores[:, None] if scores.ndim == 1 else scores
-    proba = probabilities(matrix)
-    predicted = classes[proba.argmax(axis=1)]
-    metrics: dict[str, Any] = {"test_accuracy": float(accuracy_score(labels, predicted))}
-    columns: dict[str, Any] = {"predicted": predicted}
-    if matrix.shape[1] == 1:
+    columns = _present_classifier(estimator, scores)
+    metrics: dict[str, Any] = {"test_accuracy": float(accuracy_score(labels, columns["predicted"]))}
+    if "score" in columns:
         present = set(np.asarray(labels).tolist())
         metrics["test_auc"] = (
-            float(roc_auc_score(labels == classes[1], matrix[:, 0])) if len(present) == 2 else None
+            float(roc_auc_score(labels == estimator.classes_[1], columns["score"]))
+            if len(present) == 2
+            else None
         )
-        columns.update(score=matrix[:, 0], probability=proba[:, 1])
-    else:
-        for k, label in enumerate(classes):
-            columns[f"probability_{label}"] = proba[:, k]
     return metrics, columns
 
 
@@ -112,7 +129,15 @@ def get_job(name: Any) -> Job:
     return job
 
 
-register_job(Job("logistic", _logistic, _evaluate_classifier, ("test_auc", "test_accuracy")))
+register_job(
+    Job(
+        "logistic",
+        _logistic,
+        _evaluate_classifier,
+        ("test_auc", "test_accuracy"),
+        present=_present_classifier,
+    )
+)
 register_job(Job("linear", _linear, _evaluate_regressor, ("test_r2", "test_rmse")))
 
 
@@ -125,9 +150,11 @@ def predictions_frame(
     columns: dict[str, Any],
 ) -> pd.DataFrame:
     """The label party's ``predictions.csv``: the held-out rows, their IDs, what the model
-    predicted and the true labels."""
+    predicted and the true labels (none when ``labels`` is None: new rows scored with
+    ``--predict``)."""
     frame: pd.DataFrame = pd.DataFrame({"common_row": common_rows, id_column: ids})
     for name, values in columns.items():
         frame[name] = values
-    frame[label_column] = labels
+    if labels is not None:
+        frame[label_column] = labels
     return frame

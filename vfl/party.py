@@ -9,6 +9,8 @@ with its own data file::
     align = "psi"                 # or "bloom": fuzzy identity linkage by the coordinator
     # schema = "identity_schema.json"   # "bloom": the linkage.Schema (Schema.to_json)
     # threshold = 0.8                   # "bloom": match threshold (else chosen from the scores)
+    # max_ambiguous = 0.01              # "bloom": refuse when more of the common patients
+                                        # were linked by a tie (vfl.align_party)
     test_fraction = 0.3           # common rows held out for the test AUC
     split_seed = 0                # the same split at every party (no message needed)
 
@@ -21,14 +23,16 @@ with its own data file::
     # label_epsilon = 4.0         # label DP (logistic; needs tol = "none")
 
 Steps: align the data parties' rows to their common patients (:func:`vfl.align_party`): by
-ECDH PSI on the exact ``id_column``, or with ``align = "bloom"`` by Bloom-filter encodings of the
-schema's identity columns, linked by the coordinator, which never has the data parties' shared
-secret (each data party reads it from ``--secret-file`` or the ``VFLINK_LINKAGE_SECRET``
-environment variable: it must not be in the shared config); with ``"bloom"`` the
-``id_column`` is only each party's own row ID in the outputs, and the common order is
-reproducible when the coordinator has a key of its own in ``VFLINK_ORDER_KEY`` (random
-otherwise). Then the label party draws
-the test rows from ``split_seed`` (stratified by class for a classifier) and sends the other
+ECDH PSI on the exact ``id_column`` (three or more data parties: with the coordinator's help,
+each learning only the common intersection and the set sizes), or with ``align = "bloom"``
+by Bloom-filter encodings of the schema's identity columns, linked by the coordinator, which
+never has the data parties' shared secret (each data party reads it from ``--secret-file`` or
+the ``VFLINK_LINKAGE_SECRET`` environment variable: it must not be in the shared config);
+with ``"bloom"`` the ``id_column`` is only each party's own row ID in the outputs, the common
+order is reproducible when the coordinator has a key of its own in ``VFLINK_ORDER_KEY``
+(random otherwise), and the coordinator refuses to go on when more than ``max_ambiguous`` of
+the common patients were linked by a tie. Then the label party draws the test rows from
+``split_seed`` (stratified by class for a classifier) and sends the other
 parties their aligned positions; with PSI's reproducible common order, one config gives the
 same split run after run. Train the job's estimator (by default the
 secret-shared protocol: ``"shared_coordinator"`` when the config has a coordinator, else
@@ -51,6 +55,20 @@ has succeeded (written to a staging folder first, then each renamed into place),
 * the active party: ``predictions.csv`` (its test rows' IDs, predictions, labels) and
   ``metrics.json`` (the job's metrics, row counts, epochs, seconds per stage), and with label
   DP (``label_epsilon`` in ``[job.params]``) ``privacy_ledger.json``.
+
+Scoring new rows with the saved parts (``vflink party --predict``, :func:`run_predict`): every
+data party loads its own part (``--model model_<party>.npz``, as a training run wrote it) and
+reads its new data file (the label column is optional); the parties align the rows as above
+(:func:`align_rows`) and score every common row, with no split and no training; only the active
+party learns the scores. The stages: :func:`plan`, :func:`load_model`, :func:`read_data`,
+:func:`check_columns`, :func:`align_rows`, :func:`predict_rows`, :func:`predict_outputs`.
+Outputs: every data party's ``aligned_<party>.csv`` (``common_row`` and its own IDs); the active
+party's ``predictions.csv`` (IDs and the job's prediction columns: predicted class, score and
+probability for ``logistic``, the predicted value for ``linear``) and, when its new file holds
+the label column, ``metrics.json`` (the job's metrics on the labelled rows). Refused before any
+peer is contacted (and the peers told why): a data party without ``--model``, a model file that
+is not a model or is another party's, one trained in another role or with other data parties,
+the part's columns missing from the new file, and ``--model`` given to the coordinator.
 """
 
 from __future__ import annotations
@@ -75,10 +93,15 @@ from vfl.jobs import Job, get_job, predictions_frame
 
 __all__ = [
     "align_rows",
+    "check_columns",
+    "load_model",
     "outputs",
     "plan",
+    "predict_outputs",
+    "predict_rows",
     "read_data",
     "run_party",
+    "run_predict",
     "score",
     "split_rows",
     "train",
@@ -107,6 +130,7 @@ _JOB_KEYS = {
     "align",
     "schema",
     "threshold",
+    "max_ambiguous",
 }
 
 
@@ -159,6 +183,13 @@ def _job(config: FederationConfig) -> dict[str, Any]:
         or not 0 < threshold <= 1
     ):
         raise ValueError(f"{where} threshold must be in (0, 1], got {threshold!r}")
+    ambiguous = job.setdefault("max_ambiguous", 0.01)
+    if (
+        isinstance(ambiguous, bool)
+        or not isinstance(ambiguous, (int, float))
+        or not (0 <= ambiguous <= 1)
+    ):
+        raise ValueError(f"{where} max_ambiguous must be a fraction in [0, 1], got {ambiguous!r}")
     model = job.setdefault("model", "logistic")
     if isinstance(model, dict):
         raise ValueError(
@@ -204,8 +235,16 @@ def _read_data(path: str | Path | None, name: str, text: list[str]) -> pd.DataFr
 
 
 def _features(
-    frame: pd.DataFrame, name: str, listed: list[str] | None, skip: set[str]
+    frame: pd.DataFrame,
+    name: str,
+    listed: list[str] | None,
+    skip: set[str],
+    *,
+    preprocess: bool = False,
 ) -> list[str]:
+    """The ``[[party]]`` table's ``columns``; by default every numeric column but those of
+    ``skip`` (the ID and the label), or with ``preprocess`` (the estimator preprocesses each
+    party's columns, :mod:`vfl.preprocessing`) every column but those."""
     if listed is not None:
         missing = [c for c in listed if c not in frame.columns]
         if missing:
@@ -214,6 +253,12 @@ def _features(
                 f"file (it has {list(frame.columns)})"
             )
         return listed
+    if preprocess:  # text columns are one-hot encoded, missing values imputed
+        chosen = [c for c in frame.columns if c not in skip]
+        if not chosen:
+            raise ValueError(f"party {name!r}: its data file has no feature columns")
+        logger.info("party %r: features (all columns, preprocessed): %s", name, chosen)
+        return chosen
     chosen = [
         c
         for c in frame.columns
@@ -246,6 +291,7 @@ class PartyRun:
     is_test: np.ndarray[Any, Any] = field(default_factory=lambda: np.zeros(0, dtype=bool))
     predicted: np.ndarray[Any, Any] | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    predict: bool = False  # scoring new rows with saved parts: no label column needed
 
     @property
     def data_parties(self) -> list[str]:
@@ -260,10 +306,11 @@ def plan(config: FederationConfig, name: str, secret: str | None) -> PartyRun:
     me = config.party(name)
     job = _job(config)
     run = PartyRun(config, name, me.role, job, job["learner"], _estimator(config, job))
-    if job["align"] == "psi" and len(run.data_parties) != 2:
+    if job["align"] == "psi" and len(run.data_parties) > 2 and config.coordinator is None:
         raise ValueError(
-            f"{config.path}: PSI alignment runs between two data parties, the config has "
-            f'{run.data_parties}; use align = "bloom" for more'
+            f"{config.path}: PSI among {len(run.data_parties)} data parties needs a coordinator "
+            "(it helps the intersection and never sees an ID); add a [[party]] with role = "
+            '"coordinator"'
         )
     if job["align"] == "bloom" and me.role != "coordinator":
         try:
@@ -298,12 +345,18 @@ def read_data(run: PartyRun, data: str | Path | None) -> None:
     text = run.schema.columns if run.schema is not None else []
     frame = _read_data(data, run.name, text)
     id_column, label_column = run.job["id_column"], run.job["label_column"]
-    needed = [id_column] + ([label_column] if run.role == "active" else [])
+    needed = [id_column] + ([label_column] if run.role == "active" and not run.predict else [])
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         raise ValueError(f"party {run.name!r}: its data file has no column {missing[0]!r}")
     me = run.config.party(run.name)
-    run.features = _features(frame, run.name, me.columns, {id_column, label_column})
+    run.features = _features(
+        frame,
+        run.name,
+        me.columns,
+        {id_column, label_column, *text},  # never the identity columns of the linkage
+        preprocess=bool(getattr(run.estimator, "preprocess", None)),
+    )
     absent = [c for c in text if c not in frame]
     if absent:
         raise ValueError(
@@ -334,16 +387,28 @@ def align_rows(run: PartyRun, fed: Federation) -> None:
             # the linkage unit's own key makes the common order reproducible; the data
             # parties must not hold it (vfl.alignment)
             order_key=os.environ.get("VFLINK_ORDER_KEY") if run.frame is None else None,
+            max_ambiguous=job["max_ambiguous"],
         )
-    elif run.frame is not None:
-        logger.info(
-            "party %r: aligning %d rows by PSI on %r", name, len(run.frame), job["id_column"]
-        )
+    elif run.frame is not None or len(run.data_parties) > 2:  # 3+: the coordinator helps
+        if run.frame is not None:
+            logger.info(
+                "party %r: aligning %d rows by PSI on %r", name, len(run.frame), job["id_column"]
+            )
         run.aligned = align_party(
-            fed, run.frame, method="psi", id_column=job["id_column"], parties=run.data_parties
+            fed,
+            run.frame,
+            method="psi",
+            id_column=job["id_column"],
+            parties=run.data_parties,
+            linkage_unit=config.coordinator or "coordinator",
         )
     if run.aligned is not None:
-        logger.info("party %r: %d common rows", name, len(run.aligned))
+        logger.info(
+            "party %r: %d common rows (%d linked by a tie)",
+            name,
+            len(run.aligned),
+            run.aligned.attrs.get("ambiguous_links", 0),
+        )
     if run.aligned is None:  # the coordinator learns the count from the label party
         n = JOB.recv(fed, config.active, "rows", CohortSize).rows
     else:
@@ -515,9 +580,167 @@ def run_party(
         "role": run.role,
         "rows": run.rows,
         "test_rows": int(run.is_test.sum()),
+        "ambiguous_links": 0 if run.aligned is None else run.aligned.attrs["ambiguous_links"],
         "seconds": run.seconds,
     }
     files = outputs(run, summary)
+    if files:
+        _publish(Path(out), files)
+    summary["outputs"] = list(files)
+    return summary
+
+
+# -- scoring new rows with saved parts (vflink party --predict) ---------------------------------
+
+
+def load_model(run: PartyRun, model: str | Path | None) -> None:
+    """``--predict``: give the estimator this party's saved part (the ``model_<party>.npz`` its
+    training run wrote), checked against the party and the config; the coordinator holds no
+    part and is given none."""
+    name, config = run.name, run.config
+    if run.role == "coordinator":
+        if model is not None:
+            raise ValueError(
+                f"party {name!r} is the coordinator: it holds no part of the model (each data "
+                "party loads its own); do not pass --model to it"
+            )
+        run.estimator.load(label_party=config.active)
+        return
+    if model is None:
+        raise ValueError(
+            f"party {name!r}: --predict scores with its saved part of the model: pass "
+            f"--model model_{name}.npz (written by its training run)"
+        )
+    try:
+        run.estimator.load(model, label_party=config.active)
+    except ValueError as exc:
+        raise ValueError(
+            f"party {name!r}: --model {model}: {exc}; pass the model_{name}.npz that its "
+            "training run wrote"
+        ) from None
+    parts = run.estimator.parts_
+    if name not in parts:
+        owner = f"the part of party {next(iter(parts))!r}" if parts else "no part of a model"
+        raise ValueError(
+            f"party {name!r}: --model {model} is {owner}, not of party {name!r}; pass the "
+            f"model_{name}.npz that its own training run wrote"
+        )
+    part = parts[name]
+    if part.role != run.role:
+        raise ValueError(
+            f"party {name!r}: --model {model} was trained with {name!r} as the {part.role} "
+            f"party, but {config.path} makes it {run.role}; score with the config it was "
+            "trained with"
+        )
+    trained = part.extra.get("data_parties")
+    if trained is not None and sorted(trained) != sorted(run.data_parties):
+        raise ValueError(
+            f"party {name!r}: --model {model} was trained with the data parties {trained}, "
+            f"but {config.path} has {run.data_parties}; score with the config it was trained "
+            "with"
+        )
+
+
+def check_columns(run: PartyRun, model: str | Path | None) -> None:
+    """``--predict``: the new data file has every column the saved part was trained on; they
+    are this party's features (the label column is not needed)."""
+    if run.frame is None:
+        return
+    part = run.estimator.parts_[run.name]
+    # the raw columns the part's design reads (its preprocessing's inputs, when it keeps one)
+    columns = list(part.input_columns)
+    missing = [c for c in columns if c not in run.frame.columns]
+    if missing:
+        raise ValueError(
+            f"party {run.name!r}: its data file lacks the columns {missing} that its model "
+            f"{model} was trained on (it has {list(run.frame.columns)}); add them, under the "
+            "same names"
+        )
+    run.features = list(columns)
+
+
+def predict_rows(run: PartyRun, fed: Federation) -> None:
+    """This party's role of scoring every aligned row with the saved parts (no split, no
+    training); only the label party learns the scores."""
+    began = time.perf_counter()
+    logger.info("party %r: scoring %d common rows", run.name, run.rows)
+    rows = None if run.aligned is None else run.aligned[run.features]
+    run.predicted = run.estimator.predict_party(fed, rows, data_parties=run.data_parties)
+    run.seconds["predict"] = time.perf_counter() - began
+
+
+def predict_outputs(run: PartyRun, summary: dict[str, Any]) -> dict[str, str | bytes]:
+    """The files of ``--predict``: every data party's ``aligned_<party>.csv``; the label
+    party's ``predictions.csv`` and, when the new file holds labels, ``metrics.json`` (the
+    job's metrics on the labelled rows, which go into ``summary``)."""
+    files: dict[str, str | bytes] = {}
+    if run.aligned is None or run.frame is None:
+        return files
+    id_column, label_column = run.job["id_column"], run.job["label_column"]
+    ids = run.frame.loc[list(run.aligned.attrs["source_rows"]), id_column].to_numpy()
+    mapping = pd.DataFrame({"common_row": run.aligned.index, id_column: ids})
+    files[f"aligned_{run.name}.csv"] = mapping.to_csv(index=False)
+    if run.name != run.config.active:
+        return files
+    if run.predicted is None:
+        raise RuntimeError(f"party {run.name!r}: the label party received no scores")
+    labels = run.aligned[label_column].to_numpy() if label_column in run.aligned else None
+    columns = run.learner.present(run.estimator, run.predicted)
+    files["predictions.csv"] = predictions_frame(
+        run.aligned.index, ids, id_column, label_column, labels, columns
+    ).to_csv(index=False)
+    known = np.zeros(0, dtype=bool) if labels is None else np.asarray(pd.notna(labels))
+    if labels is not None and known.any():  # metrics on the rows that have a label
+        found, _ = run.learner.evaluate(run.estimator, labels[known], run.predicted[known])
+        metrics: dict[str, Any] = dict.fromkeys(run.learner.metrics)
+        metrics.update(found)
+        summary.update(metrics, model=run.learner.name, labelled_rows=int(known.sum()))
+        files["metrics.json"] = json.dumps(summary, indent=1)
+    return files
+
+
+def run_predict(
+    config: FederationConfig,
+    name: str,
+    *,
+    data: str | Path | None = None,
+    model: str | Path | None = None,
+    out: str | Path = ".",
+    cert: str | Path | None = None,
+    key: str | Path | None = None,
+    secret: str | None = None,
+) -> dict[str, Any]:
+    """Run party ``name``'s side of scoring new rows with the saved parts (``vflink party
+    --predict``): each data party loads its own ``model`` (``model_<party>.npz``) and reads
+    its new ``data``; the parties align the rows as the training job does (:func:`align_rows`)
+    and score them all; only the label party learns the scores. ``secret`` as in
+    :func:`run_party`. Returns a summary (the label party's includes the job's metrics when
+    the new file holds labels). Raises ValueError for bad input (telling the peers why), a
+    FederationError when a peer fails; writes nothing unless every stage succeeded."""
+    try:
+        run = plan(config, name, secret)
+        run.predict = True
+        load_model(run, model)
+        read_data(run, data)
+        check_columns(run, model)
+    except ValueError as exc:  # refused our own input: tell the peers why, then stop
+        _stop_peers(config, name, cert, key, str(exc))
+        raise
+    with config.federation(name, cert=cert, key=key) as fed:
+        try:
+            align_rows(run, fed)
+            predict_rows(run, fed)
+        except (ValueError, FederationError) as exc:  # say why, so that peers end at once
+            fed.close(reason=str(exc))
+            raise
+    summary: dict[str, Any] = {
+        "party": name,
+        "role": run.role,
+        "mode": "predict",
+        "rows": run.rows,
+        "seconds": run.seconds,
+    }
+    files = predict_outputs(run, summary)
     if files:
         _publish(Path(out), files)
     summary["outputs"] = list(files)

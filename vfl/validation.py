@@ -210,7 +210,8 @@ def check_numeric(frame: pd.DataFrame, party: str, columns: list[str]) -> np.nda
         ):
             raise ValueError(
                 f"party {party!r}: column {column!r} is not numeric ({frame[column].dtype}); "
-                "encode it as numbers first"
+                "encode it as numbers first, or fit with preprocess=True (one-hot encoding, "
+                "vfl.preprocessing)"
             )
     values = frame[columns].to_numpy(dtype=float)
     bad = ~np.isfinite(values)

@@ -194,6 +194,7 @@ def test_config_errors_name_the_file_the_party_and_the_fix(tmp_path: Path) -> No
         ('model = "svm"\n', "model must be one of \\['linear', 'logistic'\\], got 'svm'"),
         ("[job.model]\nmax_iter = 3\n", "\\[job.model\\] is now \\[job.params\\]"),
         ('model = "linear"\n[job.params]\nmax_iterations = 3\n', "unexpected keyword"),
+        ("max_ambiguous = 2\n", "max_ambiguous must be a fraction in \\[0, 1\\], got 2"),
     ]:
         path.write_text(base + lab + img + job + extra)
         with pytest.raises(ValueError, match=message):
@@ -377,3 +378,45 @@ def test_bloom_alignment_by_the_coordinator_without_the_secret(tmp_path: Path) -
     assert len(found & true) >= 0.9 * len(true)
     assert len(found - true) <= 0.02 * len(found)
     assert secret.read_text() not in (tmp_path / "coordinator.log").read_text()
+    import json
+
+    metrics = json.loads((tmp_path / "out" / "imaging" / "metrics.json").read_text())
+    assert metrics["ambiguous_links"] == 0  # every record of the cohort is entered once
+
+
+@pytest.mark.network
+def test_three_data_parties_align_by_psi_with_the_coordinators_help(tmp_path: Path) -> None:
+    """Four processes: the coordinator helps the three-party PSI (each data party learns only
+    the triple intersection) and holds the key of protocol = "coordinator"."""
+    config = write_config(tmp_path, params='protocol = "coordinator"')
+    (port,) = free_ports(1)
+    genomics = (
+        '[[party]]\nname = "genomics"\nrole = "passive"\n'
+        f'address = "127.0.0.1:{port}"\ncert = "certs/genomics.pem"\n'
+        'key = "certs/genomics.key"\ncolumns = ["haemoglobin_g_dl", "platelets_10e9_l"]\n\n'
+    )
+    config.write_text(config.read_text().replace("[job]\n", genomics + "[job]\n", 1))
+    shutil.rmtree(tmp_path / "certs")
+    subprocess.run(
+        vflink("certs", "--config", str(config), "--out", str(tmp_path / "certs")), check=True
+    )
+    lab = pd.read_csv(tmp_path / "data" / "lab.csv")
+    lab.iloc[::2][["patient_id", "haemoglobin_g_dl", "platelets_10e9_l"]].to_csv(
+        tmp_path / "data" / "genomics.csv", index=False
+    )
+    names = ("coordinator", "lab", "imaging", "genomics")
+    procs = {n: start(tmp_path, config, n) for n in names}
+    for name, proc in procs.items():
+        assert proc.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
+    files = {n: pd.read_csv(tmp_path / "data" / f"{n}.csv") for n in names[1:]}
+    triple = set.intersection(*(set(f["patient_id"]) for f in files.values()))
+    pairwise = set(files["lab"]["patient_id"]) & set(files["imaging"]["patient_id"])
+    assert len(pairwise) > len(triple) > 50
+    aligned = {
+        n: pd.read_csv(tmp_path / "out" / n / f"aligned_{n}.csv")["patient_id"].tolist()
+        for n in names[1:]
+    }
+    assert aligned["lab"] == aligned["imaging"] == aligned["genomics"]
+    assert set(aligned["lab"]) == triple
+    log = (tmp_path / "imaging.log").read_text()
+    assert float(log.split("test AUC ")[1].split(";")[0]) > 0.6

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from sklearn.base import clone
 
 from vfl.crypto.policy import KeyPolicy
 from vfl.estimator import FederatedEstimator, Role, run_deployed
@@ -20,6 +21,7 @@ from vfl.linear.model import PartyModel
 from vfl.linear.protocol import CoordinatorRole, DataRole, FitResult, FitSpec
 from vfl.linear.scoring import ScoreCoordinatorRole, ScoreRole, ScoreSpec
 from vfl.linear.shared import SharedCoordinatorRole, SharedDataRole
+from vfl.preprocessing import PartyPreprocessor
 from vfl.training.optimizers import OPTIMIZERS
 from vfl.training.schedule import check_batch_size
 from vfl.validation import VerticalFrames, check_data_parties, check_parts, label_party_of
@@ -60,6 +62,7 @@ class VerticalLinearModel(FederatedEstimator):
         key_bits: int = 2048,
         random_state: int | None = None,
         standardize: bool = True,
+        preprocess: Any = None,
         warm_start: bool = False,
         coordinator: str = "coordinator",
         workers: int | None = None,
@@ -80,6 +83,7 @@ class VerticalLinearModel(FederatedEstimator):
         self.key_bits = key_bits
         self.random_state = random_state
         self.standardize = standardize
+        self.preprocess = preprocess
         self.warm_start = warm_start
         self.coordinator = coordinator
         self.workers = workers
@@ -150,6 +154,44 @@ class VerticalLinearModel(FederatedEstimator):
             )
         if not self._learning_rate() > 0 or not self.alpha >= 0:
             raise ValueError("learning_rate must be > 0 and alpha >= 0")
+        self._check_preprocess()
+
+    def _check_preprocess(self, data_parties: list[str] | None = None) -> None:
+        """``preprocess`` is None/bool, a PartyPreprocessor, or a dict of them (or None) by
+        party, whose parties are among ``data_parties`` when given."""
+        allowed = (bool, PartyPreprocessor, type(None))
+        value = self.preprocess
+        if isinstance(value, dict):
+            bad = {p: v for p, v in value.items() if not isinstance(v, allowed)}
+            if bad or not all(isinstance(p, str) for p in value):
+                raise ValueError(
+                    "preprocess as a dict maps party names to a PartyPreprocessor, True or "
+                    f"None; got {value!r}"
+                )
+            unknown = sorted(set(value) - set(data_parties or value))
+            if unknown:
+                raise ValueError(
+                    f"preprocess names parties {unknown} that hold no data in this fit "
+                    f"(the data parties: {sorted(data_parties or [])}); fix the names"
+                )
+        elif not isinstance(value, allowed):
+            raise ValueError(
+                "preprocess must be None/False, True (a default PartyPreprocessor per party), "
+                f"a PartyPreprocessor, or a dict {{party: PartyPreprocessor or None}}; got "
+                f"{value!r}"
+            )
+
+    def _preprocessor(self, party: str) -> PartyPreprocessor | None:
+        """An unfitted copy of the preprocessing ``preprocess`` asks of ``party``, named
+        after it (None: its numeric columns are used as they are)."""
+        value = self.preprocess
+        if isinstance(value, dict):
+            value = value.get(party)
+        if value is None or value is False:
+            return None
+        template = PartyPreprocessor() if value is True else value
+        out: PartyPreprocessor = clone(template).set_params(party=party)
+        return out
 
     def _workers(self) -> int:
         # worker processes pay off on large batches; on small ones the parties' threads
@@ -167,6 +209,7 @@ class VerticalLinearModel(FederatedEstimator):
         """What every role of a fit agrees on (hyperparameters checked, parties checked)."""
         self._check_params()
         check_data_parties(list(data_parties), label_party)
+        self._check_preprocess(list(data_parties))
         if self.protocol in ("two_party", *SHARED) and len(data_parties) != 2:
             raise ValueError(
                 f"protocol={self.protocol!r} needs exactly two data parties, got "
@@ -253,14 +296,18 @@ class VerticalLinearModel(FederatedEstimator):
                 else (None, {})
             )
             outputs = targets.shape[1] if targets is not None else 1
+            prep = self._preprocessor(name)
             if earlier is not None:
-                part = self._warm_part(earlier, frame, keep)
-            else:
+                part = self._warm_part(earlier, frame, keep, preprocessed=prep is not None)
+            else:  # the preprocessing is fitted on this party's own rows, kept in its part
+                features = frame if prep is None else prep.fit(frame).transform(frame)
                 part = PartyModel.fresh(
-                    name, frame, standardize=self.standardize, active=is_label, outputs=outputs
+                    name, features, standardize=self.standardize, active=is_label, outputs=outputs
                 )
                 for key, value in keep.items():
                     setattr(part, key, value)
+                if prep is not None:
+                    part.extra["preprocess"] = prep.to_dict()
             part.extra["data_parties"] = list(spec.data_parties)
             part.extra.pop("row_clip", None)  # the label party says whether rows are clipped
             x = part.design(frame)
@@ -273,14 +320,25 @@ class VerticalLinearModel(FederatedEstimator):
         return roles
 
     @staticmethod
-    def _warm_part(previous: PartyModel, frame: pd.DataFrame, keep: dict[str, Any]) -> PartyModel:
-        """A copy of the previous fit's part to continue from, refused when the columns or the
-        classes changed; the previous standardisation (features and target) is kept, since the
-        weights are in its units."""
+    def _warm_part(
+        previous: PartyModel, frame: pd.DataFrame, keep: dict[str, Any], *, preprocessed: bool
+    ) -> PartyModel:
+        """A copy of the previous fit's part to continue from, refused when the columns, the
+        classes or whether preprocessing is used changed; the previous preprocessing and
+        standardisation (features and target) are kept, since the weights are in their units
+        (so the raw columns are compared when preprocessing was used)."""
         name = previous.party
-        if previous.columns != [str(c) for c in frame.columns]:
+        state = previous.extra.get("preprocess")
+        if (state is not None) != preprocessed:
             raise ValueError(
-                f"party {name!r}: warm start with other columns than fitted ({previous.columns});"
+                f"party {name!r}: warm start {'without' if state else 'with'} preprocessing, "
+                f"but the model was fitted {'with' if state else 'without'} it; fit with "
+                "warm_start=False"
+            )
+        fitted = previous.input_columns
+        if fitted != [str(c) for c in frame.columns]:
+            raise ValueError(
+                f"party {name!r}: warm start with other columns than fitted ({fitted});"
                 " fit with warm_start=False"
             )
         before, now = previous.extra.get("classes"), keep.get("extra", {}).get("classes")
@@ -310,6 +368,7 @@ class VerticalLinearModel(FederatedEstimator):
         label = done.get(spec.label_party)
         if label is not None and label.part is not None:
             self.loss_curve_ = list(label.loss_curve)
+            self.best_epoch_ = label.best_epoch
             self.epoch_seconds_ = list(label.epoch_seconds)
             self.setup_seconds_ = label.setup_seconds
             self.intercept_ = np.reshape(np.array(label.part.intercept, dtype=float), -1)

@@ -43,7 +43,9 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
         ``tol``; None runs ``max_iter`` epochs.
     n_iter_no_change : int
         Epochs in a row without such an improvement (on the best loss so far) before
-        stopping (5, as scikit-learn's SGD estimators).
+        stopping (5, as scikit-learn's SGD estimators). With ``tol`` set, the fitted model is
+        that of the epoch of lowest training loss (``best_epoch_``), not the last: the label
+        party tells the others, one bit per epoch, whether to keep the epoch just finished.
     learning_rate : float, optional
         Step size (Adam; default 0.05) or initial step size (``momentum``, default 0.3,
         decayed as ``1 / sqrt(1 + epoch)``; ``sgd``, default 0.5, decayed as
@@ -66,6 +68,17 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
         without it the parties agree on a random seed.
     standardize : bool
         Each party standardises its own columns with its own training means and deviations.
+    preprocess : bool, PartyPreprocessor or dict, optional
+        Each party's own preprocessing of its raw columns (:mod:`vfl.preprocessing`):
+        None/False (default) trains on numeric columns as given; True fits a default
+        :class:`~vfl.preprocessing.PartyPreprocessor` (median imputation, one-hot encoding of
+        text columns, scaling) per party; a PartyPreprocessor is cloned for each party; a dict
+        ``{party: PartyPreprocessor, True or None}`` chooses per party (a party not named is
+        not preprocessed). Each party fits its copy on its own rows; the learned state
+        (medians, categories) is kept in that party's part only and never sent. ``coef_`` and
+        ``feature_names_in_`` then name the transformed columns (``"lab:sex=F"``); predict
+        and saved parts take the raw columns. A warm start keeps the first fit's
+        preprocessing.
     warm_start : bool
         Continue from the fitted weights on the next ``fit``.
     coordinator : str
@@ -111,8 +124,9 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
         deployment. ``intercept_`` at the label party.
     classes_ : ndarray
         The class labels (at the label party).
-    n_iter_, loss_curve_, epoch_seconds_, setup_seconds_, label_party_, transcript_
-        Epochs run, training loss per epoch (the label party's view: summed over the K
+    n_iter_, best_epoch_, loss_curve_, epoch_seconds_, setup_seconds_, label_party_, transcript_
+        Epochs run, the epoch whose model was kept (1-based; the last one with ``tol=None``),
+        training loss per epoch (the label party's view: summed over the K
         models), the wall time of each epoch and of the setup at the label party, the label
         party, and the message transcript of the last simulated run.
     """

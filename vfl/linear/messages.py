@@ -73,10 +73,12 @@ class CrossScores(Message):
 
 @dataclass(frozen=True)
 class EpochControl(Message):
-    """The label party, before each epoch: go on or stop."""
+    """The label party, before each epoch: go on or stop; and whether to keep the model of
+    the epoch just finished (the best so far, :class:`~vfl.training.LossCurve`)."""
 
     KIND = "epoch control"
     stop: bool
+    keep: bool = False
 
 
 @dataclass(frozen=True)

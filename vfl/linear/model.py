@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from vfl import persistence
+from vfl.preprocessing import PartyPreprocessor
 from vfl.validation import check_numeric
 
 __all__ = ["FEATURE_BITS", "KIND", "PartyModel", "clip_rows", "feature_bits", "quantize"]
@@ -93,8 +94,24 @@ class PartyModel:
         coef = np.zeros(d) if outputs == 1 else np.zeros((d, outputs))
         intercept: Any = 0.0 if outputs == 1 else np.zeros(outputs)
         return PartyModel(
-            self.party, self.role, self.columns, self.mean, self.scale, coef, intercept
+            self.party,
+            self.role,
+            self.columns,
+            self.mean,
+            self.scale,
+            coef,
+            intercept,
+            extra=dict(self.extra),  # its preprocessing, row clipping, parties stay
         )
+
+    @property
+    def input_columns(self) -> list[str]:
+        """The raw columns :meth:`design` reads: those the preprocessing was fitted on
+        (``extra["preprocess"]``), else :attr:`columns`."""
+        state = self.extra.get("preprocess")
+        if state is None:
+            return list(self.columns)
+        return [str(c["name"]) for c in state["columns"]]
 
     @property
     def outputs(self) -> int:
@@ -116,7 +133,12 @@ class PartyModel:
             self.intercept = float(w[-1, 0]) if single else w[-1].copy()
 
     def design(self, frame: pd.DataFrame) -> np.ndarray[Any, Any]:
-        """This party's standardised, rounded feature matrix of ``frame`` (checked)."""
+        """This party's standardised, rounded feature matrix of ``frame`` (checked); ``frame``
+        holds its raw columns when the part keeps a preprocessing (``extra["preprocess"]``,
+        :class:`~vfl.preprocessing.PartyPreprocessor` state), which is applied first."""
+        state = self.extra.get("preprocess")
+        if state is not None:
+            frame = PartyPreprocessor.from_dict(state).transform(frame)
         values = (check_numeric(frame, self.party, self.columns) - self.mean) / self.scale
         huge = np.abs(values) >= 2.0**40
         if huge.any():
@@ -211,6 +233,12 @@ class PartyModel:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{source} is not a saved vertical linear part: {exc}") from None
+        state = part.extra.get("preprocess")
+        if state is not None:
+            try:
+                PartyPreprocessor.from_dict(state)
+            except ValueError as exc:
+                raise ValueError(f"{source}: its preprocessing is malformed: {exc}") from None
         d = len(part.columns)
         if part.mean.shape != (d,) or part.scale.shape != (d,) or part.coef.shape[:1] != (d,):
             raise ValueError(f"{source}: the arrays do not match its {d} columns")

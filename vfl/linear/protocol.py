@@ -92,6 +92,7 @@ class FitResult:
     epoch_seconds: list[float] = field(default_factory=list)
     setup_seconds: float = 0.0
     converged: bool = False
+    best_epoch: int = 0
     view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None
 
 
@@ -160,7 +161,7 @@ class DataRole:
         result = trainer.run(schedule)
         if spec.label_noise is not None and self.targets is not None:
             record_label_dp(spec, fed.name, result.n_iter)
-        self.part.set_weights(trainer.model, with_intercept=self.is_label)
+        self.part.set_weights(trainer.kept, with_intercept=self.is_label)
         result.part, result.setup_seconds, result.view = self.part, setup, exchange.view
         return result
 
@@ -236,7 +237,8 @@ class _Trainer:
     ) -> None:
         self.fed, self.spec, self.x, self.w, self.exchange = fed, spec, x, w, exchange
         self.optimizer = make_optimizer(spec.optimizer, learning_rate=spec.learning_rate)
-        self.model = w  # what the fit returns: the last epoch's mean iterate
+        self.model = w  # the last epoch's mean iterate
+        self.kept = w  # what the fit returns: the model of the best epoch (LossCurve)
         self._sum: np.ndarray[Any, Any] = np.zeros_like(w)
         self._steps = 0
 
@@ -254,6 +256,13 @@ class _Trainer:
         optimiser goes on from the last iterate)."""
         if self._steps:
             self.model = self._sum / self._steps
+
+    def control(self, message: EpochControl) -> bool:
+        """Follow the label party's word: keep the last epoch's model if it says so; True
+        to go on."""
+        if message.keep:
+            self.kept = self.model
+        return not message.stop
 
     def run(self, schedule: Schedule) -> FitResult:
         raise NotImplementedError
@@ -283,7 +292,9 @@ class _LabelTrainer(_Trainer):
         epochs = schedule.epochs()
         for epoch in range(self.spec.max_iter):
             began = time.perf_counter()
-            VLR.broadcast(self.fed, "epoch", EpochControl(stop=False), to=self.followers)
+            control = EpochControl(stop=False, keep=curve.keep)
+            VLR.broadcast(self.fed, "epoch", control, to=self.followers)
+            self.control(control)
             self.start_epoch()
             for rows in next(epochs):
                 self.train_batch(rows, epoch)
@@ -294,7 +305,10 @@ class _LabelTrainer(_Trainer):
             if curve.add(loss):
                 result.converged = True
                 break
-        VLR.broadcast(self.fed, "epoch", EpochControl(stop=True), to=self.followers)
+        control = EpochControl(stop=True, keep=curve.keep)
+        VLR.broadcast(self.fed, "epoch", control, to=self.followers)
+        self.control(control)
+        result.best_epoch = curve.best_epoch
         if not result.converged and self.spec.tol is not None:
             from sklearn.exceptions import ConvergenceWarning
 
@@ -389,7 +403,7 @@ class _PassiveTrainer(_Trainer):
         label = self.spec.label_party
         epochs = schedule.epochs()
         epoch = 0
-        while not VLR.recv(self.fed, label, "epoch", EpochControl).stop:
+        while self.control(VLR.recv(self.fed, label, "epoch", EpochControl)):
             self.start_epoch()
             for rows in next(epochs):
                 self.train_batch(rows, epoch)

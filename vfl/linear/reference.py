@@ -60,7 +60,7 @@ def plaintext_reference(
         fixed, orders = schedule.fixed()
         epochs = ([fixed[b] for b in order] for order in orders)
     curve = LossCurve(spec.tol, spec.patience)
-    model = dict(ws)
+    model = kept = dict(ws)
     for epoch, batches in zip(range(spec.max_iter), epochs, strict=False):
         total = 0.0
         sums = {p: np.zeros_like(w) for p, w in ws.items()}
@@ -76,7 +76,10 @@ def plaintext_reference(
         if spec.shared:  # the secret-shared protocols' loss: of that model, over all rows
             z = sum(xs[p] @ model[p] for p in xs) - targets
             total = float(np.sum(z * z))
-        if curve.add(spec.loss.mean_loss(total, n, outputs)):
+        stop = curve.add(spec.loss.mean_loss(total, n, outputs))
+        if curve.keep:  # the best epoch's model (the last one without early stopping)
+            kept = model
+        if stop:
             break
-    out = {p: (w[:, 0] if outputs == 1 else w) for p, w in model.items()}
+    out = {p: (w[:, 0] if outputs == 1 else w) for p, w in kept.items()}
     return out, curve.values

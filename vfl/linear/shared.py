@@ -551,15 +551,18 @@ class SharedDataRole(DataRole):
         mine = slice(0, sizes.d_a) if self.is_label else slice(sizes.d_a, sizes.joint)
         optimizer = make_optimizer(spec.optimizer, learning_rate=spec.learning_rate)
         velocity = np.zeros_like(v)
-        model = v
+        model = kept = v
         epoch = 0
         while True:
             if self.is_label:
                 stop = epoch >= spec.max_iter or result.converged
-                SS.broadcast(fed, "epoch", EpochControl(stop=stop), to=followers)
+                control = EpochControl(stop=stop, keep=curve.keep)
+                SS.broadcast(fed, "epoch", control, to=followers)
             else:
-                stop = SS.recv(fed, spec.label_party, "epoch", EpochControl).stop
-            if stop:
+                control = SS.recv(fed, spec.label_party, "epoch", EpochControl)
+            if control.keep:  # the epoch just finished is the best so far: keep its shares
+                kept = model
+            if control.stop:
                 break
             began = time.perf_counter()
             total = np.zeros_like(v)
@@ -586,7 +589,8 @@ class SharedDataRole(DataRole):
         if self.is_label and not result.converged and spec.tol is not None:
             _warn_not_converged(spec)
         result.loss_curve, result.n_iter = curve.values, epoch
-        self._reveal(fed, link, sizes, model)
+        result.best_epoch = curve.best_epoch
+        self._reveal(fed, link, sizes, kept)
         result.part = self.part
         return result
 

@@ -16,12 +16,22 @@ class LossCurve:
 
     With ``patience=1`` that is: stop at the first epoch that does not lower the loss by
     ``tol`` -- which one noisy epoch can trigger; a patience of 5 rides over it.
+
+    With early stopping (``tol`` set) the fit keeps the model of the epoch of lowest loss,
+    :attr:`best_epoch`, not the last one: :attr:`keep` says, after each :meth:`add`, whether
+    the epoch just added is the new best (the label party tells the others so, one bit per
+    epoch, and each keeps its own part of that epoch's model). With ``tol=None`` (a fixed
+    number of epochs, as label DP needs) the last epoch's model is kept and nothing is said.
     """
 
     tol: float | None
     patience: int = 1
     values: list[float] = field(default_factory=list)
     best: float = math.inf
+    best_epoch: int = 0
+    """The epoch (1-based) whose model the fit keeps; 0 before the first."""
+    keep: bool = False
+    """Whether the fit keeps the model of the epoch just added."""
     _stale: int = 0
 
     def __post_init__(self) -> None:
@@ -36,5 +46,8 @@ class LossCurve:
             self._stale += 1
         else:
             self._stale = 0
+        self.keep = self.tol is None or loss < self.best
+        if self.keep:
+            self.best_epoch = len(self.values)
         self.best = min(self.best, loss)
         return self.tol is not None and self._stale >= self.patience

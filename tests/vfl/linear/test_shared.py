@@ -50,7 +50,29 @@ def test_the_shared_model_is_the_plaintext_protocols(breast, protocol: str) -> N
     )
     est.fit(parts, y, label_party="imaging")
     assert est.n_iter_ == 3 and len(est.loss_curve_) == 3
+    assert est.best_epoch_ == 3  # without early stopping: the last epoch's model
     assert est.loss_curve_[-1] < est.loss_curve_[0]  # it learns
+    assert_equals_reference(est, parts, y, "imaging")
+
+
+@pytest.mark.parametrize(("protocol", "rate"), [("shared", 1.0), ("coordinator", 2.0)])
+def test_early_stopping_keeps_the_model_of_the_best_epoch(
+    breast, protocol: str, rate: float
+) -> None:  # type: ignore[no-untyped-def]
+    """Too large a step makes the loss rise: the fit stops on patience and keeps the model of
+    the epoch of lowest loss, at every party (the plaintext twin keeps the same)."""
+    parts, y = breast
+    est = small_model(
+        VerticalLogisticRegression,
+        protocol=protocol,
+        learning_rate=rate,
+        max_iter=12,
+        batch_size=64,
+        n_iter_no_change=3,
+    )
+    est.fit(parts, y, label_party="imaging")
+    assert est.best_epoch_ < est.n_iter_
+    assert est.loss_curve_[est.best_epoch_ - 1] == min(est.loss_curve_)
     assert_equals_reference(est, parts, y, "imaging")
 
 
@@ -236,8 +258,19 @@ def test_scikit_learn_model_selection_splits_vertical_frames(breast) -> None:  #
         est.fit(parts, y)  # a plain dict needs the label party named
 
 
+def _cohort() -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+    """The synthetic lab + imaging cohort's common patients (by the true pairing)."""
+    from vfl.datasets import IMAGING_FEATURES, LAB_FEATURES, make_lab_imaging_cohort
+
+    lab, imaging, truth = make_lab_imaging_cohort(3000, random_state=0)
+    guest = imaging.loc[truth["imaging"], IMAGING_FEATURES].set_index(pd.RangeIndex(len(truth)))
+    host = lab.loc[truth["lab"], LAB_FEATURES].set_index(guest.index)
+    y = pd.Series(imaging.loc[truth["imaging"], "diagnosis"].to_numpy(), index=guest.index)
+    return guest, host, y
+
+
 @pytest.mark.parametrize("protocol", ["shared", "coordinator"])
-@pytest.mark.parametrize("name", ["breast", "default_credit"])
+@pytest.mark.parametrize("name", ["breast", "default_credit", "cohort"])
 def test_the_defaults_reach_scikit_learn_on_fate_tables_for_every_seed(
     name: str, protocol: str
 ) -> None:
@@ -252,7 +285,7 @@ def test_the_defaults_reach_scikit_learn_on_fate_tables_for_every_seed(
 
     from tests.vfl.linear.conftest import hetero
 
-    guest, host, y = hetero(name)
+    guest, host, y = _cohort() if name == "cohort" else hetero(name)
     train, test = train_test_split(guest.index, test_size=0.3, random_state=0, stratify=y)
     parts = {"guest": guest.loc[train], "host": host.loc[train]}
     joined = pd.concat([guest, host], axis=1)
