@@ -1,7 +1,81 @@
 """The horizontal setting for comparison: FedAvg, FedProx, differential privacy, secure
 aggregation, robust aggregation and compression, built on :mod:`vfl`'s runtime.
 
-Nothing is implemented here yet; it arrives with its own issue.
+* :mod:`horizontal.estimator` -- :class:`FederatedClassifier` and :class:`FederatedRegressor`
+  (a torch module trained by a strategy over the federation runtime);
+* :mod:`horizontal.strategies` -- FedSGD, FedAvg, FedProx, FedAvgM, FedAdam, Scaffold, over the
+  pure kernels of :mod:`horizontal.aggregate`; :mod:`horizontal.training` -- their roles;
+* :mod:`horizontal.privacy` -- client-level DP (central :class:`ClientDP`, local
+  :class:`LocalDP`) and record-level DP-SGD (:class:`RecordDP`), spends in the ledger;
+* :mod:`horizontal.partition` -- splitting a data set among simulated clients (IID, Dirichlet
+  label skew, quantity skew) and measuring the skew (total variation, earth mover's distance).
+
+Names are exported lazily (as in :mod:`vfl`): ``import horizontal`` loads neither pandas nor
+SciPy until a name that needs them is used.
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vfl._lazy import lazy_exports
+
+_EXPORTS = {
+    "FederatedClassifier": "horizontal.estimator",
+    "FederatedRegressor": "horizontal.estimator",
+    "FedAdam": "horizontal.strategies",
+    "FedAvg": "horizontal.strategies",
+    "FedAvgM": "horizontal.strategies",
+    "FedProx": "horizontal.strategies",
+    "FedSGD": "horizontal.strategies",
+    "Scaffold": "horizontal.strategies",
+    "Strategy": "horizontal.strategies",
+    "ClientDP": "horizontal.privacy",
+    "LocalDP": "horizontal.privacy",
+    "RecordDP": "horizontal.privacy",
+    "dirichlet_label_split": "horizontal.partition",
+    "earth_movers": "horizontal.partition",
+    "iid_split": "horizontal.partition",
+    "label_distributions": "horizontal.partition",
+    "quantity_skew_split": "horizontal.partition",
+    "skew_report": "horizontal.partition",
+    "total_variation": "horizontal.partition",
+}
+
+__all__ = [
+    "ClientDP",
+    "FedAdam",
+    "FedAvg",
+    "FedAvgM",
+    "FedProx",
+    "FedSGD",
+    "FederatedClassifier",
+    "FederatedRegressor",
+    "LocalDP",
+    "RecordDP",
+    "Scaffold",
+    "Strategy",
+    "dirichlet_label_split",
+    "earth_movers",
+    "iid_split",
+    "label_distributions",
+    "quantity_skew_split",
+    "skew_report",
+    "total_variation",
+]
+
+if TYPE_CHECKING:
+    from horizontal.estimator import FederatedClassifier, FederatedRegressor
+    from horizontal.partition import (
+        dirichlet_label_split,
+        earth_movers,
+        iid_split,
+        label_distributions,
+        quantity_skew_split,
+        skew_report,
+        total_variation,
+    )
+    from horizontal.privacy import ClientDP, LocalDP, RecordDP
+    from horizontal.strategies import FedAdam, FedAvg, FedAvgM, FedProx, FedSGD, Scaffold, Strategy
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

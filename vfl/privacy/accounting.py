@@ -35,12 +35,25 @@ accountant, which composes a self-composed ``RandomizedResponseDpEvent`` only on
 
 from __future__ import annotations
 
+import logging
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from vfl.privacy._checks import check_positive_finite, check_positive_int, check_probability
+
+
+class _QuietOrders(logging.Filter):
+    """dp-accounting's RDP accountant drops fractional orders it cannot compute at large
+    sampling rates (``q = 0.5``, say), with one warning per order per composition: the
+    epsilon is still valid (taken over the other orders), so these say nothing to a user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "failed to converge" not in record.getMessage()
+
+
+logging.getLogger("absl").addFilter(_QuietOrders())
 
 __all__ = [
     "ACCOUNTANTS",

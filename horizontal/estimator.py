@@ -1,0 +1,431 @@
+"""Horizontal federated estimators in scikit-learn style.
+
+:class:`FederatedClassifier` and :class:`FederatedRegressor` train one torch module (an MLP
+by default, ``module="linear"`` for logistic or linear regression) on clients that hold the
+same columns for different rows::
+
+    from horizontal import FederatedClassifier, FedProx
+    model = FederatedClassifier(rounds=30, strategy=FedProx(mu=0.01), random_state=0)
+    model.fit({"hospital_1": (X1, y1), "hospital_2": (X2, y2)})
+    model.predict_proba(X_new)
+
+``fit`` takes ``{client: (X, y)}`` or ``{client: DataFrame}`` with ``label="<column>"``.
+In simulation every client and the server run as threads of one in-process federation
+(100+ clients are fine); :meth:`fit_party` runs one party's role on its own federation.
+The fitted model is the global one, which every client receives at the end (``predict``
+here runs on whatever rows are given, at whichever party holds them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from horizontal.model import build_module, load_vector
+from horizontal.strategies import Strategy, get_strategy
+from horizontal.training import ClientRole, FitResult, FitSpec, RoundRecord, ServerRole
+from vfl import persistence
+from vfl.estimator import FederatedEstimator, Role, run_deployed
+from vfl.federation.base import Federation
+
+__all__ = ["FederatedClassifier", "FederatedRegressor"]
+
+KIND = "horizontal.FederatedModel"
+
+
+class _FederatedModel(FederatedEstimator):
+    _task = ""
+    privacy_ledger_: Any
+
+    def __init__(
+        self,
+        *,
+        module: Any = None,
+        hidden_layer_sizes: tuple[int, ...] = (64,),
+        rounds: int = 20,
+        local_epochs: int = 1,
+        batch_size: int = 32,
+        learning_rate: float = 0.05,
+        client_fraction: float = 1.0,
+        min_clients: int | None = None,
+        strategy: str | Strategy = "fedavg",
+        privacy: Any = None,
+        standardize: bool = True,
+        classes: Any = None,
+        random_state: int | None = None,
+        server: str = "server",
+        timeout: float = 600.0,
+    ) -> None:
+        self.module = module
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.rounds = rounds
+        self.local_epochs = local_epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.client_fraction = client_fraction
+        self.min_clients = min_clients
+        self.strategy = strategy
+        self.privacy = privacy
+        self.standardize = standardize
+        self.classes = classes
+        self.random_state = random_state
+        self.server = server
+        self.timeout = timeout
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def fit_spec(self, clients: list[str], *, ledger: Any = None) -> FitSpec:
+        """What every party of a fit agrees on (hyperparameters checked)."""
+        for name, value, low in [
+            ("rounds", self.rounds, 1),
+            ("local_epochs", self.local_epochs, 1),
+            ("batch_size", self.batch_size, 1),
+        ]:
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        if not 0 < self.client_fraction <= 1:
+            raise ValueError(f"client_fraction must be in (0, 1], got {self.client_fraction!r}")
+        if self.min_clients is not None and (
+            isinstance(self.min_clients, bool)
+            or not isinstance(self.min_clients, int)
+            or not 1 <= self.min_clients <= len(clients)
+        ):
+            raise ValueError(
+                f"min_clients must be an integer from 1 to the {len(clients)} clients, got "
+                f"{self.min_clients!r}"
+            )
+        if self.server in clients:
+            raise ValueError(
+                f"{self.server!r} is both a client and the server's name; pass server='...'"
+            )
+        classes = None
+        if self.classes is not None:
+            classes = tuple(str(c) for c in self.classes)
+            if len(set(classes)) != len(classes) or len(classes) < 2:
+                raise ValueError(
+                    f"classes must be two or more distinct labels, got {self.classes!r}"
+                )
+        privacy = self.privacy
+        if privacy is not None:
+            privacy.check(self, len(clients))
+            if self.standardize or (self._task == "classification" and classes is None):
+                raise ValueError(
+                    "differential privacy covers the model updates, not the pooled column "
+                    "statistics and label sets that standardize=True and a missing classes= "
+                    "would send: pass standardize=False (scale with known ranges first) and, "
+                    "for a classifier, classes=[...]"
+                )
+        return FitSpec(
+            server=self.server,
+            clients=tuple(clients),
+            task=self._task,
+            module=self.module,
+            hidden=tuple(int(h) for h in self.hidden_layer_sizes),
+            rounds=self.rounds,
+            local_epochs=self.local_epochs,
+            batch_size=self.batch_size,
+            learning_rate=float(self.learning_rate),
+            client_fraction=float(self.client_fraction),
+            min_clients=self.min_clients,
+            strategy=get_strategy(self.strategy),
+            privacy=privacy,
+            standardize=bool(self.standardize),
+            classes=classes,
+            random_state=self.random_state,
+            ledger=ledger,
+        )
+
+    # -- simulation --------------------------------------------------------------------------
+
+    def fit(
+        self,
+        clients: Mapping[str, Any],
+        *,
+        label: str | None = None,
+        keep_payloads: bool = False,
+        ledger: Any = None,
+    ) -> _FederatedModel:
+        """Train with the server and every client simulated in this process.
+
+        Parameters
+        ----------
+        clients : dict
+            ``{client: (X, y)}`` (X a DataFrame or 2-d array, y its labels), or
+            ``{client: DataFrame}`` with the labels in column ``label``.
+        label : str, optional
+            The label column, for the DataFrame form.
+        keep_payloads : bool
+            Keep every message's payload in ``transcript_`` for audits.
+        ledger : vfl.privacy.PrivacyLedger, optional
+            Where differential privacy records its spend (by default a new one, kept as
+            ``privacy_ledger_``).
+        """
+        data = _client_data(clients, label)
+        ledger = self._ledger(ledger)
+        spec = self.fit_spec(list(data), ledger=ledger)
+        roles: dict[str, Role] = {
+            name: ClientRole(spec, x, y, columns) for name, (x, y, columns) in data.items()
+        }
+        roles[spec.server] = ServerRole(spec)
+        results = self._simulate(roles, keep_payloads=keep_payloads)
+        self._collect(results[spec.server], spec)
+        if self.privacy is not None:
+            from horizontal.privacy import largest_epsilon
+
+            self.epsilon_ = largest_epsilon(ledger, spec.clients)
+        self._originals = {str(v): v for _, y, _ in data.values() for v in np.unique(y)}
+        if self._task == "classification":
+            self.classes_ = np.array([self._originals.get(c, c) for c in self._class_names])
+        return self
+
+    def fit_party(
+        self,
+        federation: Federation,
+        x: Any = None,
+        y: Any = None,
+        *,
+        clients: list[str],
+        ledger: Any = None,
+    ) -> _FederatedModel:
+        """This party's role (deployment): a client passes its ``x`` and ``y``; the server
+        passes neither. ``clients`` names every client, the same list everywhere."""
+        spec = self.fit_spec(list(clients), ledger=self._ledger(ledger))
+        if federation.name == spec.server:
+            result = run_deployed({spec.server: ServerRole(spec)}, federation)[spec.server]
+            self._collect(result, spec)
+            return self
+        values, labels, columns = _client_data({federation.name: (x, y)}, None)[federation.name]
+        role = ClientRole(spec, values, labels, columns)
+        self._collect(run_deployed({federation.name: role}, federation)[federation.name], spec)
+        if self._task == "classification":  # this client's own label values where it has them
+            originals = {str(v): v for v in np.unique(labels)}
+            self.classes_ = np.array([originals.get(c, c) for c in self._class_names], dtype=object)
+        return self
+
+    def _ledger(self, ledger: Any) -> Any:
+        if self.privacy is None:
+            if hasattr(self, "privacy_ledger_"):
+                del self.privacy_ledger_
+            return ledger
+        if ledger is None:
+            from vfl.privacy import PrivacyLedger
+
+            ledger = PrivacyLedger(delta=self.privacy.delta)
+        self.privacy_ledger_ = ledger
+        return ledger
+
+    def _collect(self, result: FitResult, spec: FitSpec) -> None:
+        scaling = result.scaling
+        assert scaling is not None
+        outputs = len(scaling.classes) if self._task == "classification" else 1
+        module = build_module(
+            spec.module, result.n_features, outputs, spec.hidden, spec.random_state
+        )
+        load_vector(module, result.weights)
+        module.eval()
+        self.module_ = module
+        self.weights_ = result.weights
+        self.history_: list[RoundRecord] = result.history
+        self.n_iter_ = len(result.history)
+        self.mean_, self.scale_ = scaling.mean, scaling.scale
+        self.target_mean_, self.target_scale_ = scaling.target_mean, scaling.target_scale
+        self.n_features_in_ = result.n_features
+        self._class_names = list(scaling.classes)
+        if self._task == "classification":
+            self.classes_ = np.array(self._class_names, dtype=object)
+
+    def _check_params(self) -> None:
+        """Nothing beyond ``fit_spec``'s checks."""
+
+    # -- prediction ---------------------------------------------------------------------------
+
+    def _outputs(self, x: Any) -> np.ndarray[Any, Any]:
+        self._check_fitted("module_")
+        values = _matrix(x, "X")
+        if values.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {values.shape[1]} columns; the model was fitted on {self.n_features_in_}"
+            )
+        z = torch.as_tensor((values - self.mean_) / self.scale_, dtype=torch.float32)
+        with torch.no_grad():
+            out: np.ndarray[Any, Any] = self.module_(z).double().numpy()
+        return out
+
+    def save(self, path: str | Path) -> Path:
+        """The global model in vflink's format (the parameter vector, the scaling, the
+        classes, the architecture's hyperparameters; a user-given module must be passed
+        again to :meth:`load`), and beside it the privacy ledger when DP was used."""
+        self._check_fitted("module_")
+        meta = {
+            "task": self._task,
+            "hidden": list(self.hidden_layer_sizes),
+            "module": self.module
+            if isinstance(self.module, str) or self.module is None
+            else "user",
+            "classes": [str(c) for c in getattr(self, "_class_names", [])],
+            "n_features": int(self.n_features_in_),
+            "target_mean": float(self.target_mean_),
+            "target_scale": float(self.target_scale_),
+        }
+        arrays = {"weights": self.weights_, "mean": self.mean_, "scale": self.scale_}
+        written = persistence.save_model(path, KIND, meta, arrays)
+        ledger = getattr(self, "privacy_ledger_", None)
+        if ledger is not None and len(ledger):
+            ledger.save(Path(path).with_suffix(".ledger.json"))
+        return written
+
+
+class FederatedClassifier(_FederatedModel):
+    """A classifier trained horizontally (see the module docstring).
+
+    Parameters
+    ----------
+    module : None, "linear", callable or torch.nn.Module
+        An MLP with ``hidden_layer_sizes`` (None), logistic regression (``"linear"``), a
+        factory ``module(n_features, n_classes)``, or a module (copied); without buffers.
+    hidden_layer_sizes : tuple of int
+        The default MLP's hidden layers.
+    rounds : int
+        Communication rounds.
+    local_epochs, batch_size, learning_rate
+        Each client's local SGD per round (``FedSGD``: one full-batch step instead).
+    client_fraction : float
+        Share of the clients sampled per round (a fixed count, ``ceil(fraction * N)``; with
+        client-level DP, Poisson sampling with this rate).
+    min_clients : int, optional
+        Fewest replies a round needs (default: half the sampled clients, rounded up); the
+        rest are dropped from that round and the weights renormalise over those that replied.
+    strategy : str or Strategy
+        ``"fedavg"`` (default), ``"fedsgd"``, ``"fedprox"``, ``"fedavgm"``, ``"fedadam"``,
+        ``"scaffold"``, or an object (:mod:`horizontal.strategies`, e.g. ``FedProx(mu=0.1)``).
+    privacy : ClientDP, LocalDP or RecordDP, optional
+        Differential privacy (:mod:`horizontal.privacy`).
+    standardize : bool
+        Standardise the columns with pooled means and deviations computed at setup from the
+        clients' column sums (which the server learns); refused with DP.
+    classes : sequence, optional
+        The classes (else the union of the clients' labels, sent at setup; needed with DP).
+    random_state : int, optional
+        Seeds the initial model, the clients' batch orders and (without DP) the sampling.
+
+    Attributes
+    ----------
+    module_ : torch.nn.Module
+        The global model.
+    classes_, history_, n_iter_, privacy_ledger_, transcript_
+        The classes; per round, what the server saw (:class:`~horizontal.training.RoundRecord`:
+        replies, drift, clipping norm, epsilon so far); rounds run; DP's ledger; the
+        messages of the last simulated fit.
+    """
+
+    _task = "classification"
+
+    def predict_proba(self, x: Any) -> np.ndarray[Any, Any]:
+        logits = self._outputs(x)
+        logits = logits - logits.max(axis=1, keepdims=True)
+        e = np.exp(logits)
+        out: np.ndarray[Any, Any] = e / e.sum(axis=1, keepdims=True)
+        return out
+
+    def decision_function(self, x: Any) -> np.ndarray[Any, Any]:
+        logits = self._outputs(x)
+        out: np.ndarray[Any, Any] = logits[:, 1] - logits[:, 0] if logits.shape[1] == 2 else logits
+        return out
+
+    def predict(self, x: Any) -> np.ndarray[Any, Any]:
+        out: np.ndarray[Any, Any] = self.classes_[self.predict_proba(x).argmax(axis=1)]
+        return out
+
+    def score(self, x: Any, y: Any) -> float:
+        return float(np.mean(self.predict(x) == np.asarray(y)))
+
+
+class FederatedRegressor(_FederatedModel):
+    """A regressor trained horizontally (squared loss; the target standardised with the
+    pooled mean and deviation unless ``standardize=False``). Parameters as
+    :class:`FederatedClassifier` (without ``classes``)."""
+
+    _task = "regression"
+
+    def predict(self, x: Any) -> np.ndarray[Any, Any]:
+        out: np.ndarray[Any, Any] = self._outputs(x)[:, 0] * self.target_scale_ + self.target_mean_
+        return out
+
+    def score(self, x: Any, y: Any) -> float:
+        from sklearn.metrics import r2_score
+
+        return float(r2_score(np.asarray(y, dtype=float), self.predict(x)))
+
+
+# -- input checks ----------------------------------------------------------------------------------
+
+
+def _matrix(x: Any, what: str) -> np.ndarray[Any, Any]:
+    if isinstance(x, pd.DataFrame):
+        bad = [
+            c
+            for c in x.columns
+            if not pd.api.types.is_numeric_dtype(x[c]) or pd.api.types.is_bool_dtype(x[c])
+        ]
+        if bad:
+            raise ValueError(f"{what}: columns {bad} are not numeric; encode them first")
+        values = x.to_numpy(dtype=np.float64)
+    else:
+        values = np.asarray(x, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError(f"{what} must be 2-d (rows x columns), got shape {values.shape}")
+    bad_cells = ~np.isfinite(values)
+    if bad_cells.any():
+        row, col = np.argwhere(bad_cells)[0]
+        name = x.columns[col] if isinstance(x, pd.DataFrame) else int(col)
+        raise ValueError(
+            f"{what}: column {name!r} has NaN or inf (row {int(row)}); impute or drop it"
+        )
+    return values
+
+
+def _client_data(
+    clients: Mapping[str, Any], label: str | None
+) -> dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], list[str]]]:
+    if not isinstance(clients, Mapping) or not clients:
+        raise ValueError("fit needs {client: (X, y)} or {client: DataFrame} with label=...")
+    out = {}
+    for name, value in clients.items():
+        if not isinstance(name, str):
+            raise ValueError(f"client names must be strings, got {name!r}")
+        if isinstance(value, pd.DataFrame):
+            if label is None or label not in value.columns:
+                raise ValueError(
+                    f"client {name!r}: a DataFrame needs label='<column>' naming its labels "
+                    f"({label!r} is not one of its columns)"
+                )
+            x_frame, y = value.drop(columns=[label]), value[label]
+        elif isinstance(value, tuple) and len(value) == 2:
+            x_frame, y = value
+        else:
+            raise ValueError(
+                f"client {name!r}: expected (X, y) or a DataFrame, got {type(value).__name__}"
+            )
+        x = _matrix(x_frame, f"client {name!r}")
+        labels = np.asarray(y)
+        if len(x) == 0:
+            raise ValueError(f"client {name!r} holds no rows; leave it out")
+        if labels.shape != (len(x),):
+            raise ValueError(f"client {name!r}: {len(labels)} labels for {len(x)} rows")
+        missing = np.flatnonzero(pd.isna(pd.Series(labels)).to_numpy())
+        if len(missing):
+            raise ValueError(f"client {name!r}: the label of row {int(missing[0])} is missing")
+        columns = (
+            [str(c) for c in x_frame.columns]
+            if isinstance(x_frame, pd.DataFrame)
+            else [f"x{j}" for j in range(x.shape[1])]
+        )
+        out[name] = (x, labels, columns)
+    return out

@@ -1,0 +1,94 @@
+"""The torch side of the horizontal path: default modules, flat parameter vectors, local
+training steps.
+
+Every party holds its own copy of the module; what travels is the flat vector of its
+parameters (:func:`flatten`, float64 on the wire) -- never a pickled module. Modules with
+buffers (BatchNorm's running statistics) are refused: buffers are not parameters, would not
+be averaged, and carry statistics of a client's records; use LayerNorm or GroupNorm.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["build_module", "flatten", "load_vector", "mlp"]
+
+Vector = np.ndarray[Any, Any]
+_SEEDING = threading.Lock()  # torch's global generator, shared by the parties' threads
+
+
+def mlp(n_features: int, n_outputs: int, hidden: Sequence[int] = (64,)) -> nn.Module:
+    """A multilayer perceptron: ``Linear -> ReLU`` per hidden size, then ``Linear``; no
+    hidden layer is a linear model (logistic or linear regression with its loss)."""
+    layers: list[nn.Module] = []
+    width = n_features
+    for size in hidden:
+        layers += [nn.Linear(width, int(size)), nn.ReLU()]
+        width = int(size)
+    layers.append(nn.Linear(width, n_outputs))
+    return nn.Sequential(*layers)
+
+
+def build_module(
+    module: Any, n_features: int, n_outputs: int, hidden: Sequence[int], seed: int | None
+) -> nn.Module:
+    """The module to train: ``None`` (an MLP with ``hidden``), ``"linear"``, a factory
+    ``module(n_features, n_outputs)``, or an ``nn.Module`` (copied); initialised from ``seed``
+    (every party builds the same one; the server's initial weights are sent anyway)."""
+    with _SEEDING, torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        if module is None:
+            built = mlp(n_features, n_outputs, hidden)
+        elif isinstance(module, str):
+            if module != "linear":
+                raise ValueError(
+                    f'module must be None, "linear", a factory or an nn.Module, got {module!r}'
+                )
+            built = mlp(n_features, n_outputs, ())
+        elif isinstance(module, nn.Module):
+            built = copy.deepcopy(module)
+        elif callable(module):
+            built = module(n_features, n_outputs)
+            if not isinstance(built, nn.Module):
+                raise ValueError(
+                    f"module factory returned {type(built).__name__}, not a torch nn.Module"
+                )
+        else:
+            raise ValueError(
+                f'module must be None, "linear", a factory or an nn.Module, got {module!r}'
+            )
+    buffers = [name for name, _ in built.named_buffers()]
+    if buffers:
+        raise ValueError(
+            f"the module has buffers {buffers[:3]} (BatchNorm?): they are not averaged and hold "
+            "statistics of a client's records; use LayerNorm or GroupNorm"
+        )
+    return built.float()
+
+
+def flatten(module: nn.Module) -> Vector:
+    """The module's parameters as one float64 vector (its ``parameters()`` order)."""
+    with torch.no_grad():
+        out: Vector = nn.utils.parameters_to_vector(module.parameters()).detach().cpu().numpy()
+    return out.astype(np.float64, copy=True)
+
+
+def load_vector(module: nn.Module, vector: Vector) -> None:
+    """Set the module's parameters from a vector of :func:`flatten`'s layout (checked)."""
+    size = sum(p.numel() for p in module.parameters())
+    if np.shape(vector) != (size,):
+        raise ValueError(f"a parameter vector of shape {np.shape(vector)} for {size} parameters")
+    with torch.no_grad():
+        values = torch.as_tensor(np.asarray(vector), dtype=torch.float32)
+        nn.utils.vector_to_parameters(values, module.parameters())
+
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

@@ -1,0 +1,250 @@
+"""Federated optimisation strategies: what clients do locally and how the server steps.
+
+A strategy is a small stateless object (a hyperparameter of the estimator, cloned with it):
+
+* :attr:`Strategy.local` -- what each client runs in a round (:class:`LocalPlan`): local
+  epochs of mini-batch SGD, or one full-batch gradient step (FedSGD); a proximal term
+  (FedProx); control variates (Scaffold);
+* :meth:`Strategy.server_step` -- how the server moves the global model, given the round's
+  *mean update* (``mean_delta``: the clients' ``local - global`` averaged by
+  :func:`horizontal.aggregate.weighted_mean` with weights ``n_k``, or the differentially
+  private mean of :mod:`horizontal.privacy`), and its own state (momentum, moments,
+  control variate), which the server role keeps for one fit.
+
+Averaging is kept out of the strategies on purpose: it is where privacy acts (clipping,
+noise), while a server optimiser is post-processing of the mean and costs no privacy.
+
+=============  ======================================================  ======================
+strategy       client                                                   server step
+=============  ======================================================  ======================
+``FedSGD``     one full-batch gradient step (lr)                        ``w + mean``
+``FedAvg``     ``local_epochs`` of mini-batch SGD                       ``w + mean``
+``FedProx``    the same, loss ``+ mu/2 ||w - w_global||^2``             ``w + mean``
+``FedAvgM``    as FedAvg                                                heavy-ball momentum
+``FedAdam``    as FedAvg                                                Adam on ``-mean``
+``Scaffold``   SGD with the correction ``c - c_k`` (control variates)   ``w + lr * mean``;
+                                                                        ``c += |S|/N mean dc``
+=============  ======================================================  ======================
+
+References: McMahan et al. 2017 (FedSGD, FedAvg); Li et al. 2020 (FedProx); Hsu et al. 2019
+(FedAvgM); Reddi et al. 2021 (FedAdam); Karimireddy et al. 2020 (Scaffold, option II).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = [
+    "STRATEGIES",
+    "FedAdam",
+    "FedAvg",
+    "FedAvgM",
+    "FedProx",
+    "FedSGD",
+    "LocalPlan",
+    "Scaffold",
+    "Strategy",
+    "get_strategy",
+]
+
+Vector = np.ndarray[Any, Any]
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    """What a client runs in a round."""
+
+    full_batch: bool = False
+    """One gradient step on all its rows (FedSGD) instead of ``local_epochs`` of mini-batches."""
+    mu: float = 0.0
+    """FedProx's proximal weight: the local loss gets ``mu / 2 * ||w - w_global||^2``."""
+    scaffold: bool = False
+    """Correct each local gradient by ``c - c_k`` and report the control variate's change."""
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """Base of the strategies (see the module docstring)."""
+
+    name: ClassVar[str] = ""
+
+    @property
+    def local(self) -> LocalPlan:
+        return LocalPlan()
+
+    def server_step(
+        self,
+        weights: Vector,
+        mean_delta: Vector,
+        state: dict[str, Any],
+        *,
+        mean_control: Vector | None = None,
+        fraction: float = 1.0,
+    ) -> Vector:
+        """The next global model. ``state`` is the server's own (empty at the first round);
+        ``mean_control`` and ``fraction`` (the share of all clients that replied) serve
+        Scaffold."""
+        out: Vector = weights + mean_delta
+        return out
+
+    def check(self) -> None:
+        """Refuse hyperparameters out of range (ValueError naming the parameter)."""
+
+
+@dataclass(frozen=True)
+class FedAvg(Strategy):
+    """Federated averaging: ``local_epochs`` of mini-batch SGD, then ``w + mean update``."""
+
+    name: ClassVar[str] = "fedavg"
+
+
+@dataclass(frozen=True)
+class FedSGD(Strategy):
+    """One full-batch gradient step per client and round: with weights ``n_k``, a round is
+    one step of full-batch gradient descent on the pooled rows (``learning_rate``)."""
+
+    name: ClassVar[str] = "fedsgd"
+
+    @property
+    def local(self) -> LocalPlan:
+        return LocalPlan(full_batch=True)
+
+
+@dataclass(frozen=True)
+class FedProx(Strategy):
+    """FedAvg whose clients add ``mu / 2 * ||w - w_global||^2`` to their loss, which holds
+    their models near the global one on skewed data. ``mu = 0`` is FedAvg."""
+
+    name: ClassVar[str] = "fedprox"
+    mu: float = 0.01
+
+    @property
+    def local(self) -> LocalPlan:
+        return LocalPlan(mu=float(self.mu))
+
+    def check(self) -> None:
+        if not self.mu >= 0:
+            raise ValueError(f"FedProx(mu=...) must be >= 0, got {self.mu!r}")
+
+
+@dataclass(frozen=True)
+class FedAvgM(Strategy):
+    """FedAvg with server momentum: ``v = momentum * v + mean``; ``w + server_lr * v``."""
+
+    name: ClassVar[str] = "fedavgm"
+    server_lr: float = 1.0
+    momentum: float = 0.9
+
+    def server_step(
+        self,
+        weights: Vector,
+        mean_delta: Vector,
+        state: dict[str, Any],
+        *,
+        mean_control: Vector | None = None,
+        fraction: float = 1.0,
+    ) -> Vector:
+        velocity = self.momentum * state.get("velocity", np.zeros_like(weights)) + mean_delta
+        state["velocity"] = velocity
+        out: Vector = weights + self.server_lr * velocity
+        return out
+
+    def check(self) -> None:
+        if not self.server_lr > 0 or not 0 <= self.momentum < 1:
+            raise ValueError(
+                f"FedAvgM needs server_lr > 0 and 0 <= momentum < 1, got {self.server_lr!r}, "
+                f"{self.momentum!r}"
+            )
+
+
+@dataclass(frozen=True)
+class FedAdam(Strategy):
+    """Adam at the server on the pseudo-gradient ``-mean`` (Reddi et al. 2021): moments
+    ``m``, ``v``; ``w + server_lr * m / (sqrt(v) + tau)`` (no bias correction, as there)."""
+
+    name: ClassVar[str] = "fedadam"
+    server_lr: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.99
+    tau: float = 1e-3
+
+    def server_step(
+        self,
+        weights: Vector,
+        mean_delta: Vector,
+        state: dict[str, Any],
+        *,
+        mean_control: Vector | None = None,
+        fraction: float = 1.0,
+    ) -> Vector:
+        m = self.beta1 * state.get("m", np.zeros_like(weights)) + (1 - self.beta1) * mean_delta
+        v = self.beta2 * state.get("v", np.zeros_like(weights)) + (1 - self.beta2) * mean_delta**2
+        state["m"], state["v"] = m, v
+        out: Vector = weights + self.server_lr * m / (np.sqrt(v) + self.tau)
+        return out
+
+    def check(self) -> None:
+        if not self.server_lr > 0 or not self.tau > 0:
+            raise ValueError("FedAdam needs server_lr > 0 and tau > 0")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
+            raise ValueError("FedAdam needs 0 <= beta1, beta2 < 1")
+
+
+@dataclass(frozen=True)
+class Scaffold(Strategy):
+    """Stochastic controlled averaging (Karimireddy et al. 2020, option II): each client
+    corrects its local gradients by ``c - c_k`` (the server's and its own control variate),
+    then updates ``c_k += (w_global - w_local) / (steps * lr) - c``; the server moves
+    ``w + server_lr * mean`` and ``c += fraction * mean(dc_k)``. Against client drift on
+    skewed data; the control variates double what a client sends."""
+
+    name: ClassVar[str] = "scaffold"
+    server_lr: float = 1.0
+
+    @property
+    def local(self) -> LocalPlan:
+        return LocalPlan(scaffold=True)
+
+    def server_step(
+        self,
+        weights: Vector,
+        mean_delta: Vector,
+        state: dict[str, Any],
+        *,
+        mean_control: Vector | None = None,
+        fraction: float = 1.0,
+    ) -> Vector:
+        if mean_control is not None:
+            state["control"] = (
+                state.get("control", np.zeros_like(weights)) + fraction * mean_control
+            )
+        out: Vector = weights + self.server_lr * mean_delta
+        return out
+
+    def check(self) -> None:
+        if not self.server_lr > 0:
+            raise ValueError(f"Scaffold(server_lr=...) must be > 0, got {self.server_lr!r}")
+
+
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls for cls in (FedSGD, FedAvg, FedProx, FedAvgM, FedAdam, Scaffold)
+}
+"""The strategies by name (``strategy="fedprox"`` builds ``FedProx()``)."""
+
+
+def get_strategy(strategy: str | Strategy) -> Strategy:
+    """A strategy object from a name or an object (checked)."""
+    if isinstance(strategy, str):
+        if strategy.lower() not in STRATEGIES:
+            raise ValueError(
+                f"strategy must be one of {sorted(STRATEGIES)} or a Strategy object, got "
+                f"{strategy!r}"
+            )
+        strategy = STRATEGIES[strategy.lower()]()
+    if not isinstance(strategy, Strategy):
+        raise ValueError(f"strategy must be a name or a Strategy object, got {strategy!r}")
+    strategy.check()
+    return strategy

@@ -1,0 +1,522 @@
+"""The roles of horizontal training: a server and clients, written once for every federation.
+
+The protocol (tags under ``fed/``):
+
+1. **setup** -- each client sends the server its :class:`Profile`: row count, column names,
+   and, unless the estimator is told the scaling and classes (as differential privacy
+   requires), its column sums and sums of squares and its distinct labels. The server checks
+   that every client has the same columns, pools the statistics and answers with the
+   :class:`Scaling` every client standardises with (and the classes);
+2. **rounds** -- the server samples clients (``client_fraction``; a fixed count drawn from
+   ``random_state``, or Poisson sampling from the OS under client-level DP), sends each a
+   :class:`Task` with the global weights (and Scaffold's control variate, and DP's clipping
+   norm), and gathers their :class:`Update` (``local - global``, the row count, Scaffold's
+   control change), waiting for at least ``min_clients`` of them: clients that fail or drop
+   out are left out and the weights renormalise over those that replied; fewer abort the
+   fit naming the round;
+3. **stop** -- the server sends every client the final weights.
+
+What a party learns: a client, the global models it is sent (and, during setup, the pooled
+means, deviations and classes); the server, each sampled client's row count, column sums
+(unless told the scaling) and its model update each round -- not its records, but an update
+is a function of them (gradient inversion can reconstruct records from one small batch's
+update; see :mod:`horizontal.privacy` for the defences that bound what it reveals).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from horizontal.aggregate import l2_norms, weighted_mean
+from horizontal.model import build_module, flatten, load_vector
+from horizontal.strategies import Strategy
+from vfl.federation.base import Federation, FederationTimeoutError
+from vfl.federation.messages import Message, Namespace
+
+__all__ = [
+    "FED",
+    "ClientRole",
+    "FitResult",
+    "FitSpec",
+    "Profile",
+    "RoundRecord",
+    "Scaling",
+    "ServerRole",
+    "Task",
+    "Update",
+]
+
+logger = logging.getLogger("vflink.horizontal")
+
+FED = Namespace("fed")
+"""The tags of horizontal training (``fed/profile``, ``fed/task``, ``fed/update/<round>``)."""
+
+Vector = np.ndarray[Any, Any]
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Profile(Message):
+    """A client to the server at setup: its rows and columns (and, when the server computes
+    the scaling, its column sums and sums of squares, and its labels' distinct values)."""
+
+    KIND = "client profile"
+    samples: int
+    columns: list[str]
+    sums: np.ndarray | None = None
+    squares: np.ndarray | None = None
+    labels: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class Scaling(Message):
+    """The server to every client: how to standardise the columns (and the target), and the
+    classes in their order."""
+
+    KIND = "scaling"
+    mean: np.ndarray
+    scale: np.ndarray
+    classes: list[str]
+    target_mean: float = 0.0
+    target_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Task(Message):
+    """The server to a sampled client: train from ``weights`` in round ``round`` (or stop)."""
+
+    KIND = "task"
+    round: int
+    weights: np.ndarray
+    stop: bool = False
+    control: np.ndarray | None = None
+    clip: float | None = None
+
+
+@dataclass(frozen=True)
+class Update(Message):
+    """A client's answer: ``local - global`` after its local training, its row count, and
+    Scaffold's control-variate change, or DP's clipped-or-not bit (adaptive clipping)."""
+
+    KIND = "model update"
+    round: int
+    delta: np.ndarray
+    samples: int
+    control: np.ndarray | None = None
+    unclipped: bool | None = None
+
+
+# -- the agreed plan ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """What every party of a fit agrees on (the estimator's hyperparameters, checked)."""
+
+    server: str
+    clients: tuple[str, ...]
+    task: str  # "classification" or "regression"
+    module: Any
+    hidden: tuple[int, ...]
+    rounds: int
+    local_epochs: int
+    batch_size: int
+    learning_rate: float
+    client_fraction: float
+    min_clients: int | None
+    strategy: Strategy
+    privacy: Any  # horizontal.privacy.ClientDP / LocalDP / RecordDP, or None
+    standardize: bool
+    classes: tuple[str, ...] | None
+    random_state: int | None
+    ledger: Any = None
+    progress: bool = False
+
+
+@dataclass
+class RoundRecord:
+    """What the server saw in one round."""
+
+    round: int
+    sampled: int
+    replied: int
+    seconds: float
+    drift: float
+    """Mean L2 distance of the replying clients' models from the global model they started
+    from (client drift; under DP, of the clipped updates)."""
+    max_drift: float
+    clip: float | None = None
+    epsilon: float | None = None
+
+
+@dataclass
+class FitResult:
+    """What a role returns: the final global weights and the scaling (every party), and the
+    rounds' records (the server)."""
+
+    weights: Vector
+    history: list[RoundRecord] = field(default_factory=list)
+    scaling: Scaling | None = None
+    n_features: int = 0
+
+
+# -- the client ----------------------------------------------------------------------------------
+
+
+class ClientRole:
+    """One client: its own rows ``x`` (a float array, columns in ``columns``) and labels."""
+
+    def __init__(self, spec: FitSpec, x: Vector, y: Vector, columns: list[str]) -> None:
+        self.spec, self.x, self.y, self.columns = spec, x, y, columns
+
+    def __call__(self, fed: Federation) -> FitResult:
+        spec, server = self.spec, self.spec.server
+        scaling = self._setup(fed)
+        x = torch.as_tensor((self.x - scaling.mean) / scaling.scale, dtype=torch.float32)
+        y = self._targets(scaling)
+        outputs = len(scaling.classes) if spec.task == "classification" else 1
+        module = build_module(spec.module, x.shape[1], outputs, spec.hidden, spec.random_state)
+        loss_fn: Any = nn.CrossEntropyLoss() if spec.task == "classification" else nn.MSELoss()
+        own_control: Vector | None = None  # Scaffold's c_k
+        while True:
+            task = FED.recv(fed, server, "task", Task)
+            load_vector(module, task.weights)
+            if task.stop:
+                return FitResult(flatten(module), scaling=scaling, n_features=x.shape[1])
+            start = flatten(module)
+            seed = _seed(spec.random_state, task.round, fed.name)
+            own_control = own_control if own_control is not None else np.zeros_like(start)
+            control = task.control if task.control is not None else np.zeros_like(start)
+            steps = local_train(
+                module, x, y, loss_fn, spec, start, control, own_control, seed, fed.name
+            )
+            delta = flatten(module) - start
+            update_control = None
+            if spec.strategy.local.scaffold:  # option II of Karimireddy et al. 2020
+                new_control = own_control - control - delta / (steps * spec.learning_rate)
+                update_control = (new_control - own_control).astype(np.float32)
+                own_control = new_control
+            unclipped = None
+            if spec.privacy is not None and spec.privacy.client_level:
+                delta, unclipped = spec.privacy.client_release(delta, task.clip, spec, fed.name)
+            FED.send(
+                fed,
+                server,
+                "update",
+                Update(
+                    round=task.round,
+                    delta=delta.astype(np.float32),
+                    samples=len(x),
+                    control=update_control,
+                    unclipped=unclipped,
+                ),
+                task.round,
+            )
+
+    def _setup(self, fed: Federation) -> Scaling:
+        spec = self.spec
+        told = not spec.standardize and spec.classes is not None
+        x = self.x
+        profile = Profile(samples=len(x), columns=list(self.columns))
+        if not told:
+            labels = (
+                sorted({str(v) for v in self.y.tolist()}) if spec.task == "classification" else None
+            )
+            extra = (
+                np.array([self.y.sum(), (self.y.astype(float) ** 2).sum()])
+                if spec.task == "regression"
+                else np.zeros(2)
+            )
+            profile = Profile(
+                samples=len(x),
+                columns=list(self.columns),
+                sums=np.concatenate([x.sum(axis=0), extra[:1]]),
+                squares=np.concatenate([(x**2).sum(axis=0), extra[1:]]),
+                labels=labels,
+            )
+        FED.send(fed, spec.server, "profile", profile)
+        scaling = FED.recv(fed, spec.server, "scaling", Scaling)
+        d = x.shape[1]
+        if scaling.mean.shape != (d,) or scaling.scale.shape != (d,):
+            Scaling.refuse(spec.server, "mean", f"does not match the {d} columns")
+        return scaling
+
+    def _targets(self, scaling: Scaling) -> torch.Tensor:
+        if self.spec.task == "classification":
+            index = {c: k for k, c in enumerate(scaling.classes)}
+            unknown = sorted({str(v) for v in self.y.tolist()} - set(index))
+            if unknown:
+                raise ValueError(
+                    f"client labels {unknown[:5]} are not among the classes {scaling.classes}"
+                )
+            return torch.as_tensor([index[str(v)] for v in self.y.tolist()], dtype=torch.long)
+        t = (self.y.astype(float) - scaling.target_mean) / scaling.target_scale
+        return torch.as_tensor(t, dtype=torch.float32).reshape(-1, 1)
+
+
+def local_train(
+    module: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: Any,
+    spec: FitSpec,
+    start: Vector,
+    control: Vector,
+    own_control: Vector,
+    seed: int,
+    client: str = "",
+) -> int:
+    """A client's local training in one round; returns the number of optimiser steps.
+
+    Plain SGD at ``learning_rate`` (local momentum would persist across rounds unseen by the
+    server): one full-batch step (FedSGD), or ``local_epochs`` of mini-batches in an order
+    drawn from ``seed``; FedProx's proximal term and Scaffold's correction when the
+    strategy asks; record-level DP-SGD when ``spec.privacy`` is a ``RecordDP``."""
+    plan = spec.strategy.local
+    if spec.privacy is not None and getattr(spec.privacy, "record_level", False):
+        return int(spec.privacy.local_train(module, x, y, loss_fn, spec, client))
+    params = list(module.parameters())
+    anchor = torch.as_tensor(start, dtype=torch.float32) if plan.mu else None
+    correction = (
+        torch.as_tensor(control - own_control, dtype=torch.float32) if plan.scaffold else None
+    )
+    n = len(x)
+    if plan.full_batch:
+        batches: list[torch.Tensor] = [torch.arange(n)]
+    else:
+        generator = torch.Generator().manual_seed(seed)
+        batches = [
+            order[i : i + spec.batch_size]
+            for order in (torch.randperm(n, generator=generator) for _ in range(spec.local_epochs))
+            for i in range(0, n, spec.batch_size)
+        ]
+    for rows in batches:
+        for p in params:
+            p.grad = None
+        loss = loss_fn(module(x[rows]), y[rows])
+        if anchor is not None:
+            flat = nn.utils.parameters_to_vector(params)
+            loss = loss + plan.mu / 2 * torch.sum((flat - anchor) ** 2)
+        loss.backward()
+        with torch.no_grad():
+            offset = 0
+            for p in params:
+                grad = p.grad if p.grad is not None else torch.zeros_like(p)
+                if correction is not None:
+                    grad = grad + correction[offset : offset + p.numel()].view_as(p)
+                    offset += p.numel()
+                p.sub_(spec.learning_rate * grad)
+    return len(batches)
+
+
+def _seed(random_state: int | None, round_: int, client: str) -> int:
+    """A client's batch-order seed for a round: from ``random_state`` (reproducible), else
+    fresh."""
+    if random_state is None:
+        return int(np.random.default_rng().integers(2**62))
+    digest = np.frombuffer(client.encode(), dtype=np.uint8).astype(np.int64)
+    return int((random_state * 1_000_003 + round_ * 7919 + int(digest.sum()) * 31) % 2**62)
+
+
+# -- the server ----------------------------------------------------------------------------------
+
+
+class ServerRole:
+    """The server: pools the scaling, samples clients, aggregates, steps the strategy."""
+
+    def __init__(self, spec: FitSpec) -> None:
+        self.spec = spec
+
+    def __call__(self, fed: Federation) -> FitResult:
+        spec = self.spec
+        clients = list(spec.clients)
+        scaling, columns = self._setup(fed, clients)
+        outputs = len(scaling.classes) if spec.task == "classification" else 1
+        module = build_module(spec.module, len(columns), outputs, spec.hidden, spec.random_state)
+        weights = flatten(module)
+        result = FitResult(weights=weights, scaling=scaling, n_features=len(columns))
+        state: dict[str, Any] = {}
+        sampler = np.random.default_rng(spec.random_state)
+        privacy = spec.privacy
+        clip = privacy.initial_clip if privacy is not None and privacy.client_level else None
+        for round_ in range(spec.rounds):
+            began = time.perf_counter()
+            sampled = self._sample(sampler, clients)
+            control = state.get("control") if spec.strategy.local.scaffold else None
+            if control is None and spec.strategy.local.scaffold:
+                control = np.zeros_like(weights)
+            task = Task(
+                round=round_,
+                weights=weights.astype(np.float32),
+                control=None if control is None else control.astype(np.float32),
+                clip=clip,
+            )
+            for client in sampled:
+                FED.send(fed, client, "task", task)
+            replies = self._gather(fed, sampled, round_)
+            updates = {c: Update.from_payload(p, c) for c, p in replies.items()}
+            for client, update in updates.items():
+                if update.round != round_ or update.delta.shape != weights.shape:
+                    Update.refuse(client, "delta", f"is not round {round_}'s {weights.size} values")
+            deltas = [u.delta.astype(np.float64) for u in updates.values()]
+            norms = l2_norms(deltas) if deltas else np.zeros(0)
+            if privacy is not None and privacy.client_level:
+                bits = [u.unclipped for u in updates.values()]
+                mean_delta, clip = privacy.server_mean(
+                    deltas, bits, clip, len(clients), weights, spec
+                )
+            else:
+                mean_delta = weighted_mean(deltas, [u.samples for u in updates.values()])
+            mean_control = None
+            if spec.strategy.local.scaffold and updates:
+                mean_control = np.mean(
+                    [u.control for u in updates.values() if u.control is not None], axis=0
+                )
+            weights = spec.strategy.server_step(
+                weights,
+                mean_delta,
+                state,
+                mean_control=mean_control,
+                fraction=len(updates) / len(clients),
+            )
+            if not np.all(np.isfinite(weights)):
+                raise FloatingPointError(
+                    f"round {round_ + 1}: the global model is no longer finite; lower "
+                    "learning_rate (or the strategy's server_lr)"
+                )
+            record = RoundRecord(
+                round=round_ + 1,
+                sampled=len(sampled),
+                replied=len(updates),
+                seconds=time.perf_counter() - began,
+                drift=float(norms.mean()) if len(norms) else 0.0,
+                max_drift=float(norms.max()) if len(norms) else 0.0,
+                clip=task.clip,
+            )
+            if privacy is not None:
+                record.epsilon = privacy.record_round(spec, round_, len(clients))
+                if record.epsilon is not None:
+                    logger.info(
+                        "round %d: epsilon %.4f at delta %g so far",
+                        round_ + 1,
+                        record.epsilon,
+                        privacy.delta,
+                    )
+            result.history.append(record)
+            logger.info(
+                "round %d: %d of %d sampled clients replied, drift %.4f",
+                round_ + 1,
+                len(updates),
+                len(sampled),
+                record.drift,
+            )
+        FED.broadcast(
+            fed,
+            "task",
+            Task(round=spec.rounds, weights=weights.astype(np.float32), stop=True),
+            to=clients,
+        )
+        result.weights = weights
+        return result
+
+    def _setup(self, fed: Federation, clients: list[str]) -> tuple[Scaling, list[str]]:
+        spec = self.spec
+        profiles = {
+            c: Profile.from_payload(p, c)
+            for c, p in fed.gather(clients, FED.tag("profile")).items()
+        }
+        first = clients[0]
+        columns = profiles[first].columns
+        for client in clients[1:]:
+            theirs = profiles[client].columns
+            if theirs != columns:
+                missing = [c for c in columns if c not in theirs]
+                extra = [c for c in theirs if c not in columns]
+                order = " (the same names in another order)" if not missing and not extra else ""
+                raise ValueError(
+                    f"client {client!r} has other columns than {first!r}: missing {missing}, "
+                    f"extra {extra}{order}; every client needs the same columns in the same order"
+                )
+        d = len(columns)
+        if not spec.standardize and spec.classes is not None:
+            scaling = Scaling(mean=np.zeros(d), scale=np.ones(d), classes=list(spec.classes))
+        else:
+            total = sum(p.samples for p in profiles.values())
+            sums = sum(_field(p, "sums", d + 1, c) for c, p in profiles.items())
+            squares = sum(_field(p, "squares", d + 1, c) for c, p in profiles.items())
+            mean = np.asarray(sums / total, dtype=np.float64)
+            var = np.maximum(squares / total - mean**2, 0.0)
+            scale = np.where(var > 0, np.sqrt(var), 1.0)
+            if spec.task == "classification":
+                classes = (
+                    list(spec.classes)
+                    if spec.classes is not None
+                    else sorted(set().union(*(set(p.labels or []) for p in profiles.values())))
+                )
+                if len(classes) < 2:
+                    raise ValueError(
+                        f"the clients' labels hold one class only ({classes}); a classifier "
+                        "needs two or more"
+                    )
+                target_mean, target_scale = 0.0, 1.0
+            else:
+                classes = []
+                target_mean, target_scale = float(mean[-1]), float(scale[-1])
+            if not spec.standardize:
+                mean, scale = np.zeros(d + 1), np.ones(d + 1)
+            scaling = Scaling(
+                mean=mean[:d],
+                scale=scale[:d],
+                classes=classes,
+                target_mean=target_mean,
+                target_scale=target_scale,
+            )
+        FED.broadcast(fed, "scaling", scaling, to=clients)
+        return scaling, columns
+
+    def _gather(self, fed: Federation, sampled: list[str], round_: int) -> dict[str, Any]:
+        """The sampled clients' updates, at least ``min_clients`` of them."""
+        if not sampled:
+            return {}
+        need = self._needed(len(sampled))
+        try:
+            return fed.gather(sampled, FED.tag("update", round_), min_count=need)
+        except FederationTimeoutError as exc:
+            raise FederationTimeoutError(
+                f"round {round_ + 1}: fewer than min_clients={need} of the {len(sampled)} "
+                f"sampled clients replied ({exc}); lower min_clients to tolerate more dropouts"
+            ) from None
+
+    def _sample(self, sampler: np.random.Generator, clients: list[str]) -> list[str]:
+        spec = self.spec
+        if spec.privacy is not None and spec.privacy.client_level:
+            chosen: list[str] = spec.privacy.poisson_sample(clients, spec.client_fraction)
+            return chosen
+        count = max(1, math.ceil(spec.client_fraction * len(clients)))
+        if count >= len(clients):
+            return list(clients)
+        picked = sampler.choice(len(clients), size=count, replace=False)
+        return [clients[int(i)] for i in sorted(picked)]
+
+    def _needed(self, sampled: int) -> int:
+        if self.spec.min_clients is None:
+            return max(1, math.ceil(sampled / 2)) if sampled else 0
+        return min(self.spec.min_clients, sampled)
+
+
+def _field(profile: Profile, name: str, size: int, client: str) -> Vector:
+    value = getattr(profile, name)
+    if value is None or value.shape != (size,):
+        Profile.refuse(client, name, f"is not {size} numbers")
+    out: Vector = value.astype(np.float64)
+    return out
