@@ -19,12 +19,14 @@ here runs on whatever rows are given, at whichever party holds them).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
+from sklearn.base import clone
 
 from horizontal.model import build_module, load_vector
 from horizontal.strategies import Strategy, get_strategy
@@ -151,6 +153,7 @@ class _FederatedModel(FederatedEstimator):
         label: str | None = None,
         keep_payloads: bool = False,
         ledger: Any = None,
+        callback: Any = None,
     ) -> _FederatedModel:
         """Train with the server and every client simulated in this process.
 
@@ -166,10 +169,17 @@ class _FederatedModel(FederatedEstimator):
         ledger : vfl.privacy.PrivacyLedger, optional
             Where differential privacy records its spend (by default a new one, kept as
             ``privacy_ledger_``).
+        callback : callable, optional
+            ``callback(record, model)`` after every round, with the round's
+            :class:`~horizontal.training.RoundRecord` and a fitted copy of this estimator
+            holding that round's global model (to trace held-out accuracy, say). It runs in
+            the simulated server's thread and sees only the global model.
         """
         data = _client_data(clients, label)
         ledger = self._ledger(ledger)
         spec = self.fit_spec(list(data), ledger=ledger)
+        if callback is not None:
+            spec = replace(spec, on_round=self._observer(callback, spec, data))
         roles: dict[str, Role] = {
             name: ClientRole(spec, x, y, columns) for name, (x, y, columns) in data.items()
         }
@@ -184,6 +194,19 @@ class _FederatedModel(FederatedEstimator):
         if self._task == "classification":
             self.classes_ = np.array([self._originals.get(c, c) for c in self._class_names])
         return self
+
+    def _observer(self, callback: Any, spec: FitSpec, data: dict[str, Any]) -> Any:
+        originals = {str(v): v for _, y, _ in data.values() for v in np.unique(y)}
+
+        def observe(record: RoundRecord, weights: Any, scaling: Any) -> None:
+            snapshot = clone(self)
+            snapshot._collect(FitResult(weights.copy(), [record], scaling, len(scaling.mean)), spec)
+            if self._task == "classification":
+                names = snapshot._class_names
+                snapshot.classes_ = np.array([originals.get(c, c) for c in names])
+            callback(record, snapshot)
+
+        return observe
 
     def fit_party(
         self,
@@ -270,6 +293,11 @@ class _FederatedModel(FederatedEstimator):
             if isinstance(self.module, str) or self.module is None
             else "user",
             "classes": [str(c) for c in getattr(self, "_class_names", [])],
+            "class_values": [  # the labels as fitted (ints stay ints), when JSON holds them
+                c.item() if isinstance(c, np.generic) else c
+                for c in getattr(self, "classes_", [])
+                if isinstance(c, (str, int, float, bool, np.generic))
+            ],
             "n_features": int(self.n_features_in_),
             "target_mean": float(self.target_mean_),
             "target_scale": float(self.target_scale_),
@@ -280,6 +308,35 @@ class _FederatedModel(FederatedEstimator):
         if ledger is not None and len(ledger):
             ledger.save(Path(path).with_suffix(".ledger.json"))
         return written
+
+    def load(self, path: str | Path) -> _FederatedModel:
+        """Read a model written by :meth:`save` into this estimator (whose ``module`` must be
+        the same architecture when it was a user-given one), with its ledger if saved."""
+        meta, arrays = persistence.load_model(path, kind=KIND)
+        if meta.get("task") != self._task:
+            raise ValueError(f"{path} holds a {meta.get('task')} model, not a {self._task} one")
+        hidden = tuple(int(h) for h in meta["hidden"])
+        classes = [str(c) for c in meta["classes"]]
+        outputs = len(classes) if self._task == "classification" else 1
+        module = self.module if meta["module"] == "user" else meta["module"]
+        built = build_module(module, int(meta["n_features"]), outputs, hidden, None)
+        load_vector(built, arrays["weights"])
+        built.eval()
+        self.module_, self.weights_ = built, arrays["weights"]
+        self.mean_, self.scale_ = arrays["mean"], arrays["scale"]
+        self.target_mean_ = float(meta["target_mean"])
+        self.target_scale_ = float(meta["target_scale"])
+        self.n_features_in_ = int(meta["n_features"])
+        self._class_names = classes
+        if self._task == "classification":
+            values = meta.get("class_values") or classes
+            self.classes_ = np.array(values if len(values) == len(classes) else classes)
+        ledger = Path(path).with_suffix(".ledger.json")
+        if ledger.exists():
+            from vfl.privacy import PrivacyLedger
+
+            self.privacy_ledger_ = PrivacyLedger.load(ledger)
+        return self
 
 
 class FederatedClassifier(_FederatedModel):

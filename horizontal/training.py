@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +57,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger("vflink.horizontal")
+
+_TRAINING = threading.BoundedSemaphore(int(os.environ.get("VFLINK_TRAIN_SLOTS", "1")))
+"""Clients of one process that train at once. In simulation, a hundred clients' threads
+training together contend for the GIL and torch's intra-op threads (torch already spreads
+one client's step over the cores); in deployment a process holds one client."""
 
 FED = Namespace("fed")
 """The tags of horizontal training (``fed/profile``, ``fed/task``, ``fed/update/<round>``)."""
@@ -140,7 +147,9 @@ class FitSpec:
     classes: tuple[str, ...] | None
     random_state: int | None
     ledger: Any = None
-    progress: bool = False
+    on_round: Any = None
+    """Simulation only: ``on_round(record, weights, scaling)`` after each round (an observer
+    of the server's state, e.g. to evaluate the global model on held-out rows)."""
 
 
 @dataclass
@@ -197,9 +206,10 @@ class ClientRole:
             seed = _seed(spec.random_state, task.round, fed.name)
             own_control = own_control if own_control is not None else np.zeros_like(start)
             control = task.control if task.control is not None else np.zeros_like(start)
-            steps = local_train(
-                module, x, y, loss_fn, spec, start, control, own_control, seed, fed.name
-            )
+            with _TRAINING:
+                steps = local_train(
+                    module, x, y, loss_fn, spec, start, control, own_control, seed, fed.name
+                )
             delta = flatten(module) - start
             update_control = None
             if spec.strategy.local.scaffold:  # option II of Karimireddy et al. 2020
@@ -413,6 +423,8 @@ class ServerRole:
                         privacy.delta,
                     )
             result.history.append(record)
+            if spec.on_round is not None:
+                spec.on_round(record, weights, scaling)
             logger.info(
                 "round %d: %d of %d sampled clients replied, drift %.4f",
                 round_ + 1,

@@ -368,3 +368,75 @@ def test_bad_input_gets_clear_errors(breast) -> None:  # type: ignore[no-untyped
         FederatedClassifier(client_fraction=0).fit(breast)
     with pytest.raises(ValueError, match="label='<column>'"):
         FederatedClassifier().fit({"a": pd.DataFrame({"x": [1.0]})})
+
+
+def test_a_saved_model_loads_and_a_callback_traces_every_round(breast, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    x = np.vstack([x for x, _ in breast.values()])
+    y = np.concatenate([y for _, y in breast.values()])
+    seen: list[tuple[int, float]] = []
+
+    def trace(record: Any, model: Any) -> None:
+        seen.append((record.round, roc_auc_score(y, model.predict_proba(x)[:, 1])))
+
+    model = FederatedClassifier(rounds=3, random_state=0).fit(breast, callback=trace)
+    assert [r for r, _ in seen] == [1, 2, 3]
+    assert seen[-1][1] == pytest.approx(roc_auc_score(y, model.predict_proba(x)[:, 1]))
+    model.save(tmp_path / "global.npz")
+    loaded = FederatedClassifier().load(tmp_path / "global.npz")
+    np.testing.assert_array_equal(loaded.predict_proba(x), model.predict_proba(x))
+    np.testing.assert_array_equal(loaded.classes_, model.classes_)  # ints stay ints
+    np.testing.assert_array_equal(loaded.predict(x), model.predict(x))
+    with pytest.raises(ValueError, match="holds a classification model"):
+        FederatedRegressor().load(tmp_path / "global.npz")
+
+
+@pytest.mark.network
+def test_training_over_grpc_gives_the_simulated_model(breast, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import socket
+    import threading
+
+    from vfl.federation.certs import make_certificates
+    from vfl.federation.network import GrpcFederation
+
+    two = dict(list(breast.items())[:2])
+    names = ["server", *two]
+    pki = make_certificates(tmp_path / "pki", names)
+    ports = {}
+    for name in names:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports[name] = int(s.getsockname()[1])
+    options: dict[str, Any] = dict(rounds=2, random_state=0, strategy="scaffold")
+    models: dict[str, Any] = {}
+    failures: list[BaseException] = []
+
+    def party(name: str) -> None:
+        try:
+            fed = GrpcFederation(
+                name,
+                f"127.0.0.1:{ports[name]}",
+                {p: f"127.0.0.1:{q}" for p, q in ports.items() if p != name},
+                ca_cert=pki["ca"].read_bytes(),
+                cert=pki[name].read_bytes(),
+                key=pki[f"{name}_key"].read_bytes(),
+                timeout=60.0,
+                connect_timeout=30.0,
+            )
+            x, y = two.get(name, (None, None))
+            with fed:
+                models[name] = FederatedClassifier(**options).fit_party(
+                    fed, x, y, clients=list(two)
+                )
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=party, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not failures, failures
+    simulated = FederatedClassifier(**options).fit(two)
+    for name in names:  # the server and every client hold the final global model
+        np.testing.assert_allclose(models[name].weights_, simulated.weights_, atol=1e-6)
+    assert models["server"].history_[-1].replied == 2
