@@ -184,7 +184,14 @@ class _FederatedModel(FederatedEstimator):
             name: ClientRole(spec, x, y, columns) for name, (x, y, columns) in data.items()
         }
         roles[spec.server] = ServerRole(spec)
-        results = self._simulate(roles, keep_payloads=keep_payloads)
+        # the clients' threads take turns (horizontal.training._TRAINING); one intra-op
+        # thread each is faster for these small steps, and immune to a busy machine's cores
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            results = self._simulate(roles, keep_payloads=keep_payloads)
+        finally:
+            torch.set_num_threads(threads)
         self._collect(results[spec.server], spec)
         if self.privacy is not None:
             from horizontal.privacy import largest_epsilon

@@ -23,7 +23,7 @@ strategy       client                                                   server s
 ``FedAvgM``    as FedAvg                                                heavy-ball momentum
 ``FedAdam``    as FedAvg                                                Adam on ``-mean``
 ``Scaffold``   SGD with the correction ``c - c_k`` (control variates)   ``w + lr * mean``;
-                                                                        ``c += |S|/N mean dc``
+                                                                        ``c += sum n_k/n dc_k``
 =============  ======================================================  ======================
 
 References: McMahan et al. 2017 (FedSGD, FedAvg); Li et al. 2020 (FedProx); Hsu et al. 2019
@@ -81,12 +81,11 @@ class Strategy:
         mean_delta: Vector,
         state: dict[str, Any],
         *,
-        mean_control: Vector | None = None,
-        fraction: float = 1.0,
+        control_step: Vector | None = None,
     ) -> Vector:
         """The next global model. ``state`` is the server's own (empty at the first round);
-        ``mean_control`` and ``fraction`` (the share of all clients that replied) serve
-        Scaffold."""
+        ``control_step`` serves Scaffold: the change of the global control variate, the
+        replying clients' changes weighted by their share of all rows."""
         out: Vector = weights + mean_delta
         return out
 
@@ -144,8 +143,7 @@ class FedAvgM(Strategy):
         mean_delta: Vector,
         state: dict[str, Any],
         *,
-        mean_control: Vector | None = None,
-        fraction: float = 1.0,
+        control_step: Vector | None = None,
     ) -> Vector:
         velocity = self.momentum * state.get("velocity", np.zeros_like(weights)) + mean_delta
         state["velocity"] = velocity
@@ -177,8 +175,7 @@ class FedAdam(Strategy):
         mean_delta: Vector,
         state: dict[str, Any],
         *,
-        mean_control: Vector | None = None,
-        fraction: float = 1.0,
+        control_step: Vector | None = None,
     ) -> Vector:
         m = self.beta1 * state.get("m", np.zeros_like(weights)) + (1 - self.beta1) * mean_delta
         v = self.beta2 * state.get("v", np.zeros_like(weights)) + (1 - self.beta2) * mean_delta**2
@@ -198,8 +195,10 @@ class Scaffold(Strategy):
     """Stochastic controlled averaging (Karimireddy et al. 2020, option II): each client
     corrects its local gradients by ``c - c_k`` (the server's and its own control variate),
     then updates ``c_k += (w_global - w_local) / (steps * lr) - c``; the server moves
-    ``w + server_lr * mean`` and ``c += fraction * mean(dc_k)``. Against client drift on
-    skewed data; the control variates double what a client sends."""
+    ``w + server_lr * mean`` and ``c += sum over replies of (n_k / n) dc_k``, ``n`` all
+    clients' rows (the control variate of the row-weighted objective FedAvg's mean also
+    targets; the paper's equal weights when the clients are of one size). Against client
+    drift on skewed data; the control variates double what a client sends."""
 
     name: ClassVar[str] = "scaffold"
     server_lr: float = 1.0
@@ -214,13 +213,10 @@ class Scaffold(Strategy):
         mean_delta: Vector,
         state: dict[str, Any],
         *,
-        mean_control: Vector | None = None,
-        fraction: float = 1.0,
+        control_step: Vector | None = None,
     ) -> Vector:
-        if mean_control is not None:
-            state["control"] = (
-                state.get("control", np.zeros_like(weights)) + fraction * mean_control
-            )
+        if control_step is not None:
+            state["control"] = state.get("control", np.zeros_like(weights)) + control_step
         out: Vector = weights + self.server_lr * mean_delta
         return out
 

@@ -63,6 +63,9 @@ _TRAINING = threading.BoundedSemaphore(int(os.environ.get("VFLINK_TRAIN_SLOTS", 
 training together contend for the GIL and torch's intra-op threads (torch already spreads
 one client's step over the cores); in deployment a process holds one client."""
 
+DIVERGED = 1e6
+"""A global weight beyond this magnitude stops the fit as diverged."""
+
 FED = Namespace("fed")
 """The tags of horizontal training (``fed/profile``, ``fed/task``, ``fed/update/<round>``)."""
 
@@ -350,7 +353,8 @@ class ServerRole:
     def __call__(self, fed: Federation) -> FitResult:
         spec = self.spec
         clients = list(spec.clients)
-        scaling, columns = self._setup(fed, clients)
+        scaling, columns, sizes = self._setup(fed, clients)
+        total_rows = sum(sizes.values())
         outputs = len(scaling.classes) if spec.task == "classification" else 1
         module = build_module(spec.module, len(columns), outputs, spec.hidden, spec.random_state)
         weights = flatten(module)
@@ -378,6 +382,8 @@ class ServerRole:
             for client, update in updates.items():
                 if update.round != round_ or update.delta.shape != weights.shape:
                     Update.refuse(client, "delta", f"is not round {round_}'s {weights.size} values")
+                if update.samples != sizes[client]:
+                    Update.refuse(client, "samples", f"is not its {sizes[client]} setup rows")
             deltas = [u.delta.astype(np.float64) for u in updates.values()]
             norms = l2_norms(deltas) if deltas else np.zeros(0)
             if privacy is not None and privacy.client_level:
@@ -387,22 +393,21 @@ class ServerRole:
                 )
             else:
                 mean_delta = weighted_mean(deltas, [u.samples for u in updates.values()])
-            mean_control = None
+            control_step = None
             if spec.strategy.local.scaffold and updates:
-                mean_control = np.mean(
-                    [u.control for u in updates.values() if u.control is not None], axis=0
-                )
+                control_step = np.zeros_like(weights)
+                for client, u in updates.items():
+                    if u.control is None or u.control.shape != weights.shape:
+                        Update.refuse(client, "control", f"is not {weights.size} values")
+                    control_step += (u.samples / total_rows) * u.control.astype(np.float64)
             weights = spec.strategy.server_step(
-                weights,
-                mean_delta,
-                state,
-                mean_control=mean_control,
-                fraction=len(updates) / len(clients),
+                weights, mean_delta, state, control_step=control_step
             )
-            if not np.all(np.isfinite(weights)):
+            if not np.all(np.abs(weights) < DIVERGED):
                 raise FloatingPointError(
-                    f"round {round_ + 1}: the global model is no longer finite; lower "
-                    "learning_rate (or the strategy's server_lr)"
+                    f"round {round_ + 1}: the global model diverged (a weight beyond "
+                    f"{DIVERGED:g} or not finite); lower learning_rate (or the strategy's "
+                    "server_lr, or local_epochs)"
                 )
             record = RoundRecord(
                 round=round_ + 1,
@@ -415,12 +420,10 @@ class ServerRole:
             )
             if privacy is not None:
                 record.epsilon = privacy.record_round(spec, round_, len(clients))
-                if record.epsilon is not None:
-                    logger.info(
-                        "round %d: epsilon %.4f at delta %g so far",
-                        round_ + 1,
-                        record.epsilon,
-                        privacy.delta,
+                if record.epsilon is not None:  # asked for with report_rounds=True
+                    print(  # noqa: T201
+                        f"round {round_ + 1}: epsilon {record.epsilon:.4f} at delta "
+                        f"{privacy.delta:g} so far"
                     )
             result.history.append(record)
             if spec.on_round is not None:
@@ -441,7 +444,9 @@ class ServerRole:
         result.weights = weights
         return result
 
-    def _setup(self, fed: Federation, clients: list[str]) -> tuple[Scaling, list[str]]:
+    def _setup(
+        self, fed: Federation, clients: list[str]
+    ) -> tuple[Scaling, list[str], dict[str, int]]:
         spec = self.spec
         profiles = {
             c: Profile.from_payload(p, c)
@@ -494,7 +499,7 @@ class ServerRole:
                 target_scale=target_scale,
             )
         FED.broadcast(fed, "scaling", scaling, to=clients)
-        return scaling, columns
+        return scaling, columns, {c: p.samples for c, p in profiles.items()}
 
     def _gather(self, fed: Federation, sampled: list[str], round_: int) -> dict[str, Any]:
         """The sampled clients' updates, at least ``min_clients`` of them."""

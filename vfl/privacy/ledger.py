@@ -169,9 +169,20 @@ class PrivacyLedger:
         rows = []
         for holder in self.holders():
             mine = [e for e in entries if e.holder == holder]
+            # a spend repeated (one per round, say) is one line, its steps summed
+            groups: dict[str, list[LedgerEntry]] = {}
             for entry in mine:
+                same = {**entry.to_dict(), "steps": 0, "timestamp": ""}
+                key = json.dumps(same, sort_keys=True, default=str)
+                groups.setdefault(key, []).append(entry)
+            for group in groups.values():
+                steps = sum(e.steps for e in group)
                 rows.append(
-                    {**entry.to_dict(), "epsilon_spent": _epsilon([entry], delta, accountant)}
+                    {
+                        **group[0].to_dict(),
+                        "steps": steps,
+                        "epsilon_spent": _epsilon(group, delta, accountant),
+                    }
                 )
             if len(mine) > 1:
                 rows.append(_total_row(holder, _epsilon(mine, delta, accountant)))
@@ -180,7 +191,9 @@ class PrivacyLedger:
         return rows
 
     def table(self) -> str:
-        """A plain-text table: one line per entry, then each holder's and the overall total."""
+        """A plain-text table: one line per entry (entries that differ only in their steps
+        and times, as one spend per round does, as one line with the steps summed), then
+        each holder's and the overall total."""
         header = ("holder", "data", "mechanism", "params", "q", "steps", "epsilon")
         lines = [header]
         for row in self._rows():

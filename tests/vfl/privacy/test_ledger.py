@@ -229,3 +229,15 @@ def test_import_is_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_a_spend_repeated_every_round_is_one_line_of_the_table() -> None:
+    ledger = PrivacyLedger()
+    for _ in range(10):
+        ledger.record(holder="clients", data="d", mechanism="gaussian", noise_multiplier=2.0)
+    ledger.record(holder="clients", data="d", mechanism="gaussian", noise_multiplier=3.0)
+    lines = ledger.table().splitlines()
+    assert len(lines) == 2 + 2 + 1  # two kinds of spend, then the holder's total
+    ten = PrivacyLedger()  # the ten rounds' line spends what one entry of ten steps does
+    ten.record(holder="c", data="d", mechanism="gaussian", noise_multiplier=2.0, steps=10)
+    assert lines[2].split()[-2:] == ["10", f"{ten.epsilon():.4g}"]
