@@ -17,9 +17,10 @@ __all__ = ["clip_to_norm", "l2_norms", "weighted_mean"]
 Vector = np.ndarray[Any, Any]
 
 
-def weighted_mean(vectors: Sequence[Vector], weights: Sequence[float]) -> Vector:
+def weighted_mean(vectors: Sequence[Vector] | Vector, weights: Sequence[float]) -> Vector:
     """``sum_k w_k v_k / sum_k w_k`` -- FedAvg's aggregate with ``w_k = n_k``, renormalised
-    over the vectors given (a round's clients that replied).
+    over the vectors given (a round's clients that replied); ``vectors`` a sequence of flat
+    vectors or the matrix of them as rows.
 
     Raises
     ------
@@ -38,7 +39,7 @@ def weighted_mean(vectors: Sequence[Vector], weights: Sequence[float]) -> Vector
     return out
 
 
-def l2_norms(vectors: Sequence[Vector]) -> Vector:
+def l2_norms(vectors: Sequence[Vector] | Vector) -> Vector:
     """Each vector's L2 norm."""
     out: Vector = np.linalg.norm(_stack(vectors), axis=1)
     return out
@@ -53,7 +54,10 @@ def clip_to_norm(vector: Vector, max_norm: float) -> tuple[Vector, float]:
     return vector * scale, norm
 
 
-def _stack(vectors: Sequence[Vector]) -> Vector:
+def _stack(vectors: Sequence[Vector] | Vector) -> Vector:
+    """The vectors as rows of one float64 matrix (a 2-d float64 array is taken as it is)."""
+    if isinstance(vectors, np.ndarray) and vectors.ndim == 2 and vectors.dtype == np.float64:
+        return vectors
     sizes = {np.shape(v) for v in vectors}
     if len(sizes) != 1 or len(next(iter(sizes))) != 1:
         raise ValueError(f"updates must be flat vectors of one length, got shapes {sorted(sizes)}")

@@ -203,14 +203,15 @@ class ClientDP:
 
     def server_mean(
         self,
-        deltas: list[Vector],
+        deltas: Vector,
         unclipped: list[bool | None],
         clip: float | None,
         n_clients: int,
         weights: Vector,
         spec: Any,
     ) -> tuple[Vector, float | None]:
-        """The noisy mean ``(sum of clipped updates + noise) / (q N)`` and the next clip."""
+        """The noisy mean ``(sum of clipped updates + noise) / (q N)`` and the next clip
+        (``deltas``: the replies' updates as rows)."""
         norm = float(clip if clip is not None else self.clip)
         rounds, rate = spec.rounds, spec.client_fraction
         expected = rate * n_clients
@@ -303,7 +304,7 @@ class LocalDP:
 
     def server_mean(
         self,
-        deltas: list[Vector],
+        deltas: Vector,
         unclipped: list[bool | None],
         clip: float | None,
         n_clients: int,
@@ -311,7 +312,7 @@ class LocalDP:
         spec: Any,
     ) -> tuple[Vector, float | None]:
         """The plain mean of the (already noisy) updates; zero when nobody replied."""
-        if not deltas:
+        if not len(deltas):
             return np.zeros_like(weights), clip
         return np.mean(deltas, axis=0), clip
 

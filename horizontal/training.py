@@ -202,39 +202,50 @@ class ClientRole:
         own_control: Vector | None = None  # Scaffold's c_k
         while True:
             task = FED.recv(fed, server, "task", Task)
-            load_vector(module, task.weights)
             if task.stop:
+                load_vector(module, task.weights)
                 return FitResult(flatten(module), scaling=scaling, n_features=x.shape[1])
-            start = flatten(module)
-            seed = _seed(spec.random_state, task.round, fed.name)
-            own_control = own_control if own_control is not None else np.zeros_like(start)
-            control = task.control if task.control is not None else np.zeros_like(start)
-            with _TRAINING:
-                steps = local_train(
-                    module, x, y, loss_fn, spec, start, control, own_control, seed, fed.name
-                )
-            delta = flatten(module) - start
-            update_control = None
-            if spec.strategy.local.scaffold:  # option II of Karimireddy et al. 2020
-                new_control = own_control - control - delta / (steps * spec.learning_rate)
-                update_control = (new_control - own_control).astype(np.float32)
-                own_control = new_control
-            unclipped = None
-            if spec.privacy is not None and spec.privacy.client_level:
-                delta, unclipped = spec.privacy.client_release(delta, task.clip, spec, fed.name)
-            FED.send(
-                fed,
-                server,
-                "update",
-                Update(
-                    round=task.round,
-                    delta=delta.astype(np.float32),
-                    samples=len(x),
-                    control=update_control,
-                    unclipped=unclipped,
-                ),
-                task.round,
-            )
+            with _TRAINING:  # the whole round: simulated clients take turns (see _TRAINING)
+                own_control = self._round(fed, module, x, y, loss_fn, task, own_control)
+
+    def _round(
+        self,
+        fed: Federation,
+        module: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        loss_fn: Any,
+        task: Task,
+        own_control: Vector | None,
+    ) -> Vector | None:
+        """Train from the task's weights and send the update; Scaffold's new ``c_k``."""
+        spec = self.spec
+        load_vector(module, task.weights)
+        start = task.weights.astype(np.float64)  # what the module now holds
+        seed = _seed(spec.random_state, task.round, fed.name)
+        own_control = own_control if own_control is not None else np.zeros_like(start)
+        control = task.control if task.control is not None else np.zeros_like(start)
+        steps = local_train(
+            module, x, y, loss_fn, spec, start, control, own_control, seed, fed.name
+        )
+        delta = flatten(module) - start
+        update_control = None
+        if spec.strategy.local.scaffold:  # option II of Karimireddy et al. 2020
+            new_control = own_control - control - delta / (steps * spec.learning_rate)
+            update_control = (new_control - own_control).astype(np.float32)
+            own_control = new_control
+        unclipped = None
+        if spec.privacy is not None and spec.privacy.client_level:
+            delta, unclipped = spec.privacy.client_release(delta, task.clip, spec, fed.name)
+        update = Update(
+            round=task.round,
+            delta=delta.astype(np.float32),
+            samples=len(x),
+            control=update_control,
+            unclipped=unclipped,
+        )
+        FED.send(fed, spec.server, "update", update, task.round)
+        return own_control
 
     def _setup(self, fed: Federation) -> Scaling:
         spec = self.spec
@@ -384,8 +395,12 @@ class ServerRole:
                     Update.refuse(client, "delta", f"is not round {round_}'s {weights.size} values")
                 if update.samples != sizes[client]:
                     Update.refuse(client, "samples", f"is not its {sizes[client]} setup rows")
-            deltas = [u.delta.astype(np.float64) for u in updates.values()]
-            norms = l2_norms(deltas) if deltas else np.zeros(0)
+            deltas = (  # one float64 matrix, a row per reply: stacked once
+                np.vstack([u.delta for u in updates.values()]).astype(np.float64)
+                if updates
+                else np.zeros((0, weights.size))
+            )
+            norms = l2_norms(deltas) if len(deltas) else np.zeros(0)
             if privacy is not None and privacy.client_level:
                 bits = [u.unclipped for u in updates.values()]
                 mean_delta, clip = privacy.server_mean(
