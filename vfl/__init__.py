@@ -10,6 +10,7 @@ Sub-packages and modules (see the README's folder map):
 * :mod:`vfl.estimator`, :mod:`vfl.validation`, :mod:`vfl.persistence` -- the role runner, input
   checks and the model format every estimator shares;
 * :mod:`vfl.linear` -- vertical linear models (logistic, multiclass, linear regression);
+* :mod:`vfl.split` -- split neural networks (:class:`vfl.SplitNNClassifier`), their defences;
 * :mod:`vfl.preprocessing` (:class:`vfl.PartyPreprocessor`) -- each party's own imputation,
   one-hot encoding and scaling, fitted on its own rows;
 * :mod:`vfl.alignment` (:func:`vfl.align`) -- aligning parties' rows to their common
@@ -41,11 +42,15 @@ _EXPORTS = {
     "PartyPreprocessor": "vfl.preprocessing",
     "PrivacyLedger": "vfl.privacy",
     "VerticalFrames": "vfl.validation",
+    "SplitNNClassifier": "vfl.split",
+    "SplitNNRegressor": "vfl.split",
 }
 
 __all__ = [
     "PartyPreprocessor",
     "PrivacyLedger",
+    "SplitNNClassifier",
+    "SplitNNRegressor",
     "VerticalFrames",
     "VerticalLinearRegression",
     "VerticalLogisticRegression",
@@ -59,6 +64,7 @@ if TYPE_CHECKING:
     from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
     from vfl.preprocessing import PartyPreprocessor
     from vfl.privacy import PrivacyLedger
+    from vfl.split import SplitNNClassifier, SplitNNRegressor
     from vfl.validation import VerticalFrames
 
 

@@ -1,0 +1,192 @@
+"""Attacks on split learning, shipped as audits: what a party can infer from what it sees.
+
+* **Label leakage from returned gradients** (Li et al. 2021, "Label leakage and protection in
+  two-party split learning"). A data party receives, per row, the gradient of the loss with
+  respect to its embedding. With cross-entropy the gradient is ``(p - onehot(y)) W``: its
+  *norm* tends to differ by class (:func:`norm_scores`: the larger-norm rows are the rarer
+  class), and its *direction* flips with the label (:func:`direction_scores`: cosine
+  similarity with the gradient of one row whose label the attacker knows). Each is reported
+  as the attacker's AUC against the true labels (0.5 is chance; the AUC of the better of a
+  score and its negation, since the attacker can orient it with one known label).
+* **Embedding inversion**: the label party receives every other party's embeddings. With
+  auxiliary rows whose features it knows (``aux_fraction`` of the rows, an assumption the
+  report states), it fits a decoder from embedding to features and applies it to the other
+  rows (:func:`inversion_error`): the reconstruction error relative to the features'
+  variance (1.0 is no better than predicting the mean; 0 is exact).
+
+:func:`split_privacy_audit` trains a :class:`vfl.SplitNNClassifier` with each list of
+defences, runs the attacks and returns the privacy-utility table.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+__all__ = [
+    "direction_scores",
+    "inversion_error",
+    "leakage_auc",
+    "norm_scores",
+    "split_privacy_audit",
+]
+
+View = list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]
+
+
+def _first_epoch(
+    view: View, n_rows: int
+) -> list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
+    """The batches until every row was seen once (the first epoch)."""
+    seen = 0
+    out = []
+    for rows, grads in view:
+        out.append((rows, grads))
+        seen += len(rows)
+        if seen >= n_rows:
+            break
+    return out
+
+
+def norm_scores(view: View, n_rows: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``(rows, score)``: each row's gradient norm in the first epoch."""
+    batches = _first_epoch(view, n_rows)
+    rows = np.concatenate([r for r, _ in batches])
+    scores = np.concatenate([np.linalg.norm(g, axis=1) for _, g in batches])
+    return rows, scores
+
+
+def direction_scores(
+    view: View, n_rows: int, known: int
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``(rows, score)``: each row's cosine similarity with the gradient of row ``known`` (a
+    row whose label the attacker knows), within the first epoch. Other batches are compared
+    with the mean direction of the rows already scored alike (the attack carries the
+    reference over: rows of one class point the same way)."""
+    batches = _first_epoch(view, n_rows)
+    reference = None
+    for rows, grads in batches:
+        hit = np.flatnonzero(rows == known)
+        if len(hit):
+            reference = grads[hit[0]]
+            break
+    if reference is None:
+        raise ValueError(f"row {known} is not in the first epoch of the view")
+    unit = reference / (np.linalg.norm(reference) + 1e-12)
+    out_rows, out_scores = [], []
+    for rows, grads in batches:
+        norms = np.linalg.norm(grads, axis=1) + 1e-12
+        out_rows.append(rows)
+        out_scores.append(grads @ unit / norms)
+    return np.concatenate(out_rows), np.concatenate(out_scores)
+
+
+def leakage_auc(rows: np.ndarray[Any, Any], scores: np.ndarray[Any, Any], labels: Any) -> float:
+    """The attacker's AUC of ``scores`` against the true binary ``labels`` of ``rows``
+    (``max(auc, 1 - auc)``: it can orient the score with one known label)."""
+    from sklearn.metrics import roc_auc_score
+
+    truth = np.asarray(labels)[rows]
+    if len(np.unique(truth)) < 2:
+        return 0.5
+    auc = float(roc_auc_score(truth, scores))
+    return max(auc, 1 - auc)
+
+
+def inversion_error(
+    embeddings: np.ndarray[Any, Any],
+    features: np.ndarray[Any, Any],
+    *,
+    aux_fraction: float = 0.2,
+    random_state: int = 0,
+) -> float:
+    """Reconstruction error of ``features`` (standardised) from ``embeddings`` by a decoder
+    (an MLP) fitted on ``aux_fraction`` of the rows, measured on the others, over the
+    features' variance (1.0: no better than the mean)."""
+    from sklearn.neural_network import MLPRegressor
+
+    n = len(features)
+    order = np.random.default_rng(random_state).permutation(n)
+    cut = max(2, int(aux_fraction * n))
+    aux, rest = order[:cut], order[cut:]
+    decoder = MLPRegressor(hidden_layer_sizes=(64,), max_iter=2000, random_state=random_state)
+    decoder.fit(embeddings[aux], features[aux])
+    error = np.mean((decoder.predict(embeddings[rest]) - features[rest]) ** 2, axis=0)
+    variance = np.var(features[rest], axis=0) + 1e-12
+    return float(np.mean(error / variance))
+
+
+def split_privacy_audit(
+    parts: Mapping[str, pd.DataFrame],
+    y: Any,
+    *,
+    label_party: str,
+    defences: Mapping[str, Mapping[str, Any]],
+    test_size: float = 0.3,
+    aux_fraction: float = 0.2,
+    random_state: int = 0,
+    **params: Any,
+) -> pd.DataFrame:
+    """Train a :class:`vfl.SplitNNClassifier` (``params``) once per entry of ``defences``
+    (``{name: extra estimator parameters}``, e.g. ``{"none": {}, "norm matching":
+    {"gradient_protection": "norm"}}``), attack it, and return one row per entry: test AUC,
+    the label-leakage attacks' AUC at the first passive party (norm, direction), the
+    embedding-inversion error at the label party, epsilon (the largest the ledger records),
+    seconds and bytes on the wire."""
+    from sklearn.metrics import roc_auc_score
+    from sklearn.model_selection import train_test_split
+
+    from vfl.split import SplitNNClassifier
+
+    index = next(iter(parts.values())).index
+    labels = pd.Series(np.asarray(y), index=index)
+    train, test = train_test_split(
+        np.arange(len(index)), test_size=test_size, random_state=random_state, stratify=labels
+    )
+    fit_parts = {p: f.iloc[train] for p, f in parts.items()}
+    test_parts = {p: f.iloc[test] for p, f in parts.items()}
+    classes = np.unique(labels)
+    positive = (labels.iloc[train].to_numpy() == classes[-1]).astype(int)
+    rows = []
+    for name, extra in defences.items():
+        model = SplitNNClassifier(**{**params, **extra, "random_state": random_state})
+        began = time.perf_counter()
+        model.fit(fit_parts, labels.iloc[train], label_party=label_party, keep_views=True)
+        seconds = time.perf_counter() - began
+        proba = model.predict_proba(test_parts)[:, -1]
+        attacked = model.spec_.senders[0]
+        view = model.views_[attacked]
+        n = len(train)
+        norm_rows, norm = norm_scores(view, n)
+        known = int(norm_rows[np.flatnonzero(positive[norm_rows] == 1)[0]])
+        dir_rows, direction = direction_scores(view, n, known)
+        design = model._design(attacked, fit_parts[attacked])
+        with torch.no_grad():
+            embeddings = model.modules_[attacked](torch.as_tensor(design, dtype=torch.float32))
+        if model.embedding_noise is not None:
+            embeddings = model.embedding_noise.apply(embeddings)
+        ledger = getattr(model, "privacy_ledger_", None)
+        epsilon = None
+        if ledger is not None and len(ledger):
+            epsilon = max(ledger.epsilon(holder=h) for h in ledger.holders())
+        rows.append(
+            {
+                "defence": name,
+                "test AUC": float(roc_auc_score(labels.iloc[test] == classes[-1], proba)),
+                "norm attack AUC": leakage_auc(norm_rows, norm, positive),
+                "direction attack AUC": leakage_auc(dir_rows, direction, positive),
+                "inversion error": inversion_error(
+                    embeddings.numpy(), design, aux_fraction=aux_fraction, random_state=random_state
+                ),
+                "epsilon": epsilon,
+                "seconds": seconds,
+                "MB": sum(r.nbytes for r in model.transcript_.records) / 1e6,
+            }
+        )
+    table: pd.DataFrame = pd.DataFrame(rows).set_index("defence")
+    return table

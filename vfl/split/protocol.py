@@ -1,0 +1,364 @@
+"""The roles of split learning, written once for every federation.
+
+Each data party holds a *bottom* module on its own columns; the label party holds the *top*
+module (and a bottom of its own when it has features). Per mini-batch:
+
+1. every data party other than the label party computes its bottom's output on the batch's
+   rows and sends it (:class:`Embedding`; after its defences: clipping and noise, float16 or
+   b-bit quantisation);
+2. the label party combines the embeddings (``"concat"`` or ``"sum"``), runs the top, computes
+   the loss on its labels, and returns to each party the gradient of the loss with respect to
+   *that party's* embedding only (:class:`EmbeddingGrad`; after its defences: norm matching,
+   quantisation);
+3. each party back-propagates through its bottom and steps its own optimiser.
+
+The batches come from ``random_state`` (:class:`vfl.training.Schedule`, the same at every
+party, never from the data), as do the validation rows held out for early stopping and the
+modules' initialisation. After each epoch the label party computes the validation loss (or
+the epoch's mean training loss without a validation split) and tells the others, one bit,
+whether to keep this epoch's modules (:class:`vfl.training.LossCurve`); at the end every party
+restores the kept ones.
+
+What each party learns: a data party, the gradients with respect to its own embeddings (from
+which labels can leak: :mod:`vfl.audit.split` measures it); the label party, every other
+party's embeddings of every row (from which features can be reconstructed; measured there
+too). Neither sees another's raw features, labels or modules.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vfl.federation.base import Federation
+from vfl.federation.messages import Message, Namespace
+from vfl.split.defences import EmbeddingNoise, Quantizer, match_norms
+from vfl.training.convergence import LossCurve
+from vfl.training.schedule import Schedule
+
+__all__ = ["SPLIT", "DataRole", "Embedding", "EmbeddingGrad", "LabelRole", "SplitSpec"]
+
+logger = logging.getLogger("vflink.split")
+
+SPLIT = Namespace("split")
+"""The tags of split learning (``split/emb/<epoch>/<batch>``, ``split/grad/...``)."""
+
+
+@dataclass(frozen=True)
+class Embedding(Message):
+    """A data party's embeddings of a batch's rows (quantised: ``values * scale + offset``)."""
+
+    KIND = "embeddings"
+    values: np.ndarray
+    offset: float = 0.0
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class EmbeddingGrad(Message):
+    """The gradient of the loss with respect to the receiver's embeddings of the batch."""
+
+    KIND = "embedding gradients"
+    values: np.ndarray
+    offset: float = 0.0
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Control(Message):
+    """The label party, before each epoch: go on or stop; keep the last epoch's modules."""
+
+    KIND = "split control"
+    stop: bool
+    keep: bool = False
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    """What every party of a fit agrees on (checked by the estimator)."""
+
+    label_party: str
+    data_parties: tuple[str, ...]  # parties with features, in order
+    task: str  # "classification" or "regression"
+    outputs: int
+    aggregation: str
+    max_iter: int
+    batch_size: int
+    learning_rate: float
+    optimizer: str
+    tol: float | None
+    patience: int
+    validation_fraction: float
+    random_state: int
+    embedding_noise: EmbeddingNoise | None = None
+    gradient_protection: str | None = None
+    compression: Quantizer = field(default_factory=Quantizer)
+    ledger: Any = None
+    keep_views: bool = False
+
+    @property
+    def senders(self) -> tuple[str, ...]:
+        """The data parties that send embeddings (all but the label party)."""
+        return tuple(p for p in self.data_parties if p != self.label_party)
+
+
+@dataclass
+class SplitResult:
+    """What a role returns."""
+
+    module: nn.Module | None = None
+    top: nn.Module | None = None
+    n_iter: int = 0
+    best_epoch: int = 0
+    loss_curve: list[float] = field(default_factory=list)
+    epoch_seconds: list[float] = field(default_factory=list)
+    view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None
+
+
+def split_rows(n: int, spec: SplitSpec) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Training and validation positions, from ``random_state`` (the same at every party)."""
+    order = np.random.default_rng([spec.random_state, 7]).permutation(n)
+    held = round(n * spec.validation_fraction)
+    return np.sort(order[held:]), np.sort(order[:held])
+
+
+def make_optimizer(spec: SplitSpec, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+    if spec.optimizer == "adam":
+        return torch.optim.Adam(params, lr=spec.learning_rate)
+    return torch.optim.SGD(params, lr=spec.learning_rate)
+
+
+def _send(
+    fed: Federation, to: str, step: str, cls: Any, values: Any, spec: SplitSpec, *index: int
+) -> None:
+    payload, offset, scale = spec.compression.pack(np.asarray(values, dtype=np.float32))
+    SPLIT.send(fed, to, step, cls(values=payload, offset=offset, scale=scale), *index)
+
+
+def _recv(
+    fed: Federation, frm: str, step: str, cls: Any, shape: tuple[int, int | None], *index: int
+) -> np.ndarray[Any, Any]:
+    """A received (de-quantised) array of ``shape`` (a width of None: any, learnt here)."""
+    message = SPLIT.recv(fed, frm, step, cls, *index)
+    values = Quantizer.unpack(message.values, message.offset, message.scale)
+    rows, width = shape
+    if (
+        values.ndim != 2
+        or values.shape[0] != rows
+        or (width is not None and values.shape[1] != width)
+    ):
+        cls.refuse(frm, "values", f"have shape {values.shape}, expected ({rows}, {width})")
+    if not np.all(np.isfinite(values)):
+        cls.refuse(frm, "values", "are not finite")
+    return values
+
+
+class DataRole:
+    """A data party that is not the label party: its bottom module on its own rows ``x``."""
+
+    def __init__(self, spec: SplitSpec, module: nn.Module, x: np.ndarray[Any, Any]) -> None:
+        self.spec, self.module = spec, module
+        self.x = torch.as_tensor(x, dtype=torch.float32)
+
+    def __call__(self, fed: Federation) -> SplitResult:
+        spec, label = self.spec, self.spec.label_party
+        train, val = split_rows(len(self.x), spec)
+        epochs = Schedule(len(train), spec.batch_size, spec.random_state).epochs()
+        optimizer = make_optimizer(spec, list(self.module.parameters()))
+        kept = copy.deepcopy(self.module.state_dict())
+        view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+        epoch = 0
+        while True:
+            control = SPLIT.recv(fed, label, "control", Control)
+            if control.keep:
+                kept = copy.deepcopy(self.module.state_dict())
+            if control.stop:
+                break
+            self.module.train()
+            for b, batch in enumerate(next(epochs)):
+                rows = train[batch]
+                h = self.release(self.module(self.x[rows]))
+                _send(fed, label, "emb", Embedding, h.detach().numpy(), spec, epoch, b)
+                width = int(h.shape[1])
+                g = _recv(fed, label, "grad", EmbeddingGrad, (len(rows), width), epoch, b)
+                if spec.keep_views:
+                    view.append((rows.copy(), g.copy()))
+                optimizer.zero_grad()
+                torch.autograd.backward(h, torch.as_tensor(g))
+                optimizer.step()
+            if len(val):
+                with torch.no_grad():
+                    h = self.release(self.module(self.x[val]))
+                _send(fed, label, "val", Embedding, h.numpy(), spec, epoch)
+            epoch += 1
+        self.module.load_state_dict(kept)
+        if spec.embedding_noise is not None and spec.ledger is not None:
+            spec.embedding_noise.record(spec.ledger, fed.name, epoch)
+        return SplitResult(module=self.module, n_iter=epoch, view=view if spec.keep_views else None)
+
+    def release(self, h: torch.Tensor) -> torch.Tensor:
+        noise = self.spec.embedding_noise
+        return h if noise is None else noise.apply(h)
+
+
+class LabelRole:
+    """The label party: the top module, its own bottom if it has features, the labels."""
+
+    def __init__(
+        self,
+        spec: SplitSpec,
+        top: nn.Module,
+        module: nn.Module | None,
+        x: np.ndarray[Any, Any] | None,
+        targets: np.ndarray[Any, Any],
+    ) -> None:
+        self.spec, self.top, self.module = spec, top, module
+        self.x = None if x is None else torch.as_tensor(x, dtype=torch.float32)
+        self.targets = targets
+        self.dims: dict[str, int | None] = dict.fromkeys(spec.senders)  # learnt, then held
+
+    def __call__(self, fed: Federation) -> SplitResult:
+        spec = self.spec
+        n = len(self.targets)
+        train, val = split_rows(n, spec)
+        epochs = Schedule(len(train), spec.batch_size, spec.random_state).epochs()
+        params = list(self.top.parameters()) + (
+            list(self.module.parameters()) if self.module is not None else []
+        )
+        optimizer = make_optimizer(spec, params)
+        loss_fn: Any = nn.CrossEntropyLoss() if spec.task == "classification" else nn.MSELoss()
+        y = (
+            torch.as_tensor(self.targets, dtype=torch.long)
+            if spec.task == "classification"
+            else torch.as_tensor(self.targets, dtype=torch.float32).reshape(-1, 1)
+        )
+        curve = LossCurve(spec.tol, spec.patience)
+        result = SplitResult()
+        kept = self._state()
+        senders = list(spec.senders)
+        for epoch in range(spec.max_iter):
+            SPLIT.broadcast(fed, "control", Control(stop=False, keep=curve.keep), to=senders)
+            if curve.keep:
+                kept = self._state()
+            began = time.perf_counter()
+            self.top.train()
+            total, count = 0.0, 0
+            for b, batch in enumerate(next(epochs)):
+                rows = train[batch]
+                received = {}
+                for p in senders:
+                    got = _recv(fed, p, "emb", Embedding, (len(rows), self.dims[p]), epoch, b)
+                    self.dims[p] = got.shape[1]
+                    received[p] = torch.as_tensor(got).requires_grad_(True)
+                loss = loss_fn(self.forward(rows, received), y[rows])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                for p, sent in received.items():
+                    g = sent.grad.numpy() if sent.grad is not None else np.zeros(tuple(sent.shape))
+                    if spec.gradient_protection == "norm":
+                        g = match_norms(g)
+                    _send(fed, p, "grad", EmbeddingGrad, g, spec, epoch, b)
+                total += float(loss.detach()) * len(rows)
+                count += len(rows)
+            watched = total / max(count, 1)
+            if len(val):
+                received = {
+                    p: torch.as_tensor(
+                        _recv(fed, p, "val", Embedding, (len(val), self.dims[p]), epoch)
+                    )
+                    for p in senders
+                }
+                with torch.no_grad():
+                    watched = float(loss_fn(self.forward(val, received, train=False), y[val]))
+            result.epoch_seconds.append(time.perf_counter() - began)
+            logger.info(
+                "epoch %d: %s loss %.6f",
+                epoch + 1,
+                "validation" if len(val) else "training",
+                watched,
+            )
+            if curve.add(watched):
+                break
+        SPLIT.broadcast(fed, "control", Control(stop=True, keep=curve.keep), to=senders)
+        if curve.keep:
+            kept = self._state()
+        self._restore(kept)
+        result.top, result.module = self.top, self.module
+        result.loss_curve, result.n_iter = curve.values, len(curve.values)
+        result.best_epoch = curve.best_epoch
+        return result
+
+    def forward(
+        self, rows: np.ndarray[Any, Any], received: dict[str, torch.Tensor], *, train: bool = True
+    ) -> torch.Tensor:
+        """The top's output on the combined embeddings of ``rows`` (parties in order)."""
+        parts = []
+        for party in self.spec.data_parties:
+            if party == self.spec.label_party:
+                assert self.module is not None and self.x is not None
+                parts.append(self.module(self.x[rows]))
+            else:
+                parts.append(received[party])
+        joined = torch.cat(parts, dim=1) if self.spec.aggregation == "concat" else sum(parts)
+        out: torch.Tensor = self.top(joined)
+        return out
+
+    def _state(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        own = copy.deepcopy(self.module.state_dict()) if self.module is not None else None
+        return copy.deepcopy(self.top.state_dict()), own
+
+    def _restore(self, state: tuple[dict[str, Any], dict[str, Any] | None]) -> None:
+        self.top.load_state_dict(state[0])
+        if self.module is not None and state[1] is not None:
+            self.module.load_state_dict(state[1])
+
+
+class ScoreRole:
+    """Scoring: a sender's embeddings of the given rows, or the label party's outputs."""
+
+    def __init__(
+        self,
+        spec: SplitSpec,
+        module: nn.Module | None,
+        x: Any,
+        top: nn.Module | None = None,
+        rows: int | None = None,
+    ) -> None:
+        self.spec, self.module, self.top = spec, module, top
+        self.x = None if x is None else torch.as_tensor(x, dtype=torch.float32)
+        self.rows = len(self.x) if self.x is not None else rows
+
+    def __call__(self, fed: Federation) -> np.ndarray[Any, Any] | None:
+        spec = self.spec
+        if fed.name != spec.label_party:
+            assert self.module is not None and self.x is not None
+            with torch.no_grad():
+                h = self.module(self.x)
+            _send(fed, spec.label_party, "score", Embedding, h.numpy(), spec)
+            return None
+        if self.rows is None:
+            raise ValueError("scoring at a label party without features needs the row count")
+        received = {
+            p: torch.as_tensor(_recv(fed, p, "score", Embedding, (self.rows, None)))
+            for p in spec.senders
+        }
+        parts = []
+        with torch.no_grad():
+            for party in spec.data_parties:
+                if party == spec.label_party:
+                    assert self.module is not None and self.x is not None
+                    parts.append(self.module(self.x))
+                else:
+                    parts.append(received[party])
+            joined = torch.cat(parts, dim=1) if spec.aggregation == "concat" else sum(parts)
+            assert self.top is not None
+            out: np.ndarray[Any, Any] = self.top(joined).double().numpy()
+        return out
