@@ -392,10 +392,9 @@ class FederatedClassifier(_FederatedModel):
     _task = "classification"
 
     def predict_proba(self, x: Any) -> np.ndarray[Any, Any]:
-        logits = self._outputs(x)
-        logits = logits - logits.max(axis=1, keepdims=True)
-        e = np.exp(logits)
-        out: np.ndarray[Any, Any] = e / e.sum(axis=1, keepdims=True)
+        from scipy.special import softmax
+
+        out: np.ndarray[Any, Any] = softmax(self._outputs(x), axis=1)
         return out
 
     def decision_function(self, x: Any) -> np.ndarray[Any, Any]:

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from vfl.training import modules
+
 __all__ = ["build_module", "flatten", "load_vector", "mlp"]
 
 Vector = np.ndarray[Any, Any]
@@ -25,15 +27,9 @@ _SEEDING = threading.Lock()  # torch's global generator, shared by the parties' 
 
 
 def mlp(n_features: int, n_outputs: int, hidden: Sequence[int] = (64,)) -> nn.Module:
-    """A multilayer perceptron: ``Linear -> ReLU`` per hidden size, then ``Linear``; no
-    hidden layer is a linear model (logistic or linear regression with its loss)."""
-    layers: list[nn.Module] = []
-    width = n_features
-    for size in hidden:
-        layers += [nn.Linear(width, int(size)), nn.ReLU()]
-        width = int(size)
-    layers.append(nn.Linear(width, n_outputs))
-    return nn.Sequential(*layers)
+    """A multilayer perceptron (:func:`vfl.training.modules.mlp`); no hidden layer is a
+    linear model (logistic or linear regression with its loss)."""
+    return modules.mlp(n_features, n_outputs, hidden)
 
 
 def build_module(

@@ -68,6 +68,13 @@ def _noise(shape: int, sigma: float) -> Vector:
     return gaussian_noise(shape, sigma=sigma)
 
 
+def poisson_sample(clients: list[str], rate: float) -> list[str]:
+    """Each client independently with probability ``rate``, from the OS's randomness (what
+    amplification by sampling assumes)."""
+    draw = secrets.SystemRandom()
+    return [c for c in clients if draw.random() < rate]
+
+
 def _largest_client_epsilon(spec: Any) -> float | None:
     return largest_epsilon(spec.ledger, spec.clients)
 
@@ -197,9 +204,7 @@ class ClientDP:
     # -- the server ------------------------------------------------------------------------
 
     def poisson_sample(self, clients: list[str], rate: float) -> list[str]:
-        """Each client independently with probability ``rate``, from the OS's randomness."""
-        draw = secrets.SystemRandom()
-        return [c for c in clients if draw.random() < rate]
+        return poisson_sample(clients, rate)
 
     def server_mean(
         self,
@@ -299,8 +304,7 @@ class LocalDP:
         return clipped + _noise(clipped.size, z * self.clip), None
 
     def poisson_sample(self, clients: list[str], rate: float) -> list[str]:
-        draw = secrets.SystemRandom()
-        return [c for c in clients if draw.random() < rate]
+        return poisson_sample(clients, rate)
 
     def server_mean(
         self,

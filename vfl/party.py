@@ -560,30 +560,61 @@ def run_party(
     (``align = "bloom"``; default: the ``VFLINK_LINKAGE_SECRET`` environment variable).
     Raises ValueError for bad input, a FederationError when a peer fails; writes nothing
     unless the whole job succeeded."""
-    try:
+
+    def prepare() -> PartyRun:
         run = plan(config, name, secret)
         read_data(run, data)
+        return run
+
+    def summarize(run: PartyRun) -> dict[str, Any]:
+        aligned = run.aligned
+        return {
+            "test_rows": int(run.is_test.sum()),
+            "ambiguous_links": 0 if aligned is None else aligned.attrs["ambiguous_links"],
+        }
+
+    return _drive(
+        config,
+        name,
+        cert,
+        key,
+        out,
+        prepare,
+        [align_rows, split_rows, train, score],
+        summarize,
+        outputs,
+    )
+
+
+def _drive(
+    config: FederationConfig,
+    name: str,
+    cert: str | Path | None,
+    key: str | Path | None,
+    out: str | Path,
+    prepare: Any,
+    stages: list[Any],
+    summarize: Any,
+    publish: Any,
+) -> dict[str, Any]:
+    """One party's job: ``prepare()`` (every check without a peer; a refusal is told to the
+    peers before raising), the ``stages`` on the federation (a failure is told to the peers),
+    then the summary and the outputs, written only when every stage succeeded."""
+    try:
+        run = prepare()
     except ValueError as exc:  # refused our own input: tell the peers why, then stop
         _stop_peers(config, name, cert, key, str(exc))
         raise
     with config.federation(name, cert=cert, key=key) as fed:
         try:
-            align_rows(run, fed)
-            split_rows(run, fed)
-            train(run, fed)
-            score(run, fed)
+            for stage in stages:
+                stage(run, fed)
         except (ValueError, FederationError) as exc:  # say why, so that peers end at once
             fed.close(reason=str(exc))
             raise
-    summary: dict[str, Any] = {
-        "party": name,
-        "role": run.role,
-        "rows": run.rows,
-        "test_rows": int(run.is_test.sum()),
-        "ambiguous_links": 0 if run.aligned is None else run.aligned.attrs["ambiguous_links"],
-        "seconds": run.seconds,
-    }
-    files = outputs(run, summary)
+    summary: dict[str, Any] = {"party": name, "role": run.role, "rows": run.rows}
+    summary.update(summarize(run), seconds=run.seconds)
+    files = publish(run, summary)
     if files:
         _publish(Path(out), files)
     summary["outputs"] = list(files)
@@ -717,31 +748,23 @@ def run_predict(
     :func:`run_party`. Returns a summary (the label party's includes the job's metrics when
     the new file holds labels). Raises ValueError for bad input (telling the peers why), a
     FederationError when a peer fails; writes nothing unless every stage succeeded."""
-    try:
+
+    def prepare() -> PartyRun:
         run = plan(config, name, secret)
         run.predict = True
         load_model(run, model)
         read_data(run, data)
         check_columns(run, model)
-    except ValueError as exc:  # refused our own input: tell the peers why, then stop
-        _stop_peers(config, name, cert, key, str(exc))
-        raise
-    with config.federation(name, cert=cert, key=key) as fed:
-        try:
-            align_rows(run, fed)
-            predict_rows(run, fed)
-        except (ValueError, FederationError) as exc:  # say why, so that peers end at once
-            fed.close(reason=str(exc))
-            raise
-    summary: dict[str, Any] = {
-        "party": name,
-        "role": run.role,
-        "mode": "predict",
-        "rows": run.rows,
-        "seconds": run.seconds,
-    }
-    files = predict_outputs(run, summary)
-    if files:
-        _publish(Path(out), files)
-    summary["outputs"] = list(files)
-    return summary
+        return run
+
+    return _drive(
+        config,
+        name,
+        cert,
+        key,
+        out,
+        prepare,
+        [align_rows, predict_rows],
+        lambda run: {"mode": "predict"},
+        predict_outputs,
+    )

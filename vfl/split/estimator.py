@@ -26,6 +26,7 @@ from torch import nn
 from vfl.estimator import FederatedEstimator, Role
 from vfl.split.defences import EmbeddingNoise, Quantizer, randomized_response
 from vfl.split.protocol import DataRole, LabelRole, ScoreRole, SplitResult, SplitSpec
+from vfl.training.modules import mlp, output_width
 from vfl.validation import (
     check_class_labels,
     check_numeric,
@@ -163,7 +164,7 @@ class _SplitNN(FederatedEstimator):
                 else:
                     module = nn.Sequential(nn.Linear(d, self.embedding_dim), nn.ReLU())
                 bottoms[party] = module.float()
-                widths.append(self._width(party, module, d))
+                widths.append(output_width(module, d, f"party {party!r}: its bottom module"))
             if self.aggregation == "sum" and len(set(widths)) > 1:
                 found = dict(zip(columns, widths, strict=True))
                 raise ValueError(f'aggregation="sum" needs bottoms of one width; they are {found}')
@@ -171,39 +172,11 @@ class _SplitNN(FederatedEstimator):
             if self.top is not None:
                 top = copy.deepcopy(self.top).float()
             else:
-                layers: list[nn.Module] = []
-                width = joined
-                for size in self.hidden_layer_sizes:
-                    layers += [nn.Linear(width, int(size)), nn.ReLU()]
-                    width = int(size)
-                top = nn.Sequential(*layers, nn.Linear(width, outputs))
-        try:
-            with torch.no_grad():
-                out = top(torch.zeros(2, joined))
-        except RuntimeError as exc:
-            raise ValueError(
-                f"the top module does not take the combined embeddings of width {joined}: {exc}"
-            ) from None
-        if out.shape != (2, outputs):
-            raise ValueError(
-                f"the top module gives {tuple(out.shape[1:])} outputs, not ({outputs},)"
-            )
+                top = mlp(joined, outputs, self.hidden_layer_sizes)
+        given_outputs = output_width(top, joined, "the top module (on the combined embeddings)")
+        if given_outputs != outputs:
+            raise ValueError(f"the top module gives {given_outputs} outputs, not {outputs}")
         return bottoms, top
-
-    @staticmethod
-    def _width(party: str, module: nn.Module, columns: int) -> int:
-        try:
-            with torch.no_grad():
-                out = module(torch.zeros(2, columns))
-        except RuntimeError as exc:
-            raise ValueError(
-                f"party {party!r}: its bottom module does not take its {columns} columns: {exc}"
-            ) from None
-        if out.ndim != 2:
-            raise ValueError(
-                f"party {party!r}: its bottom module must give (rows, width) embeddings"
-            )
-        return int(out.shape[1])
 
     # -- simulation ------------------------------------------------------------------------
 
@@ -366,10 +339,9 @@ class SplitNNClassifier(_SplitNN):
         return codes, len(classes)
 
     def predict_proba(self, parts: Any) -> np.ndarray[Any, Any]:
-        logits = self._outputs(parts)
-        logits = logits - logits.max(axis=1, keepdims=True)
-        e = np.exp(logits)
-        out: np.ndarray[Any, Any] = e / e.sum(axis=1, keepdims=True)
+        from scipy.special import softmax
+
+        out: np.ndarray[Any, Any] = softmax(self._outputs(parts), axis=1)
         return out
 
     def predict(self, parts: Any) -> np.ndarray[Any, Any]:

@@ -40,7 +40,7 @@ def test_split_training_is_centralised_training_of_the_composed_network(breast) 
         p: torch.tensor(((f - f.mean()) / f.std(ddof=0)).to_numpy(), dtype=torch.float32)
         for p, f in parts.items()
     }
-    target = torch.as_tensor(y.to_numpy())
+    target = torch.tensor(y.to_numpy())
     params = [q for m in [top, *bottoms.values()] for q in m.parameters()]
     optimizer = torch.optim.Adam(params, lr=0.01)
     train, _ = split_rows(len(y), model.spec_)
@@ -167,7 +167,7 @@ def test_bad_input_gets_clear_errors(breast) -> None:  # type: ignore[no-untyped
     with pytest.raises(ValueError, match=f"party 'lab': column '{holed.columns[2]}' has NaN"):
         SplitNNClassifier().fit({**parts, "lab": holed}, y, label_party="imaging")
     with pytest.raises(
-        ValueError, match="party 'lab': its bottom module does not take its 12 columns"
+        ValueError, match="party 'lab': its bottom module does not take rows of 12 values"
     ):
         SplitNNClassifier(bottoms={"lab": nn.Linear(5, 4)}).fit(parts, y, label_party="imaging")
     model = SplitNNClassifier(max_iter=1, random_state=0).fit(parts, y, label_party="imaging")

@@ -1,0 +1,37 @@
+"""Small torch building blocks shared by the neural-network protocols (split learning here,
+the horizontal path in :mod:`horizontal`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["mlp", "output_width"]
+
+
+def mlp(n_in: int, n_out: int, hidden: Sequence[int] = (64,)) -> nn.Sequential:
+    """``Linear -> ReLU`` per hidden size, then ``Linear``; no hidden layer is a linear model."""
+    layers: list[nn.Module] = []
+    width = n_in
+    for size in hidden:
+        layers += [nn.Linear(width, int(size)), nn.ReLU()]
+        width = int(size)
+    layers.append(nn.Linear(width, n_out))
+    return nn.Sequential(*layers)
+
+
+def output_width(module: Any, n_in: int, what: str) -> int:
+    """The width of ``module``'s output on rows of ``n_in`` values; a ValueError naming
+    ``what`` (e.g. "party 'lab': its bottom module") when it does not take them or does not
+    give ``(rows, width)``."""
+    try:
+        with torch.no_grad():
+            out = module(torch.zeros(2, n_in))
+    except RuntimeError as exc:
+        raise ValueError(f"{what} does not take rows of {n_in} values: {exc}") from None
+    if not isinstance(out, torch.Tensor) or out.ndim != 2:
+        raise ValueError(f"{what} must give (rows, width) outputs")
+    return int(out.shape[1])
