@@ -197,13 +197,19 @@ def check_targets(y: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:
 def check_numeric(frame: pd.DataFrame, party: str, columns: list[str]) -> np.ndarray[Any, Any]:
     """``frame[columns]`` as float64, refusing missing/unexpected columns (listed), non-numeric
     columns and NaN/inf (naming the column and a row)."""
-    missing = [c for c in columns if c not in frame.columns]
-    extra = [c for c in frame.columns if c not in columns]
+    # compared by name as text: a part stores its columns as text, and pd.DataFrame(array)
+    # names them 0, 1, ...
+    present = {str(c): c for c in frame.columns}
+    wanted = {str(c) for c in columns}
+    missing = [c for c in columns if str(c) not in present]
+    extra = [c for c in frame.columns if str(c) not in wanted]
     if missing or extra:
         raise ValueError(
             f"party {party!r}: the columns differ from those fitted: missing {missing}, "
             f"unexpected {extra}"
         )
+    frame = frame[[present[str(c)] for c in columns]].set_axis([str(c) for c in columns], axis=1)
+    columns = [str(c) for c in columns]
     for column in columns:
         if not pd.api.types.is_numeric_dtype(frame[column]) or pd.api.types.is_bool_dtype(
             frame[column]

@@ -4,7 +4,9 @@ ledger):
 
 * :class:`EmbeddingNoise` -- a data party clips each row's embedding to L2 norm ``clip`` and
   adds Gaussian noise before sending it (Gaussian mechanism per row and epoch: the ledger
-  records ``epochs`` releases for changing one row's features, L2 sensitivity ``2 clip``);
+  records ``epochs`` releases for changing one row's features, L2 sensitivity ``2 clip``).
+  It covers training only: ``predict_proba`` sends exact embeddings of the rows it scores,
+  outside the ledger's account (scoring the training rows would release them again);
 * :func:`match_norms` (``gradient_protection="norm"``) -- the label party adds noise to the
   gradients it returns so that every row's gradient has, in expectation, the batch's largest
   norm: the norm-scoring attack of Li et al. 2021 then sees equal norms (a heuristic: no

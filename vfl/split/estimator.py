@@ -195,6 +195,9 @@ class _SplitNN(FederatedEstimator):
         held by ``label_party`` (one of ``parts``, or a party without features).
         ``keep_views`` keeps what each sender received (``views_``: ``{party: [(rows,
         gradients), ...]}``) for :mod:`vfl.audit.split`."""
+        for stale in ("views_", "privacy_ledger_"):  # nothing of an earlier fit survives
+            if hasattr(self, stale):
+                delattr(self, stale)
         label_party = label_party_of(parts, label_party)
         anchor = label_party if label_party in _frames(parts) else next(iter(_frames(parts)))
         frames = check_parts(parts, anchor)
@@ -348,6 +351,10 @@ class SplitNNClassifier(_SplitNN):
         out: np.ndarray[Any, Any] = self.classes_[self.predict_proba(parts).argmax(axis=1)]
         return out
 
+    def score(self, parts: Any, y: Any) -> float:
+        """Accuracy on ``parts`` (simulated scoring)."""
+        return float(np.mean(self.predict(parts) == np.asarray(y)))
+
 
 class SplitNNRegressor(_SplitNN):
     """A split neural network regressor (squared loss on the label party's standardised
@@ -365,3 +372,9 @@ class SplitNNRegressor(_SplitNN):
             self._outputs(parts)[:, 0] * self.target_scale_ + self.target_mean_
         )
         return out
+
+    def score(self, parts: Any, y: Any) -> float:
+        """R^2 on ``parts`` (simulated scoring)."""
+        from sklearn.metrics import r2_score
+
+        return float(r2_score(np.asarray(y, dtype=float), self.predict(parts)))

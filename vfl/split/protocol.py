@@ -194,6 +194,7 @@ class DataRole:
                 torch.autograd.backward(h, torch.as_tensor(g))
                 optimizer.step()
             if len(val):
+                self.module.eval()  # dropout off, no statistics updated on validation rows
                 with torch.no_grad():
                     h = self.release(self.module(self.x[val]))
                 _send(fed, label, "val", Embedding, h.numpy(), spec, epoch)
@@ -248,7 +249,7 @@ class LabelRole:
             if curve.keep:
                 kept = self._state()
             began = time.perf_counter()
-            self.top.train()
+            self._mode(train=True)
             total, count = 0.0, 0
             for b, batch in enumerate(next(epochs)):
                 rows = train[batch]
@@ -276,8 +277,9 @@ class LabelRole:
                     )
                     for p in senders
                 }
+                self._mode(train=False)
                 with torch.no_grad():
-                    watched = float(loss_fn(self.forward(val, received, train=False), y[val]))
+                    watched = float(loss_fn(self.forward(val, received), y[val]))
             result.epoch_seconds.append(time.perf_counter() - began)
             logger.info(
                 "epoch %d: %s loss %.6f",
@@ -296,8 +298,13 @@ class LabelRole:
         result.best_epoch = curve.best_epoch
         return result
 
+    def _mode(self, *, train: bool) -> None:
+        for module in (self.top, self.module):
+            if module is not None:
+                module.train(train)
+
     def forward(
-        self, rows: np.ndarray[Any, Any], received: dict[str, torch.Tensor], *, train: bool = True
+        self, rows: np.ndarray[Any, Any], received: dict[str, torch.Tensor]
     ) -> torch.Tensor:
         """The top's output on the combined embeddings of ``rows`` (parties in order)."""
         parts = []

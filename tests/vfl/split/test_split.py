@@ -177,3 +177,50 @@ def test_bad_input_gets_clear_errors(breast) -> None:  # type: ignore[no-untyped
         SplitNNClassifier(random_state=None).fit(parts, y, label_party="imaging")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="compression must be"):
         SplitNNClassifier(compression=1).fit(parts, y, label_party="imaging")
+
+
+def test_frames_with_integer_column_names_and_a_refit_leave_nothing_stale() -> None:
+    from vfl import VerticalLogisticRegression
+
+    rng = np.random.default_rng(0)
+    a, b = pd.DataFrame(rng.normal(size=(200, 3))), pd.DataFrame(rng.normal(size=(200, 2)))
+    y = pd.Series((a[0] + b[1] > 0).astype(int))
+    parts = {"a": a, "b": b}  # pd.DataFrame(array) names its columns 0, 1, ...
+    split = SplitNNClassifier(max_iter=3, random_state=0)
+    split.fit(parts, y, label_party="b", keep_views=True)
+    assert split.predict(parts).shape == (200,) and hasattr(split, "views_")
+    split.fit(parts, y, label_party="b")
+    assert not hasattr(split, "views_")  # not the earlier fit's
+    linear = VerticalLogisticRegression(max_iter=2, tol=None, key_bits=1024, insecure=True)
+    from vfl.crypto import SecurityWarning
+
+    with pytest.warns(SecurityWarning):  # 1024-bit keys warn
+        linear.fit(parts, y, label_party="b")
+    assert list(linear.feature_names_in_) == ["a:0", "a:1", "a:2", "b:0", "b:1"]
+
+
+def test_validation_runs_with_dropout_off() -> None:
+    seen: list[bool] = []
+
+    class Spy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.ReLU(), nn.Linear(8, 2))
+
+        def forward(self, z: torch.Tensor) -> torch.Tensor:
+            seen.append(self.training)
+            out: torch.Tensor = self.layer(z)
+            return out
+
+    rng = np.random.default_rng(1)
+    parts = {
+        "a": pd.DataFrame(rng.normal(size=(100, 3))),
+        "b": pd.DataFrame(rng.normal(size=(100, 2))),
+    }
+    y = pd.Series(rng.integers(0, 2, 100))
+    model = SplitNNClassifier(
+        top=Spy(), embedding_dim=4, max_iter=2, tol=None, batch_size=50, random_state=0
+    )
+    model.fit(parts, y, label_party="b")
+    # per epoch: two training batches in training mode, then the validation pass in eval mode
+    assert seen[-6:] == [True, True, False, True, True, False]

@@ -1,0 +1,310 @@
+"""Split learning: overhead against centralised training, bytes on the wire, defences' cost.
+
+Prints, in one run, after the machine's load:
+
+* seconds per epoch of ``vfl.SplitNNClassifier`` (every party a thread of this process, the
+  embeddings and gradients typed messages through the in-process federation; ``tol=None``, a
+  fixed number of epochs, no validation split) against a centralised torch loop training the
+  same composed network in the same run: the same modules and initialisation
+  (``model.build_modules``), the same standardisation, the same batches
+  (``vfl.split.protocol.split_rows`` and ``vfl.training.schedule.Schedule``) and Adam. The
+  ratio (goal: at most 1.5x), the overhead per batch in milliseconds, and the largest
+  difference between the two trainings' final parameters (0 up to float rounding: they are
+  the same computation). Split learning's seconds are the label party's clock of each epoch
+  (``epoch_seconds_``: all parties' work and the messages between them), the centralised
+  loop's the loop's; median and best epoch of each, epochs 2 onwards, the two runs
+  interleaved and repeated (``--repeats``);
+* bytes per epoch on the wire (every message of the fit's transcript over the epochs) with
+  ``compression=None``, ``"float16"`` and 8 bits, and the test AUC for each, averaged over
+  three seeds (breast cancer: ``--epochs`` at batch 64; default_credit: 5 epochs at batch
+  256); the AUC cost of float16 (goal: below 0.002) and its byte ratio (goal: half);
+* seconds per epoch with each defence: embedding noise (clip 1, noise multiplier 1), norm
+  matching of the returned gradients, label DP by randomised response (epsilon 1: a one-off
+  cost before training), against none.
+
+On breast cancer (569 x 30; 12 columns at the data party, 18 at the label party) and on FATE's
+default_credit (30,000 x 23: the guest holds 13 columns and the labels, the host 10; joined
+on ``id``), when ``../shared/data/fate`` holds it (a note says so otherwise). Both are split
+70/30 (stratified) into training and test rows; every timing trains on the training rows.
+
+Not measured: the protected interactive layer (the top's first layer computed under
+homomorphic encryption, so that the label party never sees an embedding) is not implemented
+yet, so its line is absent.
+
+Threads: torch's intra-op threads are set to 1 (``--torch-threads``) for both trainings. On
+batches of 64 rows they gain nothing, and on a small machine they make the centralised loop
+contend with itself: in one run on 2 cores (load average 3), a centralised epoch of
+default_credit at batch 64 took 6 s with torch's default 2 threads and 0.4 s with one. With
+that baseline the ratio would flatter split learning; one thread each compares the same
+computation.
+
+Run::
+
+    python benchmarks/split.py [--epochs 20] [--credit-epochs 3] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# benchmarks/linkage.py would shadow the linkage package: keep this folder off the import path
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+from sklearn.datasets import load_breast_cancer  # noqa: E402
+from sklearn.metrics import roc_auc_score  # noqa: E402
+from sklearn.model_selection import train_test_split  # noqa: E402
+from torch import nn  # noqa: E402
+
+from vfl import SplitNNClassifier  # noqa: E402
+from vfl.split import EmbeddingNoise  # noqa: E402
+from vfl.split.protocol import split_rows  # noqa: E402
+from vfl.training.schedule import Schedule  # noqa: E402
+
+FATE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fate"
+
+
+class Case:
+    """A vertically split table: training and test parts, labels, the label party."""
+
+    def __init__(
+        self, name: str, parts: dict[str, pd.DataFrame], y: pd.Series, label_party: str
+    ) -> None:
+        self.name, self.label_party = name, label_party
+        train, test = train_test_split(np.arange(len(y)), test_size=0.3, random_state=0, stratify=y)
+        self.train = {p: f.iloc[train] for p, f in parts.items()}
+        self.test = {p: f.iloc[test] for p, f in parts.items()}
+        self.y_train, self.y_test = y.iloc[train], y.iloc[test]
+
+    def fit(self, epochs: int, batch: int, seed: int = 0, **extra: Any) -> SplitNNClassifier:
+        model = SplitNNClassifier(
+            max_iter=epochs,
+            batch_size=batch,
+            tol=None,
+            validation_fraction=0.0,
+            random_state=seed,
+            **extra,
+        )
+        return model.fit(self.train, self.y_train, label_party=self.label_party)
+
+    def auc(self, model: Any) -> float:
+        return float(roc_auc_score(self.y_test, model.predict_proba(self.test)[:, 1]))
+
+
+def breast_cancer() -> Case:
+    x, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    parts = {"lab": x.iloc[:, :12], "imaging": x.iloc[:, 12:]}
+    return Case("breast cancer 569 x (12 | 18)", parts, y, "imaging")
+
+
+def default_credit() -> Case | None:
+    guest_file = FATE / "default_credit_hetero_guest.csv"
+    if not guest_file.exists():
+        return None
+    guest = pd.read_csv(guest_file).set_index("id")
+    host = pd.read_csv(FATE / "default_credit_hetero_host.csv").set_index("id")
+    common = guest.index.intersection(host.index)
+    guest, host = guest.loc[common], host.loc[common]
+    y = guest.pop("y")
+    return Case(f"default_credit {len(y)} x (10 | 13)", {"guest": guest, "host": host}, y, "guest")
+
+
+# -- (a) overhead against centralised training --------------------------------------------------
+
+
+def centralised(model: SplitNNClassifier, case: Case, epochs: int) -> tuple[list[float], float]:
+    """Train the composed network of ``model`` (fitted) in one place, from the same
+    initialisation, on the same batches, with the same Adam: seconds per epoch, and the
+    largest difference from the split model's final parameters."""
+    order = model.data_parties_
+    bottoms, top = model.build_modules(
+        {p: case.train[p].shape[1] for p in order}, len(model.classes_)
+    )
+    x = {
+        p: torch.as_tensor(
+            (case.train[p].to_numpy(dtype=float) - model.means_[p]) / model.scales_[p],
+            dtype=torch.float32,
+        )
+        for p in order
+    }
+    target = torch.as_tensor(np.searchsorted(model.classes_, case.y_train.to_numpy()))
+    params = [q for m in [top, *bottoms.values()] for q in m.parameters()]
+    optimizer = torch.optim.Adam(params, lr=model.learning_rate)
+    loss_fn = nn.CrossEntropyLoss()
+    train, _ = split_rows(len(target), model.spec_)
+    schedule = Schedule(len(train), model.batch_size, model.random_state).epochs()
+    seconds = []
+    for _ in range(epochs):
+        began = time.perf_counter()
+        for batch in next(schedule):
+            rows = train[batch]
+            joined = torch.cat([bottoms[p](x[p][rows]) for p in order], dim=1)
+            loss = loss_fn(top(joined), target[rows])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        seconds.append(time.perf_counter() - began)
+    pairs = [(model.top_, top)] + [(model.modules_[p], bottoms[p]) for p in order]
+    with torch.no_grad():
+        gap = max(
+            float((a - b).abs().max())
+            for split, central in pairs
+            for a, b in zip(split.parameters(), central.parameters(), strict=True)
+        )
+    return seconds, gap
+
+
+def overhead(case: Case, epochs: int, batch: int, repeats: int) -> None:
+    split_s: list[float] = []
+    central_s: list[float] = []
+    gap = 0.0
+    for _ in range(repeats):  # interleaved, so that a burst of load hits both
+        model = case.fit(epochs, batch)
+        split_s += model.epoch_seconds_[1:]
+        seconds, g = centralised(model, case, epochs)
+        central_s += seconds[1:]
+        gap = max(gap, g)
+    batches = Schedule(len(case.y_train), batch, 0).batches_per_epoch()
+    split_med, central_med = float(np.median(split_s)), float(np.median(central_s))
+    split_min, central_min = min(split_s), min(central_s)
+    per_batch = (split_med - central_med) / batches * 1e3
+    print(
+        f"{case.name + f', batch {batch}':<46}{split_med:>8.3f}{central_med:>8.3f}"
+        f"{split_med / central_med:>7.2f}x{split_min:>8.3f}{central_min:>8.3f}"
+        f"{split_min / central_min:>7.2f}x{per_batch:>8.2f}{gap:>10.1e}"
+    )
+
+
+# -- (b) bytes and AUC per compression ----------------------------------------------------------
+
+
+def compression(case: Case, epochs: int, batch: int, seeds: int) -> None:
+    kinds: list[tuple[str, Any]] = [
+        ("float32 (None)", None),
+        ('"float16"', "float16"),
+        ("8 bits", 8),
+    ]
+    sizes, aucs = {}, {}
+    for label, kind in kinds:
+        per_seed, auc = [], []
+        for seed in range(seeds):
+            model = case.fit(epochs, batch, seed=seed, compression=kind)
+            per_seed.append(sum(r.nbytes for r in model.transcript_.records) / model.n_iter_)
+            auc.append(case.auc(model))
+        sizes[label], aucs[label] = float(np.mean(per_seed)), np.array(auc)
+    base = kinds[0][0]
+    print(f"{case.name}, batch {batch}, {epochs} epochs, test AUC the mean of {seeds} seeds:")
+    for label, _ in kinds:
+        cost = aucs[base] - aucs[label]
+        print(
+            f"  {label:<16}{sizes[label] / 1e6:>10.3f} MB/epoch{sizes[label] / sizes[base]:>7.2f}x"
+            f"   test AUC {aucs[label].mean():.4f}   AUC cost {cost.mean():+.4f}"
+            f" (per seed {', '.join(f'{c:+.4f}' for c in cost)})"
+        )
+
+
+# -- (c) the defences' cost ----------------------------------------------------------------------
+
+
+def defences(case: Case, epochs: int, batch: int, repeats: int) -> None:
+    options: list[tuple[str, dict[str, Any]]] = [
+        ("none", {}),
+        ("embedding noise (z=1, clip 1)", {"embedding_noise": EmbeddingNoise(1.0, 1.0)}),
+        ("norm matching", {"gradient_protection": "norm"}),
+        ("label DP (eps 1)", {"label_epsilon": 1.0}),
+    ]
+    seconds: dict[str, list[float]] = {name: [] for name, _ in options}
+    auc: dict[str, list[float]] = {name: [] for name, _ in options}
+    for _ in range(repeats):
+        for name, extra in options:
+            model = case.fit(epochs, batch, **extra)
+            seconds[name] += model.epoch_seconds_[1:]
+            auc[name].append(case.auc(model))
+    base, base_best = float(np.median(seconds["none"])), min(seconds["none"])
+    print(f"{case.name}, batch {batch}, {epochs} epochs x {repeats} runs:")
+    print(f"  {'':<32}{'median s/epoch':>25}{'best s/epoch':>26}")
+    for name, _ in options:
+        s, best = float(np.median(seconds[name])), min(seconds[name])
+        print(
+            f"  {name:<32}{s:>8.3f}{(s - base) * 1e3:>+9.1f} ms{s / base:>5.2f}x"
+            f"{best:>8.3f}{(best - base_best) * 1e3:>+9.1f} ms{best / base_best:>5.2f}x"
+            f"   test AUC {np.mean(auc[name]):.4f}"
+        )
+
+
+def main() -> None:
+    os.environ.setdefault("VFLINK_PROGRESS", "0")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--epochs", type=int, default=20, help="epochs on breast cancer")
+    parser.add_argument("--credit-epochs", type=int, default=3, help="epochs on default_credit")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved timing runs")
+    parser.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads")
+    args = parser.parse_args()
+    if min(args.epochs, args.credit_epochs) < 2 or args.repeats < 1:
+        parser.error("--epochs and --credit-epochs must be at least 2, --repeats at least 1")
+    torch.set_num_threads(args.torch_threads)
+    load = os.getloadavg()
+    print(
+        f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} "
+        f"{load[2]:.2f}; torch intra-op threads {torch.get_num_threads()}"
+    )
+    began = time.perf_counter()
+    # (case, epochs timed, batch sizes timed, (epochs, batch) of the compression runs)
+    cases = [(breast_cancer(), args.epochs, [64], (args.epochs, 64))]
+    credit = default_credit()
+    if credit is None:
+        print(f"(FATE's default_credit not found in {FATE}: breast cancer only)")
+    else:
+        cases.append((credit, args.credit_epochs, [64, 1024], (5, 256)))
+    # the first fit of a process pays one-off costs (torch's lazy imports: about 1 s)
+    cases[0][0].fit(1, 64)
+
+    print(
+        "\n(a) seconds per epoch: split learning in-process against the same network trained "
+        "centrally in torch\n(same modules, initialisation, batches, Adam); epochs 2 onwards of "
+        f"{args.repeats} interleaved runs each; 'ms/batch': split's\nextra time per batch "
+        "(medians); 'param gap': largest |difference| of the final parameters; '(a | b)': the "
+        "columns at the\ndata party | at the label party. Goal: <= 1.5x"
+    )
+    print(
+        f"{'':<46}{'median s/epoch':>23}{'best s/epoch':>23}{'ms/':>8}{'param':>10}\n"
+        f"{'case':<46}{'split':>8}{'central':>8}{'ratio':>7}{'split':>8}{'central':>8}"
+        f"{'ratio':>7}{'batch':>8}{'gap':>10}"
+    )
+    for case, epochs, batches, _ in cases:
+        for batch in batches:
+            overhead(case, epochs, batch, args.repeats)
+
+    print(
+        "\n(b) bytes per epoch on the wire (embeddings, gradients, control; encoded) and test "
+        "AUC per compression.\nGoal: float16 halves the bytes at an AUC cost below 0.002 "
+        "(cost: float32's AUC minus this one's, same seed)"
+    )
+    for case, _, _, (epochs, batch) in cases:
+        compression(case, epochs, batch, seeds=3)
+
+    print(
+        "\n(c) the defences' cost: seconds per epoch (epochs 2 onwards), the extra over none and "
+        "the ratio;\nlabel DP randomises the labels once before training (no per-epoch cost: "
+        "its line shows the timing noise)"
+    )
+    for case, epochs, batches, _ in cases:
+        defences(case, epochs, batches[0], args.repeats)
+
+    print(
+        "\nnot measured: the protected interactive layer (HE on the top's first layer) is not "
+        "implemented yet"
+    )
+    load = os.getloadavg()
+    print(f"\nwhole run {time.perf_counter() - began:.0f} s; load average at the end {load[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
