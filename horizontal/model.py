@@ -10,7 +10,6 @@ be averaged, and carry statistics of a client's records; use LayerNorm or GroupN
 from __future__ import annotations
 
 import copy
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,7 +22,6 @@ from vfl.training import modules
 __all__ = ["build_module", "flatten", "load_vector", "mlp"]
 
 Vector = np.ndarray[Any, Any]
-_SEEDING = threading.Lock()  # torch's global generator, shared by the parties' threads
 
 
 def mlp(n_features: int, n_outputs: int, hidden: Sequence[int] = (64,)) -> nn.Module:
@@ -38,9 +36,7 @@ def build_module(
     """The module to train: ``None`` (an MLP with ``hidden``), ``"linear"``, a factory
     ``module(n_features, n_outputs)``, or an ``nn.Module`` (copied); initialised from ``seed``
     (every party builds the same one; the server's initial weights are sent anyway)."""
-    with _SEEDING, torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            torch.manual_seed(seed)
+    with modules.seeded(seed):
         if module is None:
             built = mlp(n_features, n_outputs, hidden)
         elif isinstance(module, str):

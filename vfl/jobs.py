@@ -51,6 +51,9 @@ class Job:
     ]
     metrics: tuple[str, ...] = ()
     present: Callable[[Any, np.ndarray[Any, Any]], dict[str, Any]] = field(default=_present_outputs)
+    protocols: bool = True
+    """Whether the learner takes ``protocol=`` and ``coordinator=`` (the vertical linear
+    models; ``vflink party`` then defaults them from the config)."""
 
 
 def _present_classifier(estimator: Any, scores: np.ndarray[Any, Any]) -> dict[str, Any]:
@@ -112,6 +115,38 @@ def _linear(**params: Any) -> Any:
     return VerticalLinearRegression(**params)
 
 
+def _split(**params: Any) -> Any:
+    from vfl.split import SplitNNClassifier
+
+    return SplitNNClassifier(**params)
+
+
+def _present_split(estimator: Any, proba: np.ndarray[Any, Any]) -> dict[str, Any]:
+    """The predicted class, and the positive class's probability (binary) or each class's."""
+    classes = estimator.classes_
+    columns: dict[str, Any] = {"predicted": classes[proba.argmax(axis=1)]}
+    if proba.shape[1] == 2:
+        columns["probability"] = proba[:, 1]
+    else:
+        for k, label in enumerate(classes):
+            columns[f"probability_{label}"] = proba[:, k]
+    return columns
+
+
+def _evaluate_split(
+    estimator: Any, labels: np.ndarray[Any, Any], proba: np.ndarray[Any, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    from sklearn.metrics import accuracy_score, roc_auc_score
+
+    columns = _present_split(estimator, proba)
+    metrics: dict[str, Any] = {"test_accuracy": float(accuracy_score(labels, columns["predicted"]))}
+    two = proba.shape[1] == 2 and len(set(np.asarray(labels).tolist())) == 2
+    metrics["test_auc"] = (
+        float(roc_auc_score(labels == estimator.classes_[1], proba[:, 1])) if two else None
+    )
+    return metrics, columns
+
+
 JOBS: dict[str, Job] = {}
 """The registry: name -> job."""
 
@@ -158,3 +193,15 @@ def predictions_frame(
     if labels is not None:
         frame[label_column] = labels
     return frame
+
+
+register_job(
+    Job(
+        "split",
+        _split,
+        _evaluate_split,
+        ("test_auc", "test_accuracy"),
+        present=_present_split,
+        protocols=False,
+    )
+)

@@ -15,7 +15,8 @@ with its own data file::
     split_seed = 0                # the same split at every party (no message needed)
 
     model = "logistic"            # the learner, from the registry vfl.jobs.JOBS
-                                  # ("logistic": binary or multiclass; "linear": regression)
+                                  # ("logistic": binary or multiclass; "linear": regression;
+                                  # "split": a split neural network, vfl.split)
 
     [job.params]                  # the learner's keyword arguments ("none" for None)
     max_iter = 10
@@ -212,11 +213,12 @@ def _estimator(config: FederationConfig, job: dict[str, Any]) -> Any:
         for k, v in job["params"].items()
     }
     coordinator = config.coordinator
-    # secure by default: the secret-shared protocol; three or more data parties must name
-    # protocol = "coordinator" (which reveals gradients) themselves
-    params.setdefault("protocol", "shared_coordinator" if coordinator else "shared")
-    if coordinator:
-        params.setdefault("coordinator", coordinator)
+    if job["learner"].protocols:
+        # secure by default: the secret-shared protocol; three or more data parties must name
+        # protocol = "coordinator" (which reveals gradients) themselves
+        params.setdefault("protocol", "shared_coordinator" if coordinator else "shared")
+        if coordinator:
+            params.setdefault("coordinator", coordinator)
     try:
         return job["learner"].make(**params)
     except TypeError as exc:

@@ -16,17 +16,20 @@ or none (it is not: name it with ``label_party=``).
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 from torch import nn
 
-from vfl.estimator import FederatedEstimator, Role
+from vfl import persistence
+from vfl.estimator import FederatedEstimator, Role, run_deployed
+from vfl.federation.base import Federation
 from vfl.split.defences import EmbeddingNoise, Quantizer, randomized_response
+from vfl.split.part import SplitPart
 from vfl.split.protocol import DataRole, LabelRole, ScoreRole, SplitResult, SplitSpec
-from vfl.training.modules import mlp, output_width
+from vfl.training.modules import mlp, output_width, seeded
 from vfl.validation import (
     check_class_labels,
     check_numeric,
@@ -143,40 +146,52 @@ class _SplitNN(FederatedEstimator):
             ledger=ledger,
         )
 
+    def build_bottom(self, party: str, position: int, columns: int) -> nn.Module:
+        """Party ``party``'s bottom (its own module, copied, or the default), initialised
+        from ``random_state`` and its position among the data parties: each party builds its
+        own alike in simulation and in deployment."""
+        import copy
+
+        given = (self.bottoms or {}).get(party)
+        with seeded(_seed(self.random_state, 1, position)):
+            module = (
+                copy.deepcopy(given)
+                if given is not None
+                else nn.Sequential(nn.Linear(columns, self.embedding_dim), nn.ReLU())
+            ).float()
+        output_width(module, columns, f"party {party!r}: its bottom module")
+        return module
+
+    def build_top(self, joined: int, outputs: int) -> nn.Module:
+        """The top for combined embeddings of width ``joined`` (checked)."""
+        import copy
+
+        with seeded(_seed(self.random_state, 2, 0)):
+            top = (
+                copy.deepcopy(self.top).float()
+                if self.top is not None
+                else mlp(joined, outputs, self.hidden_layer_sizes)
+            )
+        given = output_width(top, joined, "the top module (on the combined embeddings)")
+        if given != outputs:
+            raise ValueError(f"the top module gives {given} outputs, not {outputs}")
+        return top
+
     def build_modules(
         self, columns: dict[str, int], outputs: int
     ) -> tuple[dict[str, nn.Module], nn.Module]:
         """Every party's bottom (``columns``: party -> column count, in order) and the top,
-        initialised from ``random_state`` (user modules are copied as given)."""
-        import copy
-
-        given = self.bottoms or {}
-        unknown = sorted(set(given) - set(columns))
+        as a fit builds them."""
+        unknown = sorted(set(self.bottoms or {}) - set(columns))
         if unknown:
             raise ValueError(f"bottoms names parties {unknown} that hold no columns here")
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.random_state)
-            bottoms: dict[str, nn.Module] = {}
-            widths = []
-            for party, d in columns.items():
-                if party in given:
-                    module = copy.deepcopy(given[party])
-                else:
-                    module = nn.Sequential(nn.Linear(d, self.embedding_dim), nn.ReLU())
-                bottoms[party] = module.float()
-                widths.append(output_width(module, d, f"party {party!r}: its bottom module"))
-            if self.aggregation == "sum" and len(set(widths)) > 1:
-                found = dict(zip(columns, widths, strict=True))
-                raise ValueError(f'aggregation="sum" needs bottoms of one width; they are {found}')
-            joined = sum(widths) if self.aggregation == "concat" else widths[0]
-            if self.top is not None:
-                top = copy.deepcopy(self.top).float()
-            else:
-                top = mlp(joined, outputs, self.hidden_layer_sizes)
-        given_outputs = output_width(top, joined, "the top module (on the combined embeddings)")
-        if given_outputs != outputs:
-            raise ValueError(f"the top module gives {given_outputs} outputs, not {outputs}")
-        return bottoms, top
+        bottoms = {p: self.build_bottom(p, k, d) for k, (p, d) in enumerate(columns.items())}
+        widths = [output_width(bottoms[p], d, p) for p, d in columns.items()]
+        if self.aggregation == "sum" and len(set(widths)) > 1:
+            found = dict(zip(columns, widths, strict=True))
+            raise ValueError(f'aggregation="sum" needs bottoms of one width; they are {found}')
+        joined = sum(widths) if self.aggregation == "concat" else widths[0]
+        return bottoms, self.build_top(joined, outputs)
 
     # -- simulation ------------------------------------------------------------------------
 
@@ -195,50 +210,96 @@ class _SplitNN(FederatedEstimator):
         held by ``label_party`` (one of ``parts``, or a party without features).
         ``keep_views`` keeps what each sender received (``views_``: ``{party: [(rows,
         gradients), ...]}``) for :mod:`vfl.audit.split`."""
-        for stale in ("views_", "privacy_ledger_"):  # nothing of an earlier fit survives
-            if hasattr(self, stale):
-                delattr(self, stale)
+        self._forget()
         label_party = label_party_of(parts, label_party)
         anchor = label_party if label_party in _frames(parts) else next(iter(_frames(parts)))
         frames = check_parts(parts, anchor)
         index = next(iter(frames.values())).index
+        targets, outputs = self._labels(y, index, label_party, ledger)
+        spec = replace(
+            self._spec(label_party, list(frames), outputs, self._ledger_or(ledger)),
+            keep_views=keep_views,
+        )
+        unknown = sorted(set(self.bottoms or {}) - set(frames))
+        if unknown:
+            raise ValueError(f"bottoms names parties {unknown} that hold no columns here")
+        roles: dict[str, Role] = {
+            p: self._role(spec, p, frames[p], None, outputs) for p in spec.senders
+        }
+        roles[label_party] = self._role(
+            spec, label_party, frames.get(label_party), targets, outputs
+        )
+        results = self._simulate(roles, keep_payloads=keep_payloads)
+        self._collect(results, spec, label_party in frames)
+        return self
+
+    def _forget(self) -> None:
+        """Nothing of an earlier fit survives a new one."""
+        for stale in ("views_", "privacy_ledger_", "parts_"):
+            if hasattr(self, stale):
+                delattr(self, stale)
+        self.means_: dict[str, Any] = {}
+        self.scales_: dict[str, Any] = {}
+        self.columns_: dict[str, list[str]] = {}
+
+    def _ledger_or(self, ledger: Any) -> Any:
+        return getattr(self, "privacy_ledger_", ledger)
+
+    def _labels(
+        self, y: Any, index: pd.Index, label_party: str, ledger: Any
+    ) -> tuple[np.ndarray[Any, Any], int]:
+        """The label party's targets (randomised under ``label_epsilon``) and the outputs;
+        opens the ledger when a defence spends privacy."""
         targets, outputs = self._targets(y, index, label_party)
         if self.label_epsilon is not None:
             if self._task != "classification":
                 raise ValueError("label_epsilon (randomised response) is for SplitNNClassifier")
             targets = randomized_response(targets, outputs, self.label_epsilon)
+        self._open_ledger(ledger)
+        if self.label_epsilon is not None:
+            self.privacy_ledger_.record(
+                holder=label_party,
+                data="its labels (randomised response)",
+                mechanism="randomized_response",
+                epsilon=float(self.label_epsilon),
+            )
+        return targets, outputs
+
+    def _open_ledger(self, ledger: Any) -> None:
         if self.label_epsilon is not None or self.embedding_noise is not None:
             if ledger is None:
                 from vfl.privacy import PrivacyLedger
 
                 ledger = PrivacyLedger()
             self.privacy_ledger_ = ledger
-            if self.label_epsilon is not None:
-                ledger.record(
-                    holder=label_party,
-                    data="its labels (randomised response)",
-                    mechanism="randomized_response",
-                    epsilon=float(self.label_epsilon),
-                )
-        self.means_ = {p: f.mean().to_numpy(dtype=float) for p, f in frames.items()}
-        self.scales_ = {
-            p: np.where((s := f.std(ddof=0).to_numpy(dtype=float)) > 0, s, 1.0)
-            for p, f in frames.items()
-        }
-        self.columns_ = {p: [str(c) for c in f.columns] for p, f in frames.items()}
-        spec = replace(
-            self._spec(label_party, list(frames), outputs, ledger), keep_views=keep_views
-        )
-        bottoms, top = self.build_modules({p: f.shape[1] for p, f in frames.items()}, outputs)
-        x = {p: self._design(p, f) for p, f in frames.items()}
-        roles: dict[str, Role] = {p: DataRole(spec, bottoms[p], x[p]) for p in spec.senders}
-        own = label_party in frames
-        roles[label_party] = LabelRole(
-            spec, top, bottoms.get(label_party), x.get(label_party), targets
-        )
-        results = self._simulate(roles, keep_payloads=keep_payloads)
-        self._collect(results, spec, own)
-        return self
+
+    def _role(
+        self,
+        spec: SplitSpec,
+        party: str,
+        frame: pd.DataFrame | None,
+        targets: np.ndarray[Any, Any] | None,
+        outputs: int,
+    ) -> Role:
+        """Party ``party``'s role, built from its own frame only (standardised with its own
+        statistics) and, at the label party, its targets."""
+        module, x = None, None
+        if frame is not None:
+            values = check_numeric(frame, party, [str(c) for c in frame.columns])
+            self.columns_[party] = [str(c) for c in frame.columns]
+            self.means_[party] = values.mean(axis=0)
+            std = values.std(axis=0)
+            self.scales_[party] = np.where(std > 0, std, 1.0)
+            position = spec.data_parties.index(party)
+            module = self.build_bottom(party, position, frame.shape[1])
+            x = self._design(party, frame)
+        if party == spec.label_party:
+            assert targets is not None
+            return LabelRole(
+                spec, lambda joined: self.build_top(joined, outputs), module, x, targets
+            )
+        assert module is not None and x is not None
+        return DataRole(spec, module, x)
 
     def _design(self, party: str, frame: pd.DataFrame) -> np.ndarray[Any, Any]:
         values = check_numeric(frame, party, self.columns_[party])
@@ -261,6 +322,173 @@ class _SplitNN(FederatedEstimator):
         views = {p: results[p].view for p in spec.senders if results[p].view is not None}
         if views:
             self.views_ = views
+        self.parts_ = {p: self._part(p) for p in spec.data_parties}
+
+    # -- deployment: one party, its own federation -------------------------------------------
+
+    def fit_party(
+        self,
+        federation: Federation,
+        frame: pd.DataFrame | None,
+        y: Any = None,
+        *,
+        label_party: str,
+        data_parties: list[str],
+        ledger: Any = None,
+    ) -> _SplitNN:
+        """This party's role of training (deployment): ``frame`` its own aligned features
+        (None at a label party without features, and at a coordinator, which split learning
+        does not use), ``y`` its labels at ``label_party``, ``data_parties`` every party with
+        features, in the same order everywhere (it seeds each party's bottom)."""
+        name = federation.name
+        if name != label_party and name not in data_parties:
+            return self  # a coordinator: no role here
+        self._forget()
+        if frame is not None:
+            frame = check_parts({name: frame}, name)[name]
+        targets, outputs = None, 1
+        if name == label_party:
+            if y is None:
+                raise ValueError(f"party {name!r} is the label party: pass its labels")
+            index = frame.index if frame is not None else pd.RangeIndex(len(y))
+            targets, outputs = self._labels(y, index, label_party, ledger)
+        else:
+            self._open_ledger(ledger)
+        spec = self._spec(label_party, list(data_parties), outputs, self._ledger_or(ledger))
+        role = self._role(spec, name, frame, targets, outputs)
+        result: SplitResult = run_deployed({name: role}, federation)[name]
+        self.modules_ = {name: result.module} if result.module is not None else {}
+        self.top_ = result.top
+        self.label_party_, self.data_parties_, self.spec_ = label_party, list(data_parties), spec
+        self.n_iter_, self.best_epoch_ = result.n_iter, result.best_epoch
+        self.loss_curve_, self.epoch_seconds_ = result.loss_curve, result.epoch_seconds
+        self.parts_ = {name: self._part(name)}
+        return self
+
+    def predict_party(
+        self, federation: Federation, frame: pd.DataFrame | None, *, data_parties: Any = None
+    ) -> np.ndarray[Any, Any] | None:
+        """This party's role of scoring (deployment): the label party gets what
+        ``predict_proba`` (classifier) or ``predict`` (regressor) would, the others None."""
+        if frame is None and getattr(self, "spec_", None) is None:
+            return None  # a coordinator: no role here
+        self._check_fitted("spec_")
+        name, spec = federation.name, self.spec_
+        if name != spec.label_party and name not in spec.data_parties:
+            return None
+        module = self.modules_.get(name)
+        x = self._design(name, frame) if frame is not None else None
+        if module is not None:
+            module.eval()
+        is_label = name == spec.label_party
+        if is_label and self.top_ is not None:
+            self.top_.eval()
+        role = ScoreRole(
+            spec,
+            module,
+            x,
+            top=self.top_ if is_label else None,
+            rows=None if frame is None else len(frame),
+        )
+        out = run_deployed({name: role}, federation)[name]
+        return None if out is None else self._from_outputs(np.asarray(out))
+
+    def _from_outputs(self, outputs: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return outputs
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def _part(self, party: str) -> SplitPart:
+        """Party ``party``'s part (what it may save: nothing of another party)."""
+        spec = self.spec_
+        is_label = party == spec.label_party
+        extra: dict[str, Any] = {
+            "task": self._task,
+            "label_party": spec.label_party,
+            "data_parties": list(spec.data_parties),
+            "aggregation": spec.aggregation,
+            "embedding_dim": self.embedding_dim,
+            "hidden": list(self.hidden_layer_sizes),
+            "outputs": spec.outputs,
+        }
+        top: dict[str, Any] = {}
+        if is_label and self.top_ is not None:
+            top = persistence.state_dict_to_arrays(self.top_.state_dict())
+            first = next(m for m in self.top_.modules() if isinstance(m, nn.Linear))
+            extra["joined"] = int(first.in_features)
+            if self._task == "classification":
+                extra["classes"] = [
+                    c.item() if isinstance(c, np.generic) else c for c in self.classes_
+                ]
+            else:
+                extra["target"] = [self.target_mean_, self.target_scale_]
+        module = self.modules_.get(party)
+        return SplitPart(
+            party=party,
+            role="active" if is_label else "passive",
+            columns=self.columns_.get(party, []),
+            mean=np.asarray(self.means_.get(party, np.zeros(0)), dtype=float),
+            scale=np.asarray(self.scales_.get(party, np.zeros(0)), dtype=float),
+            bottom={} if module is None else persistence.state_dict_to_arrays(module.state_dict()),
+            top=top,
+            extra=extra,
+        )
+
+    def save(self, folder: str | Path) -> list[Path]:
+        """Write each held party's part to ``folder/<party>.npz`` (a party saves only its own)."""
+        self._check_fitted("spec_")
+        target = Path(folder)
+        target.mkdir(parents=True, exist_ok=True)
+        parties = [p for p in self.spec_.data_parties if p in self.modules_]
+        if self.top_ is not None and self.spec_.label_party not in parties:
+            parties.append(self.spec_.label_party)
+        return [self._part(p).save(target / f"{p}.npz") for p in parties]
+
+    def load(self, *paths: str | Path, label_party: str) -> _SplitNN:
+        """Load parts written by :meth:`save` (or ``vflink party``) into this estimator, whose
+        hyperparameters must be those of the fit (the modules are rebuilt from them)."""
+        self._forget()
+        self.modules_, self.top_ = {}, None
+        spec: SplitSpec | None = None
+        for path in paths:
+            part = SplitPart.load(path)
+            extra, party = part.extra, part.party
+            for key, value in [
+                ("aggregation", self.aggregation),
+                ("embedding_dim", self.embedding_dim),
+                ("hidden", list(self.hidden_layer_sizes)),
+                ("task", self._task),
+            ]:
+                if extra.get(key) != value:
+                    raise ValueError(
+                        f"{path} was fitted with {key}={extra.get(key)!r}, this estimator has "
+                        f"{value!r}: load it with the fit's hyperparameters"
+                    )
+            parties = [str(p) for p in extra["data_parties"]]
+            if part.bottom:
+                self.columns_[party] = part.columns
+                self.means_[party], self.scales_[party] = part.mean, part.scale
+                module = self.build_bottom(party, parties.index(party), len(part.columns))
+                module.load_state_dict(persistence.arrays_to_state_dict(part.bottom))
+                self.modules_[party] = module
+            if part.top:
+                self.top_ = self.build_top(int(extra["joined"]), int(extra["outputs"]))
+                self.top_.load_state_dict(persistence.arrays_to_state_dict(part.top))
+                if self._task == "classification":
+                    self.classes_ = np.array(extra["classes"])
+                else:
+                    self.target_mean_, self.target_scale_ = map(float, extra["target"])
+            spec = self._spec(label_party, parties, int(extra["outputs"]), None)
+        if spec is None:  # a coordinator, which holds no part
+            self.label_party_ = label_party
+            return self
+        self.label_party_, self.data_parties_, self.spec_ = (
+            label_party,
+            list(spec.data_parties),
+            spec,
+        )
+        self.parts_ = {p: self._part(p) for p in self.modules_}
+        return self
 
     def _outputs(self, parts: Any) -> np.ndarray[Any, Any]:
         self._check_fitted("modules_")
@@ -293,6 +521,11 @@ class _SplitNN(FederatedEstimator):
 
     def _targets(self, y: Any, index: pd.Index, party: str) -> tuple[np.ndarray[Any, Any], int]:
         raise NotImplementedError
+
+
+def _seed(random_state: int, kind: int, position: int) -> int:
+    """A torch seed for one module, from the agreed ``random_state``."""
+    return int(np.random.SeedSequence([random_state, kind, position]).generate_state(1)[0])
 
 
 def _frames(parts: Any) -> dict[str, Any]:
@@ -342,9 +575,12 @@ class SplitNNClassifier(_SplitNN):
         return codes, len(classes)
 
     def predict_proba(self, parts: Any) -> np.ndarray[Any, Any]:
+        return self._from_outputs(self._outputs(parts))
+
+    def _from_outputs(self, outputs: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         from scipy.special import softmax
 
-        out: np.ndarray[Any, Any] = softmax(self._outputs(parts), axis=1)
+        out: np.ndarray[Any, Any] = softmax(outputs, axis=1)
         return out
 
     def predict(self, parts: Any) -> np.ndarray[Any, Any]:
@@ -368,9 +604,10 @@ class SplitNNRegressor(_SplitNN):
         return (t - self.target_mean_) / self.target_scale_, 1
 
     def predict(self, parts: Any) -> np.ndarray[Any, Any]:
-        out: np.ndarray[Any, Any] = (
-            self._outputs(parts)[:, 0] * self.target_scale_ + self.target_mean_
-        )
+        return self._from_outputs(self._outputs(parts))
+
+    def _from_outputs(self, outputs: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        out: np.ndarray[Any, Any] = outputs[:, 0] * self.target_scale_ + self.target_mean_
         return out
 
     def score(self, parts: Any, y: Any) -> float:

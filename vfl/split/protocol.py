@@ -72,6 +72,15 @@ class EmbeddingGrad(Message):
 
 
 @dataclass(frozen=True)
+class Width(Message):
+    """A data party to the label party, before training: its embeddings' width (the label
+    party sizes its top from the widths)."""
+
+    KIND = "embedding width"
+    width: int
+
+
+@dataclass(frozen=True)
 class Control(Message):
     """The label party, before each epoch: go on or stop; keep the last epoch's modules."""
 
@@ -169,6 +178,9 @@ class DataRole:
 
     def __call__(self, fed: Federation) -> SplitResult:
         spec, label = self.spec, self.spec.label_party
+        with torch.no_grad():
+            width = int(self.module(self.x[:1]).shape[1])
+        SPLIT.send(fed, label, "width", Width(width))
         train, val = split_rows(len(self.x), spec)
         epochs = Schedule(len(train), spec.batch_size, spec.random_state).epochs()
         optimizer = make_optimizer(spec, list(self.module.parameters()))
@@ -215,18 +227,40 @@ class LabelRole:
     def __init__(
         self,
         spec: SplitSpec,
-        top: nn.Module,
+        make_top: Any,
         module: nn.Module | None,
         x: np.ndarray[Any, Any] | None,
         targets: np.ndarray[Any, Any],
     ) -> None:
-        self.spec, self.top, self.module = spec, top, module
+        self.spec, self.make_top, self.module = spec, make_top, module
         self.x = None if x is None else torch.as_tensor(x, dtype=torch.float32)
         self.targets = targets
-        self.dims: dict[str, int | None] = dict.fromkeys(spec.senders)  # learnt, then held
+        self.dims: dict[str, int | None] = dict.fromkeys(spec.senders)
+
+    def _widths(self, fed: Federation) -> dict[str, int]:
+        """Every party's embedding width (the senders say theirs), in the parties' order."""
+        widths: dict[str, int] = {}
+        for party in self.spec.data_parties:
+            if party == self.spec.label_party:
+                assert self.module is not None and self.x is not None
+                with torch.no_grad():
+                    widths[party] = int(self.module(self.x[:1]).shape[1])
+            else:
+                widths[party] = SPLIT.recv(fed, party, "width", Width).width
+                if not 0 < widths[party] <= 1 << 16:
+                    Width.refuse(party, "width", f"is {widths[party]}")
+        if self.spec.aggregation == "sum" and len(set(widths.values())) > 1:
+            raise ValueError(f'aggregation="sum" needs embeddings of one width; they are {widths}')
+        self.dims = {p: widths[p] for p in self.spec.senders}
+        return widths
 
     def __call__(self, fed: Federation) -> SplitResult:
         spec = self.spec
+        widths = self._widths(fed)
+        joined = (
+            sum(widths.values()) if spec.aggregation == "concat" else next(iter(widths.values()))
+        )
+        self.top: nn.Module = self.make_top(joined)
         n = len(self.targets)
         train, val = split_rows(n, spec)
         epochs = Schedule(len(train), spec.batch_size, spec.random_state).epochs()

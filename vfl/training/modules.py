@@ -3,13 +3,27 @@ the horizontal path in :mod:`horizontal`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["mlp", "output_width"]
+__all__ = ["mlp", "output_width", "seeded"]
+
+_SEEDING = threading.Lock()
+
+
+@contextlib.contextmanager
+def seeded(seed: int | None) -> Iterator[None]:
+    """Build modules from ``seed`` without disturbing torch's global generator, and without
+    racing the other parties' threads of a simulation for it (one at a time)."""
+    with _SEEDING, torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        yield
 
 
 def mlp(n_in: int, n_out: int, hidden: Sequence[int] = (64,)) -> nn.Sequential:
