@@ -394,50 +394,17 @@ def test_a_saved_model_loads_and_a_callback_traces_every_round(breast, tmp_path:
 
 @pytest.mark.network
 def test_training_over_grpc_gives_the_simulated_model(breast, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    import socket
-    import threading
-
-    from vfl.federation.certs import make_certificates
-    from vfl.federation.network import GrpcFederation
+    from tests.grpc_parties import run_endpoints
 
     two = dict(list(breast.items())[:2])
     names = ["server", *two]
-    pki = make_certificates(tmp_path / "pki", names)
-    ports = {}
-    for name in names:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports[name] = int(s.getsockname()[1])
     options: dict[str, Any] = dict(rounds=2, random_state=0, strategy="scaffold")
-    models: dict[str, Any] = {}
-    failures: list[BaseException] = []
 
-    def party(name: str) -> None:
-        try:
-            fed = GrpcFederation(
-                name,
-                f"127.0.0.1:{ports[name]}",
-                {p: f"127.0.0.1:{q}" for p, q in ports.items() if p != name},
-                ca_cert=pki["ca"].read_bytes(),
-                cert=pki[name].read_bytes(),
-                key=pki[f"{name}_key"].read_bytes(),
-                timeout=60.0,
-                connect_timeout=30.0,
-            )
-            x, y = two.get(name, (None, None))
-            with fed:
-                models[name] = FederatedClassifier(**options).fit_party(
-                    fed, x, y, clients=list(two)
-                )
-        except BaseException as exc:  # reported below
-            failures.append(exc)
+    def party(name: str, fed: Any) -> Any:
+        x, y = two.get(name, (None, None))
+        return FederatedClassifier(**options).fit_party(fed, x, y, clients=list(two))
 
-    threads = [threading.Thread(target=party, args=(n,)) for n in names]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not failures, failures
+    models = run_endpoints(tmp_path, names, party)
     simulated = FederatedClassifier(**options).fit(two)
     for name in names:  # the server and every client hold the final global model
         np.testing.assert_allclose(models[name].weights_, simulated.weights_, atol=1e-6)

@@ -242,60 +242,29 @@ def test_validation_runs_with_dropout_off() -> None:
 
 @pytest.mark.network
 def test_each_party_its_own_grpc_endpoint_gives_the_simulated_model(breast, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import socket
-    import threading
-
-    from vfl.federation.certs import make_certificates
-    from vfl.federation.network import GrpcFederation
+    from tests.grpc_parties import run_endpoints
 
     parts, y = breast
     names = list(parts)  # lab, imaging
-    pki = make_certificates(tmp_path / "pki", names)
-    ports = {}
-    for name in names:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports[name] = int(s.getsockname()[1])
     options: dict[str, Any] = dict(max_iter=3, random_state=2)
-    models: dict[str, Any] = {}
     scores: dict[str, Any] = {}
-    failures: list[BaseException] = []
 
-    def party(name: str) -> None:
-        try:
-            fed = GrpcFederation(
-                name,
-                f"127.0.0.1:{ports[name]}",
-                {p: f"127.0.0.1:{q}" for p, q in ports.items() if p != name},
-                ca_cert=pki["ca"].read_bytes(),
-                cert=pki[name].read_bytes(),
-                key=pki[f"{name}_key"].read_bytes(),
-                timeout=60.0,
-                connect_timeout=30.0,
-            )
-            with fed:
-                model = SplitNNClassifier(**options).fit_party(
-                    fed,
-                    parts[name],
-                    y if name == "imaging" else None,
-                    label_party="imaging",
-                    data_parties=names,
-                )
-                model.save(tmp_path / name)  # each party saves only its own part
-                again = SplitNNClassifier(**options).load(
-                    tmp_path / name / f"{name}.npz", label_party="imaging"
-                )
-                scores[name] = again.predict_party(fed, parts[name])
-            models[name] = model
-        except BaseException as exc:  # reported below
-            failures.append(exc)
+    def party(name: str, fed: Any) -> Any:
+        model = SplitNNClassifier(**options).fit_party(
+            fed,
+            parts[name],
+            y if name == "imaging" else None,
+            label_party="imaging",
+            data_parties=names,
+        )
+        model.save(tmp_path / name)  # each party saves only its own part
+        again = SplitNNClassifier(**options).load(
+            tmp_path / name / f"{name}.npz", label_party="imaging"
+        )
+        scores[name] = again.predict_party(fed, parts[name])
+        return model
 
-    threads = [threading.Thread(target=party, args=(n,)) for n in names]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not failures, failures
+    models = run_endpoints(tmp_path, names, party)
     simulated = SplitNNClassifier(**options).fit(parts, y, label_party="imaging")
     for name in names:
         for a, b in zip(
