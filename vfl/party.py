@@ -612,7 +612,8 @@ def _drive(
             for stage in stages:
                 stage(run, fed)
         except (ValueError, FederationError) as exc:  # say why, so that peers end at once
-            fed.close(reason=str(exc))
+            # (waiting, up to the connect timeout, for a peer that is still starting)
+            fed.close(reason=str(exc), patience=config.connect_timeout)
             raise
     summary: dict[str, Any] = {"party": name, "role": run.role, "rows": run.rows}
     summary.update(summarize(run), seconds=run.seconds)

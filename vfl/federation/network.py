@@ -314,12 +314,14 @@ class GrpcFederation(Federation):
 
         ``reason`` (a party that stops on an error of its own) travels with the goodbye, and
         a peer waiting for this party's messages fails at once with it. ``patience`` seconds
-        are spent retrying peers not yet up to hear it (best effort)."""
+        are spent retrying peers never reached yet, which may still be starting (best effort);
+        a peer that said goodbye is not told, and one reached before gets one try (if it does
+        not answer now, it is gone)."""
         if self._server is None:
             return
         self._stop.set()
         goodbye = {"from": self.name, **({"reason": reason[:2000]} if reason else {})}
-        untold = list(self.peers)
+        untold = [p for p in self.peers if p not in self._inbox.finished]
         deadline = time.monotonic() + patience
         while untold:
             for peer in list(untold):
@@ -328,6 +330,8 @@ class GrpcFederation(Federation):
                     untold.remove(peer)
                 except Exception:  # best effort: the peer may be gone, or not up yet
                     logger.debug("party %r could not say goodbye to %r", self.name, peer)
+                    if peer in self._last_ok:
+                        untold.remove(peer)
             if not untold or time.monotonic() >= deadline:
                 break
             time.sleep(0.5)
