@@ -1,8 +1,8 @@
-"""The torch side of the horizontal path: default modules, flat parameter vectors, local
-training steps.
+"""The torch side of the horizontal path: default modules and flat parameter vectors.
 
 Every party holds its own copy of the module; what travels is the flat vector of its
-parameters (:func:`flatten`, float64 on the wire) -- never a pickled module. Modules with
+parameters (:func:`flatten`; float32 on the wire, as the modules train in float32, while the
+server aggregates in float64) -- never a pickled module. Modules with
 buffers (BatchNorm's running statistics) are refused: buffers are not parameters, would not
 be averaged, and carry statistics of a client's records; use LayerNorm or GroupNorm.
 """
