@@ -612,8 +612,9 @@ def _drive(
             for stage in stages:
                 stage(run, fed)
         except (ValueError, FederationError) as exc:  # say why, so that peers end at once
-            # (waiting, up to the connect timeout, for a peer that is still starting)
-            fed.close(reason=str(exc), patience=config.connect_timeout)
+            # (waiting a few seconds for a peer that is still starting: not the whole connect
+            # timeout, which a peer that died without a word would make this party wait out)
+            fed.close(reason=str(exc), patience=min(config.connect_timeout, 5.0))
             raise
     summary: dict[str, Any] = {"party": name, "role": run.role, "rows": run.rows}
     summary.update(summarize(run), seconds=run.seconds)

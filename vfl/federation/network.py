@@ -314,27 +314,34 @@ class GrpcFederation(Federation):
 
         ``reason`` (a party that stops on an error of its own) travels with the goodbye, and
         a peer waiting for this party's messages fails at once with it. ``patience`` seconds
-        are spent retrying peers never reached yet, which may still be starting (best effort);
-        a peer that said goodbye is not told, and one reached before gets one try (if it does
-        not answer now, it is gone)."""
+        are spent retrying peers that do not answer yet, which may still be starting (best
+        effort): a peer reached before is retried for ``peer_timeout`` at most (after that it
+        counts as gone), and a peer that said goodbye, before or while this party waits, is
+        not told."""
         if self._server is None:
             return
         self._stop.set()
         goodbye = {"from": self.name, **({"reason": reason[:2000]} if reason else {})}
-        untold = [p for p in self.peers if p not in self._inbox.finished]
-        deadline = time.monotonic() + patience
-        while untold:
-            for peer in list(untold):
+        now = time.monotonic()
+        deadline = {
+            p: now + (min(patience, self.peer_timeout) if p in self._last_ok else patience)
+            for p in self.peers
+            if p not in self._inbox.finished
+        }
+        while deadline:
+            for peer in list(deadline):
+                if peer in self._inbox.finished:  # it said goodbye meanwhile: it has ended
+                    del deadline[peer]
+                    continue
                 try:
                     self._call(peer, "Bye", json.dumps(goodbye).encode(), timeout=1.0)
-                    untold.remove(peer)
+                    del deadline[peer]
                 except Exception:  # best effort: the peer may be gone, or not up yet
                     logger.debug("party %r could not say goodbye to %r", self.name, peer)
-                    if peer in self._last_ok:
-                        untold.remove(peer)
-            if not untold or time.monotonic() >= deadline:
-                break
-            time.sleep(0.5)
+                    if time.monotonic() >= deadline[peer]:
+                        del deadline[peer]
+            if deadline:
+                time.sleep(0.5)
         if self._heartbeat_thread is not None:
             self._heartbeat_thread.join()
         for channel in self._channels.values():
