@@ -281,8 +281,9 @@ def test_each_party_its_own_grpc_endpoint_gives_the_simulated_model(breast, tmp_
 @pytest.mark.network
 def test_vflink_party_runs_a_split_network_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import json
+    import subprocess
 
-    from tests.vfl.test_party import start, write_config
+    from tests.vfl.test_party import start, vflink, write_config
 
     config = write_config(tmp_path, max_iter=5)
     text = config.read_text().replace("key_bits = 1024\ninsecure = true\n", "")
@@ -296,3 +297,24 @@ def test_vflink_party_runs_a_split_network_job(tmp_path) -> None:  # type: ignor
     assert not (tmp_path / "out" / "coordinator").exists() or not any(
         (tmp_path / "out" / "coordinator").iterdir()
     )
+    # scoring with the saved parts (vflink party --predict): only the label party gets scores
+    trained = tmp_path / "trained"
+    (tmp_path / "out").rename(trained)
+    procs = {
+        n: start(tmp_path, config, n, "--predict", "--model", str(trained / n / f"model_{n}.npz"))
+        for n in ("lab", "imaging")
+    }
+    coordinator = ["-v", "party", "--config", str(config), "--name", "coordinator", "--predict"]
+    with open(tmp_path / "coordinator.log", "w") as log:
+        procs["coordinator"] = subprocess.Popen(
+            vflink(*coordinator, "--out", str(tmp_path / "out" / "coordinator")),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    for name, proc in procs.items():
+        assert proc.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
+    scored = pd.read_csv(tmp_path / "out" / "imaging" / "predictions.csv")
+    assert scored["probability"].between(0, 1).all() and len(scored) > 300
+    again = json.loads((tmp_path / "out" / "imaging" / "metrics.json").read_text())
+    assert again["test_auc"] > 0.6  # the new file holds the labels: scored on every row
+    assert "probability" not in pd.read_csv(tmp_path / "out" / "lab" / "aligned_lab.csv")
