@@ -271,9 +271,6 @@ class _FederatedModel(FederatedEstimator):
         if self._task == "classification":
             self.classes_ = np.array(self._class_names, dtype=object)
 
-    def _check_params(self) -> None:
-        """Nothing beyond ``fit_spec``'s checks."""
-
     # -- prediction ---------------------------------------------------------------------------
 
     def _outputs(self, x: Any) -> np.ndarray[Any, Any]:

@@ -30,7 +30,7 @@ Each records what it spends in the :class:`vfl.privacy.PrivacyLedger` (dp-accoun
 accountant by default): ``ClientDP`` one Poisson-sampled Gaussian per round for the holder
 ``"every client"``; ``LocalDP`` and ``RecordDP`` per client, each time it takes part. The
 estimators' ``epsilon_`` is the largest epsilon any holder spent; with ``report_rounds=True``
-the epsilon so far is also printed after each round and kept in its record
+the epsilon so far is also logged after each round and kept in its record
 (``history_[r].epsilon``); and
 :meth:`FederatedClassifier.save` writes the ledger beside the model.
 
@@ -136,8 +136,9 @@ class ClientDP:
         Standard deviation of the noise on the count of unclipped clients (default: a
         twentieth of the expected clients per round, as the paper suggests).
     report_rounds : bool
-        Compute the epsilon spent so far after every round, print it and keep it in
-        ``history_[r].epsilon``; otherwise only at the end (``epsilon_``), which is cheaper.
+        Compute the epsilon spent so far after every round, log it (``vflink.horizontal``,
+        INFO) and keep it in ``history_[r].epsilon``; otherwise only at the end
+        (``epsilon_``), which is cheaper.
     """
 
     noise_multiplier: float | None = None

@@ -436,9 +436,11 @@ class ServerRole:
             if privacy is not None:
                 record.epsilon = privacy.record_round(spec, round_, len(clients))
                 if record.epsilon is not None:  # asked for with report_rounds=True
-                    print(  # noqa: T201
-                        f"round {round_ + 1}: epsilon {record.epsilon:.4f} at delta "
-                        f"{privacy.delta:g} so far"
+                    logger.info(
+                        "round %d: epsilon %.4f at delta %g so far",
+                        round_ + 1,
+                        record.epsilon,
+                        privacy.delta,
                     )
             result.history.append(record)
             if spec.on_round is not None:

@@ -180,7 +180,10 @@ def _scaled(breast: dict[str, Any]) -> dict[str, Any]:
     return {name: ((x - mean) / scale, y) for name, (x, y) in breast.items()}
 
 
-def test_client_level_dp_spends_what_dp_accounting_says(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_client_level_dp_spends_what_dp_accounting_says(caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    caplog.set_level(logging.INFO, logger="vflink.horizontal")
     import dp_accounting
 
     rng = np.random.default_rng(2)
@@ -202,7 +205,7 @@ def test_client_level_dp_spends_what_dp_accounting_says(capsys) -> None:  # type
     epsilons = [r.epsilon for r in model.history_]
     assert all(b > a for a, b in itertools.pairwise(epsilons))  # reported per round
     assert model.history_[-1].epsilon == pytest.approx(model.epsilon_)
-    printed = capsys.readouterr().out  # on request, printed every round
+    printed = caplog.text  # on request, logged every round
     assert f"round 6: epsilon {model.epsilon_:.4f} at delta 1e-05 so far" in printed
     # a target epsilon calibrates the noise to the schedule
     calibrated = ClientDP(epsilon=3.0, clip=0.5)
