@@ -15,7 +15,7 @@ from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey, generate_pail
 from vfl.crypto.vector import EncryptedVector
 from vfl.federation.messages import Message, MessageError
 
-__all__ = ["MAX_KEY_BITS", "KeyPolicy", "PublicKeyMessage", "vector_from"]
+__all__ = ["MAX_KEY_BITS", "Base", "KeyPolicy", "PublicKeyMessage", "vector_from"]
 
 MAX_KEY_BITS = 8192
 """Largest modulus a party accepts from another."""
@@ -31,6 +31,17 @@ class PublicKeyMessage(Message):
     @classmethod
     def of(cls, key: PaillierPublicKey) -> PublicKeyMessage:
         return cls(n=int(key.n).to_bytes((key.n_length + 7) // 8, "big"))
+
+
+@dataclass(frozen=True)
+class Base(Message):
+    """The ``h_s`` a party re-randomises with under another party's key, for that party to
+    encrypt its inputs with (:meth:`PaillierPrivateKey.for_base`), so that a full-length
+    re-randomisation hides from the key's owner how a result was computed
+    (:mod:`vfl.crypto.rerandomize`)."""
+
+    KIND = "re-randomisation base"
+    h_s: bytes
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ from vfl.crypto.masked import (
 )
 from vfl.crypto.packing import PackingLayout, RowPacking, pack_rows
 from vfl.crypto.parallel import map_processes, multiexp_big_worker
-from vfl.crypto.policy import PublicKeyMessage, vector_from
+from vfl.crypto.policy import Base, PublicKeyMessage, vector_from
 from vfl.crypto.rerandomize import rerandomize
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message
@@ -147,15 +147,6 @@ class Plan(Message):
     columns: int
     feature_bits: int
     rows: int
-
-
-@dataclass(frozen=True)
-class Base(Message):
-    """Without a coordinator: the ``h_s`` a party re-randomises with under the other party's
-    key, for that party to encrypt its inputs with (:meth:`PaillierPrivateKey.for_base`)."""
-
-    KIND = "re-randomisation base"
-    h_s: bytes
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from vfl import persistence
 from vfl.estimator import FederatedEstimator, Role, run_deployed
 from vfl.federation.base import Federation
 from vfl.split.defences import EmbeddingNoise, Quantizer, randomized_response
+from vfl.split.interactive import InteractiveTop, ProtectedLayer
 from vfl.split.part import SplitPart
 from vfl.split.protocol import DataRole, LabelRole, ScoreRole, SplitResult, SplitSpec
 from vfl.training.modules import mlp, output_width, seeded
@@ -64,6 +65,7 @@ class _SplitNN(FederatedEstimator):
         gradient_protection: str | None = None,
         label_epsilon: float | None = None,
         compression: Any = None,
+        protected_layer: ProtectedLayer | None = None,
         timeout: float = 600.0,
     ) -> None:
         self.bottoms = bottoms
@@ -83,6 +85,7 @@ class _SplitNN(FederatedEstimator):
         self.gradient_protection = gradient_protection
         self.label_epsilon = label_epsilon
         self.compression = compression
+        self.protected_layer = protected_layer
         self.timeout = timeout
 
     # -- checks and modules ----------------------------------------------------------------
@@ -120,6 +123,7 @@ class _SplitNN(FederatedEstimator):
             self.embedding_noise.check()
         quantizer = Quantizer(self.compression)
         quantizer.check()
+        width = self._layer_width()
         senders = [p for p in data_parties if p != label_party]
         if not senders:
             raise ValueError(
@@ -144,7 +148,33 @@ class _SplitNN(FederatedEstimator):
             gradient_protection=self.gradient_protection,
             compression=quantizer,
             ledger=ledger,
+            protected=self.protected_layer,
+            width=width,
         )
+
+    def _layer_width(self) -> int:
+        """The protected layer's outputs (0 without one), its option checked."""
+        layer = self.protected_layer
+        if layer is None:
+            return 0
+        if not isinstance(layer, ProtectedLayer):
+            raise ValueError("protected_layer must be a ProtectedLayer(width=..., key_bits=...)")
+        layer.check()
+        if self.aggregation != "concat":
+            raise ValueError('protected_layer needs aggregation="concat" (one block per party)')
+        if self.compression is not None:
+            raise ValueError(
+                "compression applies to plaintext embeddings; with protected_layer they travel "
+                "encrypted: drop one of the two"
+            )
+        if layer.width is not None:
+            return layer.width
+        if self.top is not None or not self.hidden_layer_sizes:
+            raise ValueError(
+                "ProtectedLayer(width=...) is needed with a top module of your own (it then "
+                "takes width inputs) or without hidden layers"
+            )
+        return int(self.hidden_layer_sizes[0])
 
     def build_bottom(self, party: str, position: int, columns: int) -> nn.Module:
         """Party ``party``'s bottom (its own module, copied, or the default), initialised
@@ -162,17 +192,30 @@ class _SplitNN(FederatedEstimator):
         output_width(module, columns, f"party {party!r}: its bottom module")
         return module
 
-    def build_top(self, joined: int, outputs: int) -> nn.Module:
-        """The top for combined embeddings of width ``joined`` (checked)."""
+    def build_top(self, joined: int, outputs: int, own: int = 0) -> nn.Module:
+        """The top for combined embeddings of width ``joined`` (checked). With a protected
+        layer, an :class:`~vfl.split.interactive.InteractiveTop`: the label party's own block
+        of the layer (``own`` its embedding width) and the top on the layer's outputs (the
+        default top's first hidden layer *is* the protected layer)."""
         import copy
 
+        width = self._layer_width()
+        n_in = width or joined
+        hidden = self.hidden_layer_sizes[1:] if width else self.hidden_layer_sizes
         with seeded(_seed(self.random_state, 2, 0)):
             top = (
                 copy.deepcopy(self.top).float()
                 if self.top is not None
-                else mlp(joined, outputs, self.hidden_layer_sizes)
+                else mlp(n_in, outputs, hidden)
             )
-        given = output_width(top, joined, "the top module (on the combined embeddings)")
+            if width:
+                top = InteractiveTop(own, width, top, joined)
+        what = (
+            "the top module (on the protected layer's outputs)"
+            if width
+            else ("the top module (on the combined embeddings)")
+        )
+        given = output_width(top.top if width else top, n_in, what)
         if given != outputs:
             raise ValueError(f"the top module gives {given} outputs, not {outputs}")
         return top
@@ -235,9 +278,10 @@ class _SplitNN(FederatedEstimator):
 
     def _forget(self) -> None:
         """Nothing of an earlier fit survives a new one."""
-        for stale in ("views_", "privacy_ledger_", "parts_"):
+        for stale in ("views_", "privacy_ledger_", "parts_", "initial_"):
             if hasattr(self, stale):
                 delattr(self, stale)
+        self.shares_: dict[str, dict[str, Any]] = {}
         self.means_: dict[str, Any] = {}
         self.scales_: dict[str, Any] = {}
         self.columns_: dict[str, list[str]] = {}
@@ -296,7 +340,7 @@ class _SplitNN(FederatedEstimator):
         if party == spec.label_party:
             assert targets is not None
             return LabelRole(
-                spec, lambda joined: self.build_top(joined, outputs), module, x, targets
+                spec, lambda joined, own: self.build_top(joined, outputs, own), module, x, targets
             )
         assert module is not None and x is not None
         return DataRole(spec, module, x)
@@ -322,6 +366,14 @@ class _SplitNN(FederatedEstimator):
         views = {p: results[p].view for p in spec.senders if results[p].view is not None}
         if views:
             self.views_ = views
+        self.shares_ = {
+            p: results[p].shares for p in spec.data_parties if results[p].shares is not None
+        }
+        if label.shares is not None:
+            self.shares_[spec.label_party] = label.shares
+        self.initial_ = {
+            p: results[p].initial for p in spec.senders if results[p].initial is not None
+        }
         self.parts_ = {p: self._part(p) for p in spec.data_parties}
 
     # -- deployment: one party, its own federation -------------------------------------------
@@ -358,6 +410,7 @@ class _SplitNN(FederatedEstimator):
         role = self._role(spec, name, frame, targets, outputs)
         result: SplitResult = run_deployed({name: role}, federation)[name]
         self.modules_ = {name: result.module} if result.module is not None else {}
+        self.shares_ = {name: result.shares} if result.shares is not None else {}
         self.top_ = result.top
         self.label_party_, self.data_parties_, self.spec_ = label_party, list(data_parties), spec
         self.n_iter_, self.best_epoch_ = result.n_iter, result.best_epoch
@@ -389,6 +442,7 @@ class _SplitNN(FederatedEstimator):
             x,
             top=self.top_ if is_label else None,
             rows=None if frame is None else len(frame),
+            shares=self.shares_.get(name),
         )
         out = run_deployed({name: role}, federation)[name]
         return None if out is None else self._from_outputs(np.asarray(out))
@@ -412,10 +466,20 @@ class _SplitNN(FederatedEstimator):
             "outputs": spec.outputs,
         }
         top: dict[str, Any] = {}
+        if self.protected_layer is not None:
+            extra["protected_width"] = spec.width
+            extra["shares"] = {
+                peer: [[format(int(v), "x") for v in row] for row in share.tolist()]
+                for peer, share in self.shares_.get(party, {}).items()
+            }
         if is_label and self.top_ is not None:
             top = persistence.state_dict_to_arrays(self.top_.state_dict())
-            first = next(m for m in self.top_.modules() if isinstance(m, nn.Linear))
-            extra["joined"] = int(first.in_features)
+            if isinstance(self.top_, InteractiveTop):
+                extra["joined"] = self.top_.joined
+                extra["own"] = 0 if self.top_.own is None else self.top_.own.in_features
+            else:
+                first = next(m for m in self.top_.modules() if isinstance(m, nn.Linear))
+                extra["joined"] = int(first.in_features)
             if self._task == "classification":
                 extra["classes"] = [
                     c.item() if isinstance(c, np.generic) else c for c in self.classes_
@@ -458,6 +522,7 @@ class _SplitNN(FederatedEstimator):
                 ("embedding_dim", self.embedding_dim),
                 ("hidden", list(self.hidden_layer_sizes)),
                 ("task", self._task),
+                ("protected_width", self._layer_width() or None),
             ]:
                 if extra.get(key) != value:
                     raise ValueError(
@@ -471,8 +536,16 @@ class _SplitNN(FederatedEstimator):
                 module = self.build_bottom(party, parties.index(party), len(part.columns))
                 module.load_state_dict(persistence.arrays_to_state_dict(part.bottom))
                 self.modules_[party] = module
+            shares = extra.get("shares") or {}
+            if shares:
+                self.shares_[party] = {
+                    str(peer): np.array([[int(v, 16) for v in row] for row in rows], dtype=object)
+                    for peer, rows in shares.items()
+                }
             if part.top:
-                self.top_ = self.build_top(int(extra["joined"]), int(extra["outputs"]))
+                self.top_ = self.build_top(
+                    int(extra["joined"]), int(extra["outputs"]), int(extra.get("own", 0))
+                )
                 self.top_.load_state_dict(persistence.arrays_to_state_dict(part.top))
                 if self._task == "classification":
                     self.classes_ = np.array(extra["classes"])
@@ -504,7 +577,10 @@ class _SplitNN(FederatedEstimator):
             )
         rows = len(next(iter(frames.values())))
         roles: dict[str, Role] = {
-            p: ScoreRole(spec, self.modules_[p], self._design(p, frames[p])) for p in spec.senders
+            p: ScoreRole(
+                spec, self.modules_[p], self._design(p, frames[p]), shares=self.shares_.get(p)
+            )
+            for p in spec.senders
         }
         label = spec.label_party
         roles[label] = ScoreRole(
@@ -513,6 +589,7 @@ class _SplitNN(FederatedEstimator):
             self._design(label, frames[label]) if label in frames else None,
             top=self.top_,
             rows=rows,
+            shares=self.shares_.get(label),
         )
         for module in [*self.modules_.values(), self.top_]:
             module.eval()

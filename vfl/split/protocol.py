@@ -22,7 +22,9 @@ restores the kept ones.
 What each party learns: a data party, the gradients with respect to its own embeddings (from
 which labels can leak: :mod:`vfl.audit.split` measures it); the label party, every other
 party's embeddings of every row (from which features can be reconstructed; measured there
-too). Neither sees another's raw features, labels or modules.
+too). Neither sees another's raw features, labels or modules. With a protected layer
+(:mod:`vfl.split.interactive`) steps 1 and 2 run under encryption and the label party sees the
+first top layer's outputs instead of the embeddings.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from torch import nn
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
 from vfl.split.defences import EmbeddingNoise, Quantizer, match_norms
+from vfl.split.interactive import LabelSide, ProtectedLayer, SenderSide
 from vfl.training.convergence import LossCurve
 from vfl.training.schedule import Schedule
 
@@ -111,6 +114,14 @@ class SplitSpec:
     compression: Quantizer = field(default_factory=Quantizer)
     ledger: Any = None
     keep_views: bool = False
+    protected: ProtectedLayer | None = None
+    width: int = 0  # the protected layer's outputs
+
+    @property
+    def layer_rate(self) -> float:
+        """The protected layer's SGD step."""
+        rate = self.protected.learning_rate if self.protected is not None else None
+        return self.learning_rate if rate is None else rate
 
     @property
     def senders(self) -> tuple[str, ...]:
@@ -129,6 +140,8 @@ class SplitResult:
     loss_curve: list[float] = field(default_factory=list)
     epoch_seconds: list[float] = field(default_factory=list)
     view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None
+    shares: dict[str, np.ndarray[Any, Any]] | None = None  # the protected layer's, by peer
+    initial: np.ndarray[Any, Any] | None = None  # a sender's initial layer block (its own)
 
 
 def split_rows(n: int, spec: SplitSpec) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -169,6 +182,11 @@ def _recv(
     return values
 
 
+def _copy(side: SenderSide | None) -> Any:
+    """A sender's share as it is now (shares are replaced at each step, never changed)."""
+    return None if side is None else side.share
+
+
 class DataRole:
     """A data party that is not the label party: its bottom module on its own rows ``x``."""
 
@@ -184,37 +202,54 @@ class DataRole:
         train, val = split_rows(len(self.x), spec)
         epochs = Schedule(len(train), spec.batch_size, spec.random_state).epochs()
         optimizer = make_optimizer(spec, list(self.module.parameters()))
-        kept = copy.deepcopy(self.module.state_dict())
+        side = None
+        if spec.protected is not None:
+            side = SenderSide(spec.protected, label, width, spec.layer_rate)
+            side.connect(fed, training=True)
+        kept = (copy.deepcopy(self.module.state_dict()), _copy(side))
         view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
         epoch = 0
         while True:
             control = SPLIT.recv(fed, label, "control", Control)
             if control.keep:
-                kept = copy.deepcopy(self.module.state_dict())
+                kept = (copy.deepcopy(self.module.state_dict()), _copy(side))
             if control.stop:
                 break
             self.module.train()
             for b, batch in enumerate(next(epochs)):
                 rows = train[batch]
                 h = self.release(self.module(self.x[rows]))
-                _send(fed, label, "emb", Embedding, h.detach().numpy(), spec, epoch, b)
-                width = int(h.shape[1])
-                g = _recv(fed, label, "grad", EmbeddingGrad, (len(rows), width), epoch, b)
+                if side is not None:
+                    side.forward(fed, h.detach().numpy(), epoch, b, training=True)
+                    g = side.backward(fed, epoch, b)
+                else:
+                    _send(fed, label, "emb", Embedding, h.detach().numpy(), spec, epoch, b)
+                    width = int(h.shape[1])
+                    g = _recv(fed, label, "grad", EmbeddingGrad, (len(rows), width), epoch, b)
                 if spec.keep_views:
                     view.append((rows.copy(), g.copy()))
                 optimizer.zero_grad()
-                torch.autograd.backward(h, torch.as_tensor(g))
+                torch.autograd.backward(h, torch.as_tensor(g, dtype=torch.float32))
                 optimizer.step()
             if len(val):
                 self.module.eval()  # dropout off, no statistics updated on validation rows
                 with torch.no_grad():
                     h = self.release(self.module(self.x[val]))
-                _send(fed, label, "val", Embedding, h.numpy(), spec, epoch)
+                if side is not None:
+                    side.forward(fed, h.numpy(), epoch, training=False)
+                else:
+                    _send(fed, label, "val", Embedding, h.numpy(), spec, epoch)
             epoch += 1
-        self.module.load_state_dict(kept)
+        self.module.load_state_dict(kept[0])
         if spec.embedding_noise is not None and spec.ledger is not None:
             spec.embedding_noise.record(spec.ledger, fed.name, epoch)
-        return SplitResult(module=self.module, n_iter=epoch, view=view if spec.keep_views else None)
+        result = SplitResult(
+            module=self.module, n_iter=epoch, view=view if spec.keep_views else None
+        )
+        if side is not None:
+            result.shares = {label: kept[1]}
+            result.initial = side.initial if spec.keep_views else None
+        return result
 
     def release(self, h: torch.Tensor) -> torch.Tensor:
         noise = self.spec.embedding_noise
@@ -260,7 +295,15 @@ class LabelRole:
         joined = (
             sum(widths.values()) if spec.aggregation == "concat" else next(iter(widths.values()))
         )
-        self.top: nn.Module = self.make_top(joined)
+        own = widths.get(spec.label_party, 0)
+        self.top: nn.Module = self.make_top(joined, own)
+        self.sides: dict[str, LabelSide] = {}
+        if spec.protected is not None:
+            key, secret = spec.protected.policy().generate()
+            for p in spec.senders:
+                side = LabelSide(spec.protected, p, key, secret, spec.layer_rate)
+                side.connect(fed, spec.width, joined, widths[p], training=True)
+                self.sides[p] = side
         n = len(self.targets)
         train, val = split_rows(n, spec)
         epochs = Schedule(len(train), spec.batch_size, spec.random_state).epochs()
@@ -287,15 +330,23 @@ class LabelRole:
             total, count = 0.0, 0
             for b, batch in enumerate(next(epochs)):
                 rows = train[batch]
-                received = {}
-                for p in senders:
-                    got = _recv(fed, p, "emb", Embedding, (len(rows), self.dims[p]), epoch, b)
-                    self.dims[p] = got.shape[1]
-                    received[p] = torch.as_tensor(got).requires_grad_(True)
+                received = self._receive(fed, rows, epoch, b)
                 loss = loss_fn(self.forward(rows, received), y[rows])
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
+                if self.sides:
+                    delta = received["layer"].grad
+                    d = (
+                        delta.numpy()
+                        if delta is not None
+                        else np.zeros(tuple(received["layer"].shape))
+                    )
+                    if spec.gradient_protection == "norm":
+                        d = match_norms(d)
+                    for p in senders:
+                        self.sides[p].backward(fed, d, epoch, b)
+                    received = {}
                 for p, sent in received.items():
                     g = sent.grad.numpy() if sent.grad is not None else np.zeros(tuple(sent.shape))
                     if spec.gradient_protection == "norm":
@@ -305,12 +356,7 @@ class LabelRole:
                 count += len(rows)
             watched = total / max(count, 1)
             if len(val):
-                received = {
-                    p: torch.as_tensor(
-                        _recv(fed, p, "val", Embedding, (len(val), self.dims[p]), epoch)
-                    )
-                    for p in senders
-                }
+                received = self._receive(fed, val, epoch, train=False)
                 self._mode(train=False)
                 with torch.no_grad():
                     watched = float(loss_fn(self.forward(val, received), y[val]))
@@ -328,6 +374,8 @@ class LabelRole:
             kept = self._state()
         self._restore(kept)
         result.top, result.module = self.top, self.module
+        if self.sides:
+            result.shares = kept[2]
         result.loss_curve, result.n_iter = curve.values, len(curve.values)
         result.best_epoch = curve.best_epoch
         return result
@@ -337,10 +385,35 @@ class LabelRole:
             if module is not None:
                 module.train(train)
 
+    def _receive(
+        self, fed: Federation, rows: np.ndarray[Any, Any], *index: int, train: bool = True
+    ) -> dict[str, torch.Tensor]:
+        """The senders' embeddings of ``rows`` (each a leaf that will hold its gradient), or
+        with a protected layer the sum of their layer outputs (``"layer"``)."""
+        if self.sides:
+            total = sum(
+                side.forward(fed, len(rows), *index, training=train) for side in self.sides.values()
+            )
+            layer = torch.as_tensor(np.asarray(total), dtype=torch.float32)
+            return {"layer": layer.requires_grad_(train)}
+        step = "emb" if train else "val"
+        received = {}
+        for p in self.spec.senders:
+            got = _recv(fed, p, step, Embedding, (len(rows), self.dims[p]), *index)
+            self.dims[p] = got.shape[1]
+            received[p] = torch.as_tensor(got).requires_grad_(train)
+        return received
+
     def forward(
         self, rows: np.ndarray[Any, Any], received: dict[str, torch.Tensor]
     ) -> torch.Tensor:
         """The top's output on the combined embeddings of ``rows`` (parties in order)."""
+        if self.sides:
+            own = None
+            if self.module is not None and self.x is not None:
+                own = self.module(self.x[rows])
+            out: torch.Tensor = self.top(received["layer"], own)
+            return out
         parts = []
         for party in self.spec.data_parties:
             if party == self.spec.label_party:
@@ -349,21 +422,23 @@ class LabelRole:
             else:
                 parts.append(received[party])
         joined = torch.cat(parts, dim=1) if self.spec.aggregation == "concat" else sum(parts)
-        out: torch.Tensor = self.top(joined)
+        out = self.top(joined)
         return out
 
-    def _state(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    def _state(self) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any]]:
         own = copy.deepcopy(self.module.state_dict()) if self.module is not None else None
-        return copy.deepcopy(self.top.state_dict()), own
+        shares = {p: side.share for p, side in self.sides.items()}
+        return copy.deepcopy(self.top.state_dict()), own, shares
 
-    def _restore(self, state: tuple[dict[str, Any], dict[str, Any] | None]) -> None:
+    def _restore(self, state: tuple[dict[str, Any], dict[str, Any] | None, Any]) -> None:
         self.top.load_state_dict(state[0])
         if self.module is not None and state[1] is not None:
             self.module.load_state_dict(state[1])
 
 
 class ScoreRole:
-    """Scoring: a sender's embeddings of the given rows, or the label party's outputs."""
+    """Scoring: a sender's embeddings of the given rows, or the label party's outputs (with a
+    protected layer, through it: ``shares`` is the party's share by peer)."""
 
     def __init__(
         self,
@@ -372,10 +447,12 @@ class ScoreRole:
         x: Any,
         top: nn.Module | None = None,
         rows: int | None = None,
+        shares: dict[str, Any] | None = None,
     ) -> None:
         self.spec, self.module, self.top = spec, module, top
         self.x = None if x is None else torch.as_tensor(x, dtype=torch.float32)
         self.rows = len(self.x) if self.x is not None else rows
+        self.shares = shares or {}
 
     def __call__(self, fed: Federation) -> np.ndarray[Any, Any] | None:
         spec = self.spec
@@ -383,23 +460,45 @@ class ScoreRole:
             assert self.module is not None and self.x is not None
             with torch.no_grad():
                 h = self.module(self.x)
+            if spec.protected is not None:
+                share = self.shares.get(spec.label_party)
+                side = SenderSide(spec.protected, spec.label_party, int(h.shape[1]), 0.0, share)
+                side.connect(fed, training=False)
+                side.forward(fed, h.numpy(), training=False)
+                return None
             _send(fed, spec.label_party, "score", Embedding, h.numpy(), spec)
             return None
         if self.rows is None:
             raise ValueError("scoring at a label party without features needs the row count")
-        received = {
-            p: torch.as_tensor(_recv(fed, p, "score", Embedding, (self.rows, None)))
-            for p in spec.senders
-        }
-        parts = []
+        assert self.top is not None
         with torch.no_grad():
-            for party in spec.data_parties:
-                if party == spec.label_party:
-                    assert self.module is not None and self.x is not None
-                    parts.append(self.module(self.x))
-                else:
-                    parts.append(received[party])
+            own = self.module(self.x) if self.module is not None and self.x is not None else None
+            if spec.protected is not None:
+                return self._protected(fed, own)
+            received = {
+                p: torch.as_tensor(_recv(fed, p, "score", Embedding, (self.rows, None)))
+                for p in spec.senders
+            }
+            parts = [
+                own if party == spec.label_party else received[party] for party in spec.data_parties
+            ]
             joined = torch.cat(parts, dim=1) if spec.aggregation == "concat" else sum(parts)
-            assert self.top is not None
             out: np.ndarray[Any, Any] = self.top(joined).double().numpy()
+        return out
+
+    def _protected(self, fed: Federation, own: torch.Tensor | None) -> np.ndarray[Any, Any]:
+        """The label party's scoring through the protected layer, under a fresh key."""
+        spec = self.spec
+        assert spec.protected is not None and self.top is not None and self.rows is not None
+        key, secret = spec.protected.policy().generate()
+        total = np.zeros((self.rows, spec.width))
+        for p in spec.senders:
+            share = self.shares.get(p)
+            if share is None:
+                raise ValueError(f"the label party holds no protected-layer share for {p!r}")
+            side = LabelSide(spec.protected, p, key, secret, 0.0, share)
+            side.connect(fed, spec.width, self.top.joined, share.shape[0], training=False)
+            total += side.forward(fed, self.rows, training=False)
+        remote = torch.as_tensor(total, dtype=torch.float32)
+        out: np.ndarray[Any, Any] = self.top(remote, own).double().numpy()
         return out

@@ -1,0 +1,161 @@
+"""The protected interactive layer: training through it equals centralised SGD training of
+the same network, no raw embedding reaches the label party, saved shares score as the fitted
+model, and bad options get clear errors."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.datasets import load_breast_cancer
+from sklearn.metrics import roc_auc_score
+from torch import nn
+
+from vfl import SplitNNClassifier
+from vfl.audit.transcript import find_plaintext
+from vfl.federation.base import PartyFailedError
+from vfl.split import ProtectedLayer
+from vfl.split.interactive import FW
+from vfl.split.protocol import split_rows
+from vfl.training.schedule import Schedule
+
+SMALL = ProtectedLayer(key_bits=512, insecure=True)  # tests only: the default is 2048 bits
+
+
+@pytest.fixture(scope="module")
+def breast() -> tuple[dict[str, pd.DataFrame], pd.Series]:
+    x, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    return {"lab": x.iloc[:, :12], "imaging": x.iloc[:, 12:]}, y
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # small keys warn
+        yield
+
+
+def _standardised(frame: pd.DataFrame) -> torch.Tensor:
+    return torch.tensor(((frame - frame.mean()) / frame.std(ddof=0)).to_numpy(), dtype=torch.float32)
+
+
+def _weight(model: SplitNNClassifier, party: str) -> np.ndarray:
+    """The shared block of ``party`` (god's view: both shares in one process)."""
+    label = model.label_party_
+    total = model.shares_[label][party] + model.shares_[party][label]
+    return np.array([[float(v) for v in row] for row in total]) * 2.0**-FW
+
+
+@pytest.mark.slow
+def test_training_through_the_protected_layer_is_centralised_sgd_training(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    options: dict[str, Any] = dict(
+        max_iter=2,
+        batch_size=64,
+        tol=None,
+        validation_fraction=0.1,
+        random_state=3,
+        optimizer="sgd",
+        learning_rate=0.05,
+        hidden_layer_sizes=(8,),
+        embedding_dim=6,
+    )
+    model = SplitNNClassifier(**options, protected_layer=SMALL)
+    model.fit(parts, y, label_party="imaging", keep_views=True)
+    # the same network in one place: the lab's block starts where the lab drew it
+    twin = SplitNNClassifier(**options, protected_layer=SMALL)
+    bottoms = {p: twin.build_bottom(p, k, f.shape[1]) for k, (p, f) in enumerate(parts.items())}
+    top = twin.build_top(12, 2, own=6)
+    lab_block = nn.Parameter(torch.tensor(model.initial_["lab"], dtype=torch.float32))
+    x = {p: _standardised(f) for p, f in parts.items()}
+    target = torch.tensor(y.to_numpy())
+    params = [lab_block, *top.parameters()] + [q for m in bottoms.values() for q in m.parameters()]
+    optimizer = torch.optim.SGD(params, lr=0.05)
+    train, _ = split_rows(len(y), model.spec_)
+    epochs = Schedule(len(train), 64, 3).epochs()
+    for _ in range(2):
+        for batch in next(epochs):
+            rows = train[batch]
+            remote = bottoms["lab"](x["lab"][rows]) @ lab_block
+            out = top(remote, bottoms["imaging"](x["imaging"][rows]))
+            loss = nn.CrossEntropyLoss()(out, target[rows])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    np.testing.assert_allclose(_weight(model, "lab"), lab_block.detach().numpy(), atol=1e-5)
+    for name in parts:
+        for a, b in zip(model.modules_[name].parameters(), bottoms[name].parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    for a, b in zip(model.top_.parameters(), top.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_no_raw_embedding_reaches_the_label_party(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    options: dict[str, Any] = dict(max_iter=1, tol=None, random_state=0, embedding_dim=6)
+    # the lab's embeddings of the first batch, as its bottom computes them before any step
+    twin = SplitNNClassifier(**options)
+    bottom = twin.build_bottom("lab", 0, 12)
+    plain = SplitNNClassifier(**options).fit(parts, y, label_party="imaging", keep_payloads=True)
+    train, _ = split_rows(len(y), plain.spec_)
+    rows = train[next(Schedule(len(train), 64, 0).epochs())[0]]
+    with torch.no_grad():
+        first = bottom(_standardised(parts["lab"])[rows]).numpy()
+    secret = {"lab": [first.T.astype(np.float64)]}  # searched row by row
+    assert find_plaintext(plain.transcript_, secret)  # plain split learning sends them
+    model = SplitNNClassifier(**options, protected_layer=SMALL)
+    model.fit(parts, y, label_party="imaging", keep_payloads=True)
+    assert find_plaintext(model.transcript_, secret, scales=(1.0, 2.0**24)) == []
+    sent = {r.tag.split("/")[1] for r in model.transcript_.records if r.sender == "lab"}
+    assert sent == {"width", "base", "pkey", "share", "encz", "encg"}
+    raw = [f.to_numpy() for f in parts.values()]
+    assert find_plaintext(model.transcript_, {"lab": [raw[0]], "imaging": [raw[1]]}) == []
+    # the label party learns z = h W, and W is not h's identity: its share alone is noise
+    share = model.shares_["imaging"]["lab"]
+    assert max(abs(int(v)) for v in share.ravel()) > 2 ** (FW + 30)
+
+
+@pytest.mark.slow
+def test_it_learns_and_saved_shares_score_like_the_fitted_model(breast, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    options: dict[str, Any] = dict(max_iter=4, random_state=0, protected_layer=SMALL)
+    for label in ("imaging", "registry"):  # with and without features at the label party
+        model = SplitNNClassifier(**options).fit(parts, y, label_party=label)
+        proba = model.predict_proba(parts)
+        assert roc_auc_score(y, proba[:, 1]) > 0.97
+        model.save(tmp_path / label)
+        files = sorted((tmp_path / label).glob("*.npz"))
+        again = SplitNNClassifier(**options).load(*files, label_party=label)
+        np.testing.assert_allclose(again.predict_proba(parts), proba, atol=1e-6)
+
+
+def test_bad_options_get_clear_errors(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    with pytest.raises(ValueError, match='aggregation="concat"'):
+        SplitNNClassifier(aggregation="sum", protected_layer=SMALL).fit(
+            parts, y, label_party="imaging"
+        )
+    with pytest.raises(ValueError, match="compression applies to plaintext"):
+        SplitNNClassifier(compression="float16", protected_layer=SMALL).fit(
+            parts, y, label_party="imaging"
+        )
+    with pytest.raises(ValueError, match=r"ProtectedLayer\(width=...\) is needed"):
+        SplitNNClassifier(top=nn.Linear(4, 2), protected_layer=SMALL).fit(
+            parts, y, label_party="imaging"
+        )
+    with pytest.raises(ValueError, match="below 2048: pass insecure=True"):
+        SplitNNClassifier(protected_layer=ProtectedLayer(key_bits=1024)).fit(
+            parts, y, label_party="imaging"
+        )
+    huge = nn.Sequential(nn.Linear(12, 4), nn.ReLU())
+    with torch.no_grad():
+        huge[0].weight.fill_(1e4)
+    with pytest.raises(PartyFailedError, match="party 'lab': its embedding reached"):
+        SplitNNClassifier(bottoms={"lab": huge}, protected_layer=SMALL, max_iter=1).fit(
+            parts, y, label_party="imaging"
+        )
