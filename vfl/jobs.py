@@ -116,8 +116,20 @@ def _linear(**params: Any) -> Any:
 
 
 def _split(**params: Any) -> Any:
-    from vfl.split import SplitNNClassifier
+    """A split network; ``protected_layer = true`` or a table of
+    :class:`~vfl.split.ProtectedLayer`'s arguments, ``embedding_noise`` a table of
+    :class:`~vfl.split.EmbeddingNoise`'s."""
+    from vfl.split import EmbeddingNoise, ProtectedLayer, SplitNNClassifier
 
+    layer = params.get("protected_layer")
+    if layer is True:
+        params["protected_layer"] = ProtectedLayer()
+    elif isinstance(layer, dict):
+        params["protected_layer"] = ProtectedLayer(**layer)
+    elif layer is False:
+        params["protected_layer"] = None
+    if isinstance(params.get("embedding_noise"), dict):
+        params["embedding_noise"] = EmbeddingNoise(**params["embedding_noise"])
     return SplitNNClassifier(**params)
 
 

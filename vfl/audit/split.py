@@ -12,7 +12,10 @@
   auxiliary rows whose features it knows (``aux_fraction`` of the rows, an assumption the
   report states), it fits a decoder from embedding to features and applies it to the other
   rows (:func:`inversion_error`): the reconstruction error relative to the features'
-  variance (1.0 is no better than predicting the mean; 0 is exact).
+  variance (1.0 is no better than predicting the mean; 0 is exact). With a protected layer
+  (:mod:`vfl.split.interactive`) the label party sees the layer's output ``z = h W`` instead,
+  and the decoder is fitted on that (computed here from both shares of ``W``: the audit's
+  god's view).
 
 :func:`split_privacy_audit` trains a :class:`vfl.SplitNNClassifier` with each list of
 defences, runs the attacks and returns the privacy-utility table.
@@ -121,6 +124,15 @@ def inversion_error(
     return float(np.mean(error / variance))
 
 
+def _layer_block(model: Any, party: str) -> np.ndarray[Any, Any]:
+    """``W`` of ``party``'s block of the protected layer, from both parties' shares."""
+    from vfl.split.interactive import FW
+
+    label = model.label_party_
+    total = model.shares_[label][party] + model.shares_[party][label]
+    return np.array([[float(v) for v in row] for row in total]) * 2.0**-FW
+
+
 def split_privacy_audit(
     parts: Mapping[str, pd.DataFrame],
     y: Any,
@@ -170,6 +182,8 @@ def split_privacy_audit(
             embeddings = model.modules_[attacked](torch.as_tensor(design, dtype=torch.float32))
         if model.embedding_noise is not None:
             embeddings = model.embedding_noise.apply(embeddings)
+        if model.protected_layer is not None:  # what the label party sees: z = h W
+            embeddings = embeddings.double() @ torch.as_tensor(_layer_block(model, attacked))
         ledger = getattr(model, "privacy_ledger_", None)
         epsilon = None
         if ledger is not None and len(ledger):

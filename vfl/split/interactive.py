@@ -85,6 +85,9 @@ KAPPA = MIN_KAPPA
 ETA_BITS = 30
 """Fractional bits of the learning rate in the integer share update."""
 
+DECRYPT_THREADS = 2
+"""Threads of a decryption (its ``p`` and ``q`` halves; capped at the machine's cores)."""
+
 
 @dataclass(frozen=True)
 class ProtectedLayer:
@@ -407,7 +410,14 @@ class SenderSide:
         g_pack = _packing(g_bits, self.k, self.key, masked=False)
         got = vector_from(self.key, message.grad, self.label)
         cts = _expect(got, n_rows * g_pack.groups, Backward, self.label, "grad")
-        grad = _unpack(self.secret.raw_decrypt(cts), n_rows, g_pack, g_bits, self.key, "gradient")
+        grad = _unpack(
+            self.secret.raw_decrypt(cts, workers=DECRYPT_THREADS),
+            n_rows,
+            g_pack,
+            g_bits,
+            self.key,
+            "gradient",
+        )
         wg_bits = _wg_bits(n_rows)
         wg_pack = _packing(wg_bits, self.m, key, masked=True)
         delta = vector_from(key, message.delta, self.label)
@@ -488,7 +498,14 @@ class LabelSide:
             g_pack = _packing(_g_bits(self.m), self.k, self.peer_key, masked=False)
             share = vector_from(self.peer_key, message.share, self.peer)
             self.peer_share = _expect(share, self.m * g_pack.groups, Outputs, self.peer, "share")
-        z = _unpack(self.secret.raw_decrypt(out), n_rows, z_pack, z_bits, self.key, "output")
+        z = _unpack(
+            self.secret.raw_decrypt(out, workers=DECRYPT_THREADS),
+            n_rows,
+            z_pack,
+            z_bits,
+            self.key,
+            "output",
+        )
         return np.array(z, dtype=np.float64) * 2.0 ** -(FH + FW)
 
     def backward(self, fed: Federation, delta: np.ndarray[Any, Any], *index: int) -> None:
@@ -521,7 +538,7 @@ class LabelSide:
             self.key, LAYER.recv(fed, self.peer, "encg", Ciphertexts, *index).data, self.peer
         )
         cts = _expect(got, self.k * wg_pack.groups, Ciphertexts, self.peer, "data")
-        plain_masked = self.secret.raw_decrypt(cts)
+        plain_masked = self.secret.raw_decrypt(cts, workers=DECRYPT_THREADS)
         slot_mask = (1 << wg_pack.slot_bits) - 1
         values = []
         for row_index in range(self.k):

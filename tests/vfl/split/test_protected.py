@@ -16,6 +16,7 @@ from sklearn.metrics import roc_auc_score
 from torch import nn
 
 from vfl import SplitNNClassifier
+from vfl.audit.split import _layer_block
 from vfl.audit.transcript import find_plaintext
 from vfl.federation.base import PartyFailedError
 from vfl.split import ProtectedLayer
@@ -40,14 +41,9 @@ def _quiet() -> Any:
 
 
 def _standardised(frame: pd.DataFrame) -> torch.Tensor:
-    return torch.tensor(((frame - frame.mean()) / frame.std(ddof=0)).to_numpy(), dtype=torch.float32)
-
-
-def _weight(model: SplitNNClassifier, party: str) -> np.ndarray:
-    """The shared block of ``party`` (god's view: both shares in one process)."""
-    label = model.label_party_
-    total = model.shares_[label][party] + model.shares_[party][label]
-    return np.array([[float(v) for v in row] for row in total]) * 2.0**-FW
+    return torch.tensor(
+        ((frame - frame.mean()) / frame.std(ddof=0)).to_numpy(), dtype=torch.float32
+    )
 
 
 @pytest.mark.slow
@@ -86,7 +82,7 @@ def test_training_through_the_protected_layer_is_centralised_sgd_training(breast
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-    np.testing.assert_allclose(_weight(model, "lab"), lab_block.detach().numpy(), atol=1e-5)
+    np.testing.assert_allclose(_layer_block(model, "lab"), lab_block.detach().numpy(), atol=1e-5)
     for name in parts:
         for a, b in zip(model.modules_[name].parameters(), bottoms[name].parameters(), strict=True):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
@@ -159,3 +155,44 @@ def test_bad_options_get_clear_errors(breast) -> None:  # type: ignore[no-untype
         SplitNNClassifier(bottoms={"lab": huge}, protected_layer=SMALL, max_iter=1).fit(
             parts, y, label_party="imaging"
         )
+
+
+@pytest.mark.network
+def test_each_party_its_own_grpc_endpoint_trains_and_scores_through_the_layer(
+    breast, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    from tests.grpc_parties import run_endpoints
+    from vfl.jobs import get_job
+
+    parts, y = breast
+    names = list(parts)  # lab, imaging
+    # as a vflink party job reads it: [job.params] protected_layer = {key_bits = 512, ...}
+    options: dict[str, Any] = dict(
+        max_iter=2, random_state=2, protected_layer={"key_bits": 512, "insecure": True}
+    )
+    scores: dict[str, Any] = {}
+
+    def party(name: str, fed: Any) -> Any:
+        model = (
+            get_job("split")
+            .make(**dict(options))
+            .fit_party(
+                fed,
+                parts[name],
+                y if name == "imaging" else None,
+                label_party="imaging",
+                data_parties=names,
+            )
+        )
+        model.save(tmp_path / name)  # each party saves only its own part, its share with it
+        again = (
+            get_job("split")
+            .make(**dict(options))
+            .load(tmp_path / name / f"{name}.npz", label_party="imaging")
+        )
+        scores[name] = again.predict_party(fed, parts[name])
+        return model
+
+    run_endpoints(tmp_path, names, party)
+    assert scores["lab"] is None  # only the label party learns the scores
+    assert roc_auc_score(y, scores["imaging"][:, 1]) > 0.95
