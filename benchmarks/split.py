@@ -7,7 +7,8 @@ Prints, in one run, after the machine's load:
   fixed number of epochs, no validation split) against a centralised torch loop training the
   same composed network in the same run: the same modules and initialisation
   (``model.build_modules``), the same standardisation, the same batches
-  (``vfl.split.protocol.split_rows`` and ``vfl.training.schedule.Schedule``) and Adam. The
+  (``vfl.split.protocol.split_rows`` and ``vfl.training.schedule.Schedule``) and Adam (fused,
+  as each party's optimiser is). The
   ratio (goal: at most 1.5x), the overhead per batch in milliseconds, and the largest
   difference between the two trainings' final parameters (0 up to float rounding: they are
   the same computation). Split learning's seconds are the label party's clock of each epoch

@@ -283,9 +283,10 @@ def _step(
     """``floor(eta * values)`` moved from ``2**-(FH+FD)`` to the weights' ``2**-FW``."""
     eta_int = round(eta * (1 << ETA_BITS))
     shift = FH + FD - FW + ETA_BITS
-    return np.array(
+    out: np.ndarray[Any, Any] = np.array(
         [(eta_int * int(v)) >> shift for v in values.ravel().tolist()], dtype=object
     ).reshape(share.shape)
+    return out
 
 
 def _obj(rows: list[list[int]]) -> np.ndarray[Any, Any]:

@@ -481,8 +481,9 @@ class ScoreRole:
                 p: torch.as_tensor(_recv(fed, p, "score", Embedding, (self.rows, None)))
                 for p in spec.senders
             }
-            parts = [
-                own if party == spec.label_party else received[party] for party in spec.data_parties
+            parts: list[torch.Tensor] = [
+                received[party] if party != spec.label_party else own  # type: ignore[misc]
+                for party in spec.data_parties
             ]
             joined = torch.cat(parts, dim=1) if spec.aggregation == "concat" else sum(parts)
             out: np.ndarray[Any, Any] = self.top(joined).double().numpy()
@@ -499,7 +500,8 @@ class ScoreRole:
             if share is None:
                 raise ValueError(f"the label party holds no protected-layer share for {p!r}")
             side = LabelSide(spec.protected, p, key, secret, 0.0, share)
-            side.connect(fed, spec.width, self.top.joined, share.shape[0], training=False)
+            joined = int(self.top.joined)  # type: ignore[arg-type]
+            side.connect(fed, spec.width, joined, share.shape[0], training=False)
             total += side.forward(fed, self.rows, training=False)
         remote = torch.as_tensor(total, dtype=torch.float32)
         out: np.ndarray[Any, Any] = self.top(remote, own).double().numpy()
