@@ -57,12 +57,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from vfl.crypto.kernels import multiexp_rows
+from vfl.crypto import slots
 from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
-from vfl.crypto.packing import MIN_KAPPA, RowPacking, pack_rows, unpack_signed
+from vfl.crypto.packing import MIN_KAPPA
 from vfl.crypto.policy import Base, KeyPolicy, PublicKeyMessage, vector_from
-from vfl.crypto.rerandomize import rerandomize
-from vfl.crypto.vector import EncryptedVector
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
 from vfl.federation.wire import CiphertextBlock
@@ -183,91 +181,9 @@ class Backward(Message):
     grad: CiphertextBlock
 
 
-# -- fixed point and packing ---------------------------------------------------------------------
+# -- fixed point --------------------------------------------------------------------------------
 
-
-def _ints(values: np.ndarray[Any, Any], bits: int, bound: int, what: str) -> np.ndarray[Any, Any]:
-    """``round(values * 2**bits)`` as int64, refusing a value of magnitude ``2**bound`` or more."""
-    arr = np.asarray(values, dtype=np.float64)
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{what} is not finite")
-    worst = float(np.max(np.abs(arr))) if arr.size else 0.0
-    if worst >= 2.0**bound:
-        raise OverflowError(
-            f"{what} reached {worst:.3g}, beyond the protected layer's fixed-point bound "
-            f"2**{bound}: lower the learning rate or bound the bottom's output (e.g. a tanh)"
-        )
-    out: np.ndarray[Any, Any] = np.rint(arr * 2.0**bits).astype(np.int64)
-    return out
-
-
-def _packing(value_bits: int, columns: int, key: PaillierPublicKey, *, masked: bool) -> RowPacking:
-    return RowPacking.plan(value_bits, columns, key.n_length, kappa=KAPPA if masked else None)
-
-
-def _signed(plain: int, n: int) -> int:
-    return plain - n if plain > n // 2 else plain
-
-
-def _unpack(
-    plaintexts: list[int], rows: int, packing: RowPacking, value_bits: int, key: Any, what: str
-) -> list[list[int]]:
-    """Signed slot values, ``rows`` of ``packing.columns`` (row-major groups)."""
-    n = int(key.n)
-    out = []
-    try:
-        for i in range(rows):
-            row: list[int] = []
-            for g in range(packing.groups):
-                row += unpack_signed(
-                    _signed(int(plaintexts[i * packing.groups + g]), n), packing, g, value_bits
-                )
-            out.append(row)
-    except OverflowError:
-        raise OverflowError(
-            f"the protected layer's {what} overflowed its fixed-point slots: lower the learning "
-            "rate or bound the bottoms' outputs"
-        ) from None
-    return out
-
-
-def _encrypt_packed(
-    key: Any, rows: np.ndarray[Any, Any], packing: RowPacking, modulus: int
-) -> list[Any]:
-    """Each row packed (``packing.groups`` plaintexts, row-major) and encrypted."""
-    groups = pack_rows(rows, packing, modulus)
-    plain = [groups[g][i] for i in range(len(rows)) for g in range(packing.groups)]
-    out: list[Any] = key.raw_encrypt(plain)
-    return out
-
-
-def _add_plain(cts: list[Any], plain: list[int], key: PaillierPublicKey) -> list[Any]:
-    n, nsq = key.n, key.nsquare
-    return [c * (1 + n * (m % n)) % nsq for c, m in zip(cts, plain, strict=True)]
-
-
-def _combine(bases: list[Any], groups: int, exponents: np.ndarray[Any, Any], nsq: Any) -> list[Any]:
-    """For each exponent row ``e``: ``prod_j bases[j, g] ** e[j]`` per group ``g`` (row-major):
-    ``bases`` holds ``len(e)`` rows of ``groups`` ciphertexts."""
-    per_group = [multiexp_rows(bases[g::groups], list(exponents), nsq) for g in range(groups)]
-    return [per_group[g][i] for i in range(len(exponents)) for g in range(groups)]
-
-
-def _block(key: PaillierPublicKey, cts: list[Any]) -> CiphertextBlock:
-    return EncryptedVector(key, cts, 0, fresh=True).to_wire()
-
-
-def _owner(key: PaillierPublicKey, cts: list[Any]) -> list[Any]:
-    """Re-randomised for the key's owner (in the group of our base, where it encrypted)."""
-    return rerandomize(EncryptedVector(key, cts, 0), for_key_owner="base").ciphertexts
-
-
-def _expect(
-    vector: EncryptedVector, count: int, cls: type[Message], peer: str, field: str
-) -> list[Any]:
-    if vector.size != count or vector.exponent != 0:
-        cls.refuse(peer, field, f"holds {vector.size} ciphertexts, {count} expected")
-    return vector.ciphertexts
+_FIX = "lower the learning rate or bound the bottom's output (e.g. a tanh)"
 
 
 def _uniform_share(shape: tuple[int, int]) -> np.ndarray[Any, Any]:
@@ -374,30 +290,26 @@ class SenderSide:
     ) -> None:
         """Send ``[h W]_L`` for the rows of ``h`` (and ``[B]_P`` in training)."""
         assert self.share is not None
-        key, n_rows = self.peer_key, len(h)
-        z_pack = _packing(_z_bits(self.k), self.m, key, masked=False)
+        key = self.peer_key
+        z_pack = slots.packing(_z_bits(self.k), self.m, key, masked=False)
         got = vector_from(
             key, LAYER.recv(fed, self.label, "encw", Ciphertexts, *index).data, self.label
         )
-        weights = _expect(got, self.k * z_pack.groups, Ciphertexts, self.label, "data")
-        self.h_int = _ints(h, FH, HB, f"party {fed.name!r}: its embedding")
-        out = _combine(weights, z_pack.groups, self.h_int, key.nsquare)
-        local = self.h_int.astype(object) @ self.share  # h B, exact
-        plain = pack_rows(local, z_pack, int(key.n))
-        out = _add_plain(
-            out, [plain[g][i] for i in range(n_rows) for g in range(z_pack.groups)], key
-        )
+        weights = slots.expect(got, self.k * z_pack.groups, Ciphertexts, self.label, "data")
+        self.h_int = slots.fixed(h, FH, HB, f"party {fed.name!r}: its embedding", _FIX)
+        out = slots.combine(weights, z_pack.groups, self.h_int, key.nsquare)
+        out = slots.add_plain(out, self.h_int.astype(object) @ self.share, z_pack, key)  # + h B
         share_block = None
         if training:
-            g_pack = _packing(_g_bits(self.m), self.k, self.key, masked=False)
-            share_block = _block(
-                self.key, _encrypt_packed(self.secret, self.share.T, g_pack, int(self.key.n))
+            g_pack = slots.packing(_g_bits(self.m), self.k, self.key, masked=False)
+            share_block = slots.block(
+                self.key, slots.encrypt_rows(self.secret, self.share.T, g_pack)
             )
         LAYER.send(
             fed,
             self.label,
             "encz",
-            Outputs(outputs=_block(key, _owner(key, out)), share=share_block),
+            Outputs(outputs=slots.block(key, slots.for_owner(key, out)), share=share_block),
             *index,
         )
 
@@ -408,22 +320,22 @@ class SenderSide:
         key, n_rows = self.peer_key, len(self.h_int)
         message = LAYER.recv(fed, self.label, "encd", Backward, *index)
         g_bits = _g_bits(self.m)
-        g_pack = _packing(g_bits, self.k, self.key, masked=False)
+        g_pack = slots.packing(g_bits, self.k, self.key, masked=False)
         got = vector_from(self.key, message.grad, self.label)
-        cts = _expect(got, n_rows * g_pack.groups, Backward, self.label, "grad")
-        grad = _unpack(
+        cts = slots.expect(got, n_rows * g_pack.groups, Backward, self.label, "grad")
+        grad = slots.unpack_rows(
             self.secret.raw_decrypt(cts, workers=DECRYPT_THREADS),
             n_rows,
             g_pack,
             g_bits,
-            self.key,
-            "gradient",
+            int(self.key.n),
+            "the protected layer's gradient",
         )
         wg_bits = _wg_bits(n_rows)
-        wg_pack = _packing(wg_bits, self.m, key, masked=True)
+        wg_pack = slots.packing(wg_bits, self.m, key, masked=True)
         delta = vector_from(key, message.delta, self.label)
-        delta_cts = _expect(delta, n_rows * wg_pack.groups, Backward, self.label, "delta")
-        products = _combine(delta_cts, wg_pack.groups, self.h_int.T, key.nsquare)
+        delta_cts = slots.expect(delta, n_rows * wg_pack.groups, Backward, self.label, "delta")
+        products = slots.combine(delta_cts, wg_pack.groups, self.h_int.T, key.nsquare)
         offset = 1 << wg_bits
         masks = np.array(
             [offset + secrets.randbits(wg_bits + KAPPA) for _ in range(self.k * self.m)],
@@ -431,13 +343,17 @@ class SenderSide:
         ).reshape(self.k, self.m)
         masked = [
             c * e % key.nsquare
-            for c, e in zip(products, _encrypt_packed(key, masks, wg_pack, int(key.n)), strict=True)
+            for c, e in zip(products, slots.encrypt_rows(key, masks, wg_pack), strict=True)
         ]
         LAYER.send(
-            fed, self.label, "encg", Ciphertexts(data=_block(key, _owner(key, masked))), *index
+            fed,
+            self.label,
+            "encg",
+            Ciphertexts(data=slots.block(key, slots.for_owner(key, masked))),
+            *index,
         )
         self.share = self.share + _step(self.share, masks, self.eta)
-        return np.array(grad, dtype=np.float64) * 2.0 ** -(FD + FW)
+        return grad.astype(np.float64) * 2.0 ** -(FD + FW)
 
 
 class LabelSide:
@@ -487,58 +403,58 @@ class LabelSide:
         """``z_p = h_p W_p`` for this batch's ``n_rows`` rows, decrypted."""
         assert self.share is not None
         z_bits = _z_bits(self.k)
-        z_pack = _packing(z_bits, self.m, self.key, masked=False)
-        cts = _encrypt_packed(self.secret, self.share, z_pack, int(self.key.n))
-        LAYER.send(fed, self.peer, "encw", Ciphertexts(data=_block(self.key, cts)), *index)
+        z_pack = slots.packing(z_bits, self.m, self.key, masked=False)
+        cts = slots.encrypt_rows(self.secret, self.share, z_pack)
+        LAYER.send(fed, self.peer, "encw", Ciphertexts(data=slots.block(self.key, cts)), *index)
         message = LAYER.recv(fed, self.peer, "encz", Outputs, *index)
         got = vector_from(self.key, message.outputs, self.peer)
-        out = _expect(got, n_rows * z_pack.groups, Outputs, self.peer, "outputs")
+        out = slots.expect(got, n_rows * z_pack.groups, Outputs, self.peer, "outputs")
         if training:
             if message.share is None:
                 Outputs.refuse(self.peer, "share", "is missing in training")
-            g_pack = _packing(_g_bits(self.m), self.k, self.peer_key, masked=False)
+            g_pack = slots.packing(_g_bits(self.m), self.k, self.peer_key, masked=False)
             share = vector_from(self.peer_key, message.share, self.peer)
-            self.peer_share = _expect(share, self.m * g_pack.groups, Outputs, self.peer, "share")
-        z = _unpack(
+            self.peer_share = slots.expect(
+                share, self.m * g_pack.groups, Outputs, self.peer, "share"
+            )
+        z = slots.unpack_rows(
             self.secret.raw_decrypt(out, workers=DECRYPT_THREADS),
             n_rows,
             z_pack,
             z_bits,
-            self.key,
-            "output",
+            int(self.key.n),
+            "the protected layer's output",
         )
-        return np.array(z, dtype=np.float64) * 2.0 ** -(FH + FW)
+        return z.astype(np.float64) * 2.0 ** -(FH + FW)
 
     def backward(self, fed: Federation, delta: np.ndarray[Any, Any], *index: int) -> None:
         """Send ``[d]_L`` and ``[g]_P`` for ``delta = dLoss/dz``; step our share with the
         masked weight gradient."""
         assert self.share is not None
         n_rows = len(delta)
-        d_int = _ints(delta, FD, DB, "the gradient with respect to the protected layer's output")
-        wg_bits = _wg_bits(n_rows)
-        wg_pack = _packing(wg_bits, self.m, self.key, masked=True)
-        delta_cts = _encrypt_packed(self.secret, d_int, wg_pack, int(self.key.n))
-        g_pack = _packing(_g_bits(self.m), self.k, self.peer_key, masked=False)
-        grad = _combine(self.peer_share, g_pack.groups, d_int, self.peer_key.nsquare)
-        local = d_int.astype(object) @ self.share.T  # d A^T, exact
-        plain = pack_rows(local, g_pack, int(self.peer_key.n))
-        grad = _add_plain(
-            grad, [plain[g][i] for i in range(n_rows) for g in range(g_pack.groups)], self.peer_key
+        d_int = slots.fixed(
+            delta, FD, DB, "the gradient with respect to the protected layer's output", _FIX
         )
+        wg_bits = _wg_bits(n_rows)
+        wg_pack = slots.packing(wg_bits, self.m, self.key, masked=True)
+        delta_cts = slots.encrypt_rows(self.secret, d_int, wg_pack)
+        g_pack = slots.packing(_g_bits(self.m), self.k, self.peer_key, masked=False)
+        grad = slots.combine(self.peer_share, g_pack.groups, d_int, self.peer_key.nsquare)
+        grad = slots.add_plain(grad, d_int.astype(object) @ self.share.T, g_pack, self.peer_key)
         LAYER.send(
             fed,
             self.peer,
             "encd",
             Backward(
-                delta=_block(self.key, delta_cts),
-                grad=_block(self.peer_key, _owner(self.peer_key, grad)),
+                delta=slots.block(self.key, delta_cts),
+                grad=slots.block(self.peer_key, slots.for_owner(self.peer_key, grad)),
             ),
             *index,
         )
         got = vector_from(
             self.key, LAYER.recv(fed, self.peer, "encg", Ciphertexts, *index).data, self.peer
         )
-        cts = _expect(got, self.k * wg_pack.groups, Ciphertexts, self.peer, "data")
+        cts = slots.expect(got, self.k * wg_pack.groups, Ciphertexts, self.peer, "data")
         plain_masked = self.secret.raw_decrypt(cts, workers=DECRYPT_THREADS)
         slot_mask = (1 << wg_pack.slot_bits) - 1
         values = []
