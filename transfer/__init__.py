@@ -1,6 +1,12 @@
-"""Federated transfer learning (shared encoders), built on :mod:`vfl`'s runtime.
+"""Federated transfer learning, built on :mod:`vfl`'s runtime.
 
-Nothing is implemented here yet; it arrives with its own issue.
+* :mod:`transfer.ftl` and :class:`FederatedTransferClassifier` -- secure federated transfer
+  learning with a few overlapping patients (Liu et al. 2020): each party an encoder into a
+  common space, the cross-party terms under Paillier with masks.
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from transfer.estimator import FederatedTransferClassifier, overlap_pairs
+
+__all__ = ["FederatedTransferClassifier", "overlap_pairs"]

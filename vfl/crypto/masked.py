@@ -187,9 +187,11 @@ def serve_decryption(
     expected: int | None = None,
     count: int | None = None,
     layout: PackingLayout | None = None,
+    workers: int | None = None,
 ) -> None:
     """The key holder's side: decrypt one :class:`DecryptionRequest` from ``requester`` and
-    answer with its masked slots.
+    answer with its masked slots (``workers``: threads of the decryption, see
+    :meth:`~vfl.crypto.PaillierPrivateKey.raw_decrypt`).
 
     What the key holder knows of the step independently pins the request: ``expected``
     (packed ciphertexts), ``count`` (values) and ``layout`` (the whole packing), each refusing
@@ -214,7 +216,7 @@ def serve_decryption(
             requester, "layout", f"is {request.layout}; this step's packing is {layout.to_dict()}"
         )
     try:
-        slots = private_key.decrypt_packed(vector, request.layout)
+        slots = private_key.decrypt_packed(vector, request.layout, workers=workers)
     except ValueError as exc:
         DecryptionRequest.refuse(requester, "layout", f"does not fit: {exc}")
     tags.send(fed, requester, "plain", DecryptedSlots(slots=[int(v) for v in slots]))

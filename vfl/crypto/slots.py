@@ -44,8 +44,9 @@ __all__ = [
 
 
 def fixed(values: Any, bits: int, bound: int, what: str, fix: str) -> np.ndarray[Any, Any]:
-    """``round(values * 2**bits)`` as int64, refusing non-finite values and any of magnitude
-    ``2**bound`` or more (the error names ``what`` and the ``fix``)."""
+    """``round(values * 2**bits)``, refusing non-finite values and any of magnitude
+    ``2**bound`` or more (the error names ``what`` and the ``fix``): int64 when
+    ``bits + bound <= 62``, else exact Python integers (an object array)."""
     arr = np.asarray(values, dtype=np.float64)
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{what} is not finite")
@@ -54,8 +55,13 @@ def fixed(values: Any, bits: int, bound: int, what: str, fix: str) -> np.ndarray
         raise OverflowError(
             f"{what} reached {worst:.3g}, beyond the fixed-point bound 2**{bound}: {fix}"
         )
-    out: np.ndarray[Any, Any] = np.rint(arr * 2.0**bits).astype(np.int64)
-    return out
+    scaled = np.rint(arr * 2.0**bits)  # exact: a power of two times a float
+    if bits + bound <= 62:
+        out: np.ndarray[Any, Any] = scaled.astype(np.int64)
+        return out
+    exact = np.empty(scaled.shape, dtype=object)
+    exact.ravel()[:] = [int(v) for v in scaled.ravel().tolist()]
+    return exact
 
 
 def packing(

@@ -1,0 +1,432 @@
+"""Federated transfer learning in scikit-learn style: :class:`FederatedTransferClassifier`
+(the protocol in :mod:`transfer.ftl`)::
+
+    from transfer import FederatedTransferClassifier
+    model = FederatedTransferClassifier(max_iter=100, random_state=0)
+    model.fit(source=hospital, target=centre, source_labels=y_hospital,
+              target_labels=y_centre_few, overlap=pairs)
+    model.predict_proba(centre_new)           # the target scores its rows alone
+
+``overlap`` pairs the two parties' row labels of the patients in both, in the common order
+(:func:`overlap_pairs` finds them by private set intersection on an ID column). Each party's
+columns are standardised with its own statistics; encoders default to
+``Linear -> ReLU -> Linear(dim) -> tanh`` from ``random_state`` (or pass your own modules).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from transfer.ftl import FTLResult, FTLSpec, SourceRole, TargetRole
+from vfl.crypto.policy import KeyPolicy
+from vfl.estimator import FederatedEstimator, Role, run_deployed
+from vfl.federation.base import Federation
+from vfl.training.modules import mlp, output_width, seeded
+from vfl.validation import check_numeric
+
+__all__ = ["FederatedTransferClassifier", "overlap_pairs"]
+
+
+def overlap_pairs(
+    source: pd.DataFrame, target: pd.DataFrame, *, id_column: str, order_key: str = ""
+) -> pd.DataFrame:
+    """The patients in both tables by private set intersection on ``id_column``
+    (:func:`vfl.align`, simulated here): ``DataFrame(source=..., target=...)`` of row labels in
+    the common order."""
+    from vfl.alignment import align
+
+    marked = {
+        "source": source[[id_column]].assign(_row=np.arange(len(source))),
+        "target": target[[id_column]].assign(_row=np.arange(len(target))),
+    }
+    aligned = align(marked, method="psi", id_column=id_column, order_key=order_key)
+    pairs: pd.DataFrame = pd.DataFrame(
+        {
+            "source": source.index[aligned["source"]["_row"].to_numpy()],
+            "target": target.index[aligned["target"]["_row"].to_numpy()],
+        }
+    )
+    return pairs
+
+
+class FederatedTransferClassifier(FederatedEstimator):
+    """Secure federated transfer learning with overlapping samples (see :mod:`transfer.ftl`).
+
+    Parameters
+    ----------
+    source_encoder, target_encoder : torch modules, optional
+        Your own encoders (copied), each mapping its party's standardised columns to ``dim``
+        numbers; by default an MLP with ``hidden`` layers ending in ``tanh``.
+    dim : int
+        The common representation's width ``d``.
+    hidden : tuple of int
+        The default encoders' hidden layers.
+    gamma : float
+        Weight of the alignment loss on the overlapping patients.
+    source_weight : float
+        Weight of the source's own prediction loss on its labelled rows.
+    max_iter : int
+        Iterations (full-batch Adam steps at both parties).
+    learning_rate, weight_decay
+        Adam's step and the encoders' L2 regularisation.
+    secure : bool
+        Paillier with masks (default); False sends the terms in the clear (simulation only,
+        warns).
+    key_bits, insecure
+        Both parties' Paillier keys (2048 bits by default; smaller only with ``insecure``).
+    label_epsilon : float, optional
+        Randomised response on the source's labels before training (epsilon-label-DP for
+        everything computed from them, in the ledger).
+    random_state : int
+        Initialises the encoders.
+
+    Attributes
+    ----------
+    source_encoder_, target_encoder_, phi_, classes_, loss_curve_, iteration_seconds_,
+    views_ (with ``keep_views``: the target's gradients of the overlap rows per iteration)
+    """
+
+    def __init__(
+        self,
+        *,
+        source_encoder: nn.Module | None = None,
+        target_encoder: nn.Module | None = None,
+        dim: int = 8,
+        hidden: tuple[int, ...] = (32,),
+        gamma: float = 1.0,
+        source_weight: float = 1.0,
+        max_iter: int = 100,
+        learning_rate: float = 0.01,
+        weight_decay: float = 1e-4,
+        secure: bool = True,
+        key_bits: int = 2048,
+        insecure: bool = False,
+        label_epsilon: float | None = None,
+        random_state: int = 0,
+        timeout: float = 600.0,
+    ) -> None:
+        self.source_encoder = source_encoder
+        self.target_encoder = target_encoder
+        self.dim = dim
+        self.hidden = hidden
+        self.gamma = gamma
+        self.source_weight = source_weight
+        self.max_iter = max_iter
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.secure = secure
+        self.key_bits = key_bits
+        self.insecure = insecure
+        self.label_epsilon = label_epsilon
+        self.random_state = random_state
+        self.timeout = timeout
+
+    # -- checks and modules ----------------------------------------------------------------
+
+    def _spec(self, source: str, target: str, n_overlap: int) -> FTLSpec:
+        for name, value in [("dim", self.dim), ("max_iter", self.max_iter)]:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for label, number in [
+            ("gamma", self.gamma),
+            ("source_weight", self.source_weight),
+            ("weight_decay", self.weight_decay),
+        ]:
+            if not (isinstance(number, (int, float)) and np.isfinite(number) and number >= 0):
+                raise ValueError(f"{label} must be a finite number >= 0, got {number!r}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        if not isinstance(self.random_state, int) or isinstance(self.random_state, bool):
+            raise ValueError(f"random_state must be an integer, got {self.random_state!r}")
+        if source == target:
+            raise ValueError(f"the source and the target must be two parties, got {source!r} twice")
+        policy = KeyPolicy(self.key_bits, self.insecure)
+        if self.secure and self.key_bits < 2048 and not self.insecure:
+            raise ValueError(
+                f"key_bits={self.key_bits} is below 2048: pass insecure=True (tests only)"
+            )
+        return FTLSpec(
+            source=source,
+            target=target,
+            dim=self.dim,
+            gamma=float(self.gamma),
+            source_weight=float(self.source_weight),
+            max_iter=self.max_iter,
+            learning_rate=float(self.learning_rate),
+            weight_decay=float(self.weight_decay),
+            secure=bool(self.secure),
+            policy=policy,
+            random_state=self.random_state,
+            n_overlap=n_overlap,
+        )
+
+    def build_encoder(self, party: str, role: str, columns: int) -> nn.Module:
+        """The ``role``'s (``"source"`` or ``"target"``) encoder for ``columns`` inputs,
+        initialised from ``random_state``, its output width checked against ``dim``."""
+        given = self.source_encoder if role == "source" else self.target_encoder
+        with seeded(
+            int(
+                np.random.SeedSequence([self.random_state, 5, role == "target"]).generate_state(1)[
+                    0
+                ]
+            )
+        ):
+            module = (
+                copy.deepcopy(given).float()
+                if given is not None
+                else nn.Sequential(mlp(columns, self.dim, self.hidden), nn.Tanh())
+            )
+        width = output_width(module, columns, f"party {party!r}: its encoder")
+        if width != self.dim:
+            raise ValueError(
+                f"party {party!r}: its encoder gives {width} numbers, dim is {self.dim}: make "
+                "them agree"
+            )
+        return module
+
+    def _standardise(self, party: str, frame: pd.DataFrame) -> np.ndarray[Any, Any]:
+        values = check_numeric(frame, party, [str(c) for c in frame.columns])
+        self.columns_[party] = [str(c) for c in frame.columns]
+        self.means_[party] = values.mean(axis=0)
+        std = values.std(axis=0)
+        self.scales_[party] = np.where(std > 0, std, 1.0)
+        return self._design(party, frame)
+
+    def _design(self, party: str, frame: pd.DataFrame) -> np.ndarray[Any, Any]:
+        values = check_numeric(frame, party, self.columns_[party])
+        out: np.ndarray[Any, Any] = (values - self.means_[party]) / self.scales_[party]
+        return out
+
+    def _classes(self, source_labels: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:
+        labels = pd.Series(source_labels)
+        if len(labels) != len(index) or not labels.index.equals(index):
+            if len(labels) == len(index) and not isinstance(source_labels, pd.Series):
+                labels.index = index
+            else:
+                raise ValueError(
+                    f"party {party!r}: the labels must have one value per row, indexed like "
+                    "its frame"
+                )
+        if labels.isna().any():
+            raise ValueError(
+                f"party {party!r}: a label is missing at row {labels.index[labels.isna()][0]!r}"
+            )
+        classes = np.unique(labels.to_numpy())
+        if len(classes) != 2:
+            raise ValueError(
+                f"party {party!r}: transfer learning here is binary; the labels hold "
+                f"{len(classes)} classes ({list(classes)[:5]})"
+            )
+        self.classes_ = classes
+        signs: np.ndarray[Any, Any] = np.where(labels.to_numpy() == classes[1], 1.0, -1.0)
+        if self.label_epsilon is not None:
+            from vfl.split.defences import randomized_response
+
+            codes = randomized_response((signs > 0).astype(np.int64), 2, self.label_epsilon)
+            signs = np.where(codes == 1, 1.0, -1.0)
+        return signs
+
+    def _positions(
+        self, frame: pd.DataFrame, labels: Any, party: str, what: str
+    ) -> np.ndarray[Any, Any]:
+        index = pd.Index(labels)
+        missing = index.difference(frame.index)
+        if len(missing):
+            raise ValueError(
+                f"party {party!r}: {what} names rows it does not hold, e.g. {missing[0]!r}: "
+                "pass row labels of its frame"
+            )
+        if index.has_duplicates:
+            raise ValueError(
+                f"party {party!r}: {what} names row {index[index.duplicated()][0]!r} twice"
+            )
+        out: np.ndarray[Any, Any] = frame.index.get_indexer(index)
+        return out
+
+    # -- simulation ------------------------------------------------------------------------
+
+    def fit(
+        self,
+        source: pd.DataFrame,
+        target: pd.DataFrame,
+        *,
+        source_labels: Any,
+        overlap: pd.DataFrame,
+        target_labels: pd.Series | None = None,
+        names: tuple[str, str] = ("source", "target"),
+        keep_views: bool = False,
+        keep_payloads: bool = False,
+        ledger: Any = None,
+    ) -> FederatedTransferClassifier:
+        """Train with both parties simulated in this process. ``source``/``target``: each
+        party's feature frame; ``source_labels`` one per source row; ``target_labels`` the
+        target's labelled rows only (a Series on a subset of its index; None: no labels);
+        ``overlap`` the pairs of row labels (columns ``source`` and ``target``) in the common
+        order; ``names`` the two parties' names."""
+        src, tgt = names
+        self._forget()
+        if not isinstance(overlap, pd.DataFrame) or list(overlap.columns) != ["source", "target"]:
+            raise ValueError(
+                "overlap must be a DataFrame with columns ['source', 'target'] of row labels "
+                "(overlap_pairs finds them)"
+            )
+        x_src = self._standardise(src, source)
+        x_tgt = self._standardise(tgt, target)
+        y_src = self._classes(source_labels, source.index, src)
+        self._record_labels(src, ledger)
+        pos_src = self._positions(source, overlap["source"], src, "overlap")
+        pos_tgt = self._positions(target, overlap["target"], tgt, "overlap")
+        labelled, y_tgt = self._target_labels(target, target_labels, tgt)
+        spec = self._spec(src, tgt, len(overlap))
+        roles: dict[str, Role] = {
+            src: SourceRole(
+                spec, self.build_encoder(src, "source", x_src.shape[1]), x_src, y_src, pos_src
+            ),
+            tgt: TargetRole(
+                spec,
+                self.build_encoder(tgt, "target", x_tgt.shape[1]),
+                x_tgt,
+                pos_tgt,
+                labelled,
+                y_tgt,
+                keep_view=keep_views,
+            ),
+        }
+        results = self._simulate(roles, keep_payloads=keep_payloads)
+        self._collect(results, spec)
+        return self
+
+    def _target_labels(
+        self, target: pd.DataFrame, labels: pd.Series | None, party: str
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        if labels is None or len(labels) == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        if not isinstance(labels, pd.Series):
+            raise ValueError(
+                f"party {party!r}: target_labels must be a Series indexed by its labelled rows"
+            )
+        positions = self._positions(target, labels.index, party, "target_labels")
+        unknown = sorted(set(labels.dropna().tolist()) - set(self.classes_.tolist()))
+        if unknown or labels.isna().any():
+            raise ValueError(
+                f"party {party!r}: target_labels hold {unknown or 'missing values'}, not the "
+                f"source's classes {list(self.classes_)}"
+            )
+        signs: np.ndarray[Any, Any] = np.where(labels.to_numpy() == self.classes_[1], 1.0, -1.0)
+        return positions, signs
+
+    def _record_labels(self, party: str, ledger: Any) -> None:
+        if self.label_epsilon is None:
+            return
+        if ledger is None:
+            from vfl.privacy import PrivacyLedger
+
+            ledger = PrivacyLedger()
+        ledger.record(
+            holder=party,
+            data="its labels (randomised response)",
+            mechanism="randomized_response",
+            epsilon=float(self.label_epsilon),
+        )
+        self.privacy_ledger_ = ledger
+
+    def _forget(self) -> None:
+        for stale in ("views_", "privacy_ledger_", "source_encoder_", "phi_", "spec_"):
+            if hasattr(self, stale):
+                delattr(self, stale)
+        self.means_: dict[str, Any] = {}
+        self.scales_: dict[str, Any] = {}
+        self.columns_: dict[str, list[str]] = {}
+
+    def _collect(self, results: dict[str, FTLResult], spec: FTLSpec) -> None:
+        source, target = results[spec.source], results[spec.target]
+        self.spec_ = spec
+        self.source_encoder_ = source.encoder
+        self.target_encoder_ = target.encoder
+        self.phi_ = target.phi
+        self.loss_curve_ = source.loss_curve
+        self.iteration_seconds_ = source.iteration_seconds
+        if target.view is not None:
+            self.views_ = target.view
+
+    # -- deployment ------------------------------------------------------------------------
+
+    def fit_party(
+        self,
+        federation: Federation,
+        frame: pd.DataFrame,
+        labels: Any = None,
+        *,
+        role: str,
+        peer: str,
+        overlap: Any,
+        ledger: Any = None,
+    ) -> FederatedTransferClassifier:
+        """This party's role (deployment): ``role`` ``"source"`` (``labels``: one per row) or
+        ``"target"`` (``labels``: a Series on its labelled rows, or None); ``overlap`` this
+        party's row labels of the common patients, in the common order."""
+        if role not in ("source", "target"):
+            raise ValueError(f'role must be "source" or "target", got {role!r}')
+        name = federation.name
+        self._forget()
+        x = self._standardise(name, frame)
+        positions = self._positions(frame, overlap, name, "overlap")
+        names = (name, peer) if role == "source" else (peer, name)
+        spec = self._spec(names[0], names[1], len(positions))
+        encoder = self.build_encoder(name, role, x.shape[1])
+        party: Role
+        if role == "source":
+            y = self._classes(labels, frame.index, name)
+            self._record_labels(name, ledger)
+            party = SourceRole(spec, encoder, x, y, positions)
+        else:
+            self.classes_ = np.array([0, 1])
+            labelled, y_t = self._target_labels(frame, labels, name)
+            party = TargetRole(spec, encoder, x, positions, labelled, y_t)
+        result: FTLResult = run_deployed({name: party}, federation)[name]
+        self.spec_ = spec
+        if role == "source":
+            self.source_encoder_ = result.encoder
+        else:
+            self.target_encoder_ = result.encoder
+        self.phi_ = result.phi
+        self.loss_curve_, self.iteration_seconds_ = result.loss_curve, result.iteration_seconds
+        return self
+
+    # -- scoring (the target, alone) ---------------------------------------------------------
+
+    def decision_function(self, target: pd.DataFrame) -> np.ndarray[Any, Any]:
+        """``Phi . u_B`` of each target row (the target's own computation)."""
+        self._check_fitted("spec_")
+        name = self.spec_.target
+        x = torch.as_tensor(self._design(name, target), dtype=torch.float32)
+        self.target_encoder_.eval()
+        with torch.no_grad():
+            u = self.target_encoder_(x).double().numpy()
+        out: np.ndarray[Any, Any] = u @ self.phi_
+        return out
+
+    def predict_proba(self, target: pd.DataFrame) -> np.ndarray[Any, Any]:
+        """``[1 - p, p]`` per target row, ``p = sigmoid(Phi . u_B)``."""
+        from scipy.special import expit
+
+        p = expit(self.decision_function(target))
+        return np.column_stack([1 - p, p])
+
+    def predict(self, target: pd.DataFrame) -> np.ndarray[Any, Any]:
+        out: np.ndarray[Any, Any] = self.classes_[(self.decision_function(target) > 0).astype(int)]
+        return out
+
+    def score(self, target: pd.DataFrame, y: Any) -> float:
+        """ROC AUC on the target's rows."""
+        from sklearn.metrics import roc_auc_score
+
+        return float(
+            roc_auc_score(np.asarray(y) == self.classes_[1], self.decision_function(target))
+        )

@@ -1,0 +1,583 @@
+"""Secure federated transfer learning with overlapping samples: the two roles.
+
+After Liu, Kang, Xing, Chen and Yang, "A Secure Federated Transfer Learning Framework" (IEEE
+Intelligent Systems, 2020). The **source** holds many labelled rows (``y`` in {-1, +1}) and an
+encoder ``u_A = f_A(x_A)`` into ``R^d``; the **target** holds other columns, few or no labels,
+and an encoder ``u_B = f_B(x_B)``. Some patients are in both (the overlap ``C``, in the common
+order of :func:`vfl.align`). With ``Phi = mean_k y_k u_A(k)`` over the source's rows, the target
+scores a row by ``phi = Phi . u_B``, and the parties minimise
+
+    L = (1/|L|) sum_{r in L} l(y_r, Phi . u_B(r))            (the transferred prediction loss)
+      + gamma (1/|C|) sum_{i in C} |u_A(i) - u_B(i)|^2        (the alignment loss)
+      + source_weight * mean_k log(1 + exp(-y_k Phi . u_A(k)))  (the source's own labels)
+      + weight decay on both encoders,
+
+where ``L`` is the overlap (labels from the source) and the target's own labelled rows, and
+``l(y, phi) = log 2 - y phi / 2 + phi^2 / 8`` is the paper's second-order Taylor expansion of
+the logistic loss, which makes every cross-party term a polynomial that Paillier can carry.
+
+Per iteration (the whole objective, full batch; both parties run Adam on their own encoder):
+
+1. the target's gradient. The source sends, under its key, ``[c_r]`` for the overlap rows
+   (``c_r = -y_r Phi / 2|L| - 2 gamma u_A(r) / |C|``), ``[Phi / 2|L|]`` and the columns of
+   ``[M] = [Phi Phi^T / 4|L|]``, packed ``R`` rows to a ciphertext. The target computes
+   ``[g_r] = [c_r] + [M] u_B(r) + 2 gamma u_B(r) / |C|`` (``- y_r [Phi / 2|L|]`` for its own
+   labelled rows instead of ``[c_r]``), adds a 40-bit statistical mask, and has the source
+   decrypt it (:mod:`vfl.crypto.masked`): it learns its gradient ``g_r = dL/du_B(r)``, and the
+   source learns nothing;
+2. the source's gradient. At the start the source sent ``[-y_r]`` for the overlap rows;
+   with ``[Phi_l]`` (one ciphertext per coordinate, sent with step 1's terms) the target
+   computes ``[v] = [-sum_C y_r u_B(r) / 2|L| + s + Q Phi]`` = ``dL/dPhi``, where ``s`` and
+   ``Q`` are its own plaintexts (``s = -sum y_r u_B(r) / 2|L|`` over its own labelled rows,
+   ``Q = sum_r u_B(r) u_B(r)^T / 4|L|``), re-randomises it and sends it; the source decrypts
+   its own gradient. ``v`` reaches the source's encoder through ``Phi``. Only the source holds
+   a key.
+
+**The alignment trains the target only** (the source is the teacher): the paper also pulls the
+source's representations towards the target's, but the source's gradient of that term,
+``2 gamma (u_A(i) - u_B(i))``, would hand it the target's representation of every overlapping
+patient. Without it the source learns only ``v`` (``d`` numbers per iteration, its own
+gradient). After training the source gives the target ``Phi`` (``d`` numbers: the
+label-weighted mean of its representations), so that the target scores its rows alone.
+
+What each party learns. The source: ``v`` per iteration, and ``Phi``'s use. The target: its
+gradient ``g_r`` per trained row, which mixes ``Phi``, the source's labels and representations
+of the overlapping patients (``c_r``): a target that solves for them can infer the source's
+labels of the patients they share -- :func:`transfer.audit.overlap_label_attack` measures it,
+and ``label_epsilon`` (randomised response at the source, in the ledger) limits it. Neither
+sees the other's features, labels or encoder. ``secure=False`` sends the same terms in the
+clear (simulation only; warns). Semi-honest parties.
+
+Every term crosses multiplied by ``|L|`` (the receiver divides after decrypting), so that the
+small per-row terms keep their precision. Fixed point: representations and ``Phi`` with 20
+fractional bits as exponents, ``M`` and ``Q`` with 30, every encrypted sum with 50; bounded by
+``|u|, |Phi| < 2**4`` (the default encoders end in ``tanh``).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vfl.crypto import slots
+from vfl.crypto.keys import PaillierPublicKey
+from vfl.crypto.masked import request_decryption, serve_decryption
+from vfl.crypto.packing import MIN_KAPPA, PackingLayout, PackingMasks, RowPacking
+from vfl.crypto.policy import Base, KeyPolicy, PublicKeyMessage, vector_from
+from vfl.crypto.vector import EncryptedVector
+from vfl.federation.base import Federation
+from vfl.federation.messages import Message, Namespace
+from vfl.federation.wire import CiphertextBlock
+
+__all__ = ["FTL", "FTLSpec", "SourceRole", "TargetRole"]
+
+logger = logging.getLogger("vflink.transfer")
+
+FTL = Namespace("ftl")
+"""The tags of federated transfer learning (``ftl/tgt/<iteration>``, ...)."""
+
+FU = 20
+"""Fractional bits of representations and ``Phi`` where they are exponents."""
+
+FM = 30
+"""Fractional bits of the d x d terms ``M`` and ``Q``."""
+
+S = FU + FM
+"""Fractional bits of every encrypted sum (the gradients, ``v``)."""
+
+UB = 4
+"""``|u|, |Phi| < 2**UB`` (the default encoders end in ``tanh``: below 1)."""
+
+_FIX = "lower the learning rate, or end the encoder in a bounded activation (tanh)"
+
+DECRYPT_THREADS = 2
+"""Threads of the source's decryptions (their ``p`` and ``q`` halves)."""
+
+
+@dataclass(frozen=True)
+class FTLSpec:
+    """What both parties agree on (checked by the estimator)."""
+
+    source: str
+    target: str
+    dim: int
+    gamma: float
+    source_weight: float
+    max_iter: int
+    learning_rate: float
+    weight_decay: float
+    secure: bool
+    policy: KeyPolicy
+    random_state: int
+    n_overlap: int
+
+
+@dataclass
+class FTLResult:
+    """What a role returns."""
+
+    encoder: nn.Module
+    phi: np.ndarray[Any, Any] | None = None
+    loss_curve: list[float] = field(default_factory=list)
+    iteration_seconds: list[float] = field(default_factory=list)
+    view: list[np.ndarray[Any, Any]] | None = None  # the target's gradients of its rows
+
+
+# -- messages ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceTerms(Message):
+    """Step 1, source to target, each times ``|L|``: ``c`` of the overlap rows, ``Phi / 2``
+    (packed at each block), ``M`` (its columns, packed at each block) and ``Phi`` (one
+    ciphertext per coordinate): plain arrays with ``secure=False``, else under the source's
+    key."""
+
+    KIND = "transfer source terms"
+    c: CiphertextBlock | np.ndarray
+    phi: CiphertextBlock | np.ndarray
+    m: CiphertextBlock | np.ndarray
+    coords: CiphertextBlock | np.ndarray
+
+
+@dataclass(frozen=True)
+class Labels(Message):
+    """At the start, source to target: ``[-y_r]`` of the overlap rows under the source's key
+    (nothing with ``secure=False``: the plaintext simulation sends the terms instead)."""
+
+    KIND = "transfer encrypted labels"
+    signs: CiphertextBlock
+
+
+@dataclass(frozen=True)
+class TargetTerms(Message):
+    """Step 2, target to source: ``[v]`` times ``|L|`` under the source's key (with
+    ``secure=False``: the overlap rows' ``u / 2``, ``s`` and ``Q`` in the clear)."""
+
+    KIND = "transfer target terms"
+    v: CiphertextBlock | None = None
+    u: np.ndarray | None = None
+    s: np.ndarray | None = None
+    q: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Setup(Message):
+    """Target to source, first: its overlap rows and its labelled rows outside the overlap
+    (the source needs ``|L|``; the target's label count is the only thing this reveals)."""
+
+    KIND = "transfer setup"
+    overlap: int
+    labelled: int
+
+
+@dataclass(frozen=True)
+class Plain(Message):
+    """A gradient in the clear (``secure=False`` only) or, at the end, ``Phi``."""
+
+    KIND = "transfer vector"
+    values: np.ndarray
+
+
+# -- layouts -------------------------------------------------------------------------------------
+
+
+def _log2(value: float) -> int:
+    return max(1, int(np.ceil(np.log2(max(value, 2.0)))))
+
+
+def _sum_bits(terms: float) -> int:
+    """Bits of a sum at ``2**-S`` of ``terms`` products, each below ``2**(2 UB)``."""
+    return S + 2 * UB + _log2(terms) + 2
+
+
+def _align(spec: FTLSpec, n_labelled: int) -> float:
+    """The alignment gradient's factor, times ``|L|``: ``2 gamma |L| / |C|``."""
+    return 2.0 * spec.gamma * n_labelled / max(spec.n_overlap, 1)
+
+
+def _grad_layout(spec: FTLSpec, key: PaillierPublicKey, n_labelled: int) -> tuple[RowPacking, int]:
+    """The packing of the target's gradients: ``R`` rows of ``d`` slots per ciphertext."""
+    bits = _sum_bits(spec.dim + 2 + 2 * _align(spec, n_labelled))
+    probe = slots.packing(bits, spec.dim, key, masked=True)
+    if probe.per_ct < spec.dim:
+        raise ValueError(
+            f"dim={spec.dim} does not fit a {key.n_length}-bit key's slots ({probe.per_ct}): "
+            "lower dim or use a larger key"
+        )
+    per = probe.per_ct // spec.dim
+    return slots.packing(bits, per * spec.dim, key, masked=True), per
+
+
+def _layout(packing: RowPacking, rows: int) -> PackingLayout:
+    """The masked-decryption layout of ``rows`` packed rows of ``packing`` (one ciphertext
+    each, every slot used)."""
+    return PackingLayout(
+        count=rows * packing.columns,
+        value_bits=packing.slot_bits - MIN_KAPPA - 1,
+        kappa=MIN_KAPPA,
+        slots=packing.columns,
+    )
+
+
+def _masked(
+    cts: list[Any], packing: RowPacking, key: PaillierPublicKey
+) -> tuple[EncryptedVector, PackingMasks]:
+    """Add a fresh statistical mask to every slot, re-randomise for the key's owner."""
+    layout = _layout(packing, len(cts))
+    offset = 1 << (layout.value_bits - 1)
+    width = layout.value_bits + layout.kappa
+    masks = tuple(offset + secrets.randbits(width) for _ in range(layout.count))
+    n, nsq = key.n, key.nsquare
+    out = []
+    for i, c in enumerate(cts):
+        chunk = masks[i * layout.slots : (i + 1) * layout.slots]
+        plain = sum(m << (packing.slot_bits * j) for j, m in enumerate(chunk))
+        out.append(c * (1 + n * plain) % nsq)
+    fresh = EncryptedVector(key, slots.for_owner(key, out), 0, fresh=True)
+    return fresh, PackingMasks(layout, -S, masks)
+
+
+def _grouped(rows: np.ndarray[Any, Any], per: int) -> np.ndarray[Any, Any]:
+    """``(n, d)`` rows as ``(ceil(n / per), per * d)``, zero-padded."""
+    n, d = rows.shape
+    groups = -(-n // per)
+    out = np.zeros((groups * per, d), dtype=rows.dtype)
+    out[:n] = rows
+    return out.reshape(groups, per * d)
+
+
+def _blocks(vector: np.ndarray[Any, Any], per: int) -> np.ndarray[Any, Any]:
+    """``per`` rows, row ``q`` holding ``vector`` in block ``q`` and zeros elsewhere."""
+    d = len(vector)
+    out = np.zeros((per, per * d), dtype=vector.dtype)
+    for q in range(per):
+        out[q, q * d : (q + 1) * d] = vector
+    return out
+
+
+def _source_key(fed: Federation, peer: str, policy: KeyPolicy) -> tuple[Any, Any]:
+    """The source's key pair, encrypting with the target's base (so that the target's
+    re-randomisation covers every ciphertext it computes from)."""
+    public, secret = policy.generate()
+    FTL.send(fed, peer, "key", PublicKeyMessage.of(public))
+    try:
+        secret = secret.for_base(FTL.recv(fed, peer, "base", Base).h_s)
+    except ValueError as exc:
+        Base.refuse(peer, "h_s", str(exc))
+    return public, secret
+
+
+def _target_key(fed: Federation, peer: str, policy: KeyPolicy) -> PaillierPublicKey:
+    key = policy.accept(FTL.recv(fed, peer, "key", PublicKeyMessage), peer)
+    FTL.send(fed, peer, "base", Base(h_s=key.base_bytes()))
+    return key
+
+
+def _warn_plain() -> None:
+    warnings.warn(
+        "secure=False sends the transfer terms in the clear: a plaintext simulation, not for "
+        "real parties",
+        stacklevel=3,
+    )
+
+
+class _Party:
+    def __init__(self, spec: FTLSpec, encoder: nn.Module, x: np.ndarray[Any, Any]) -> None:
+        self.spec, self.encoder = spec, encoder
+        self.x = torch.as_tensor(x, dtype=torch.float32)
+        self.optimizer = torch.optim.Adam(
+            encoder.parameters(), lr=spec.learning_rate, weight_decay=spec.weight_decay
+        )
+
+
+class SourceRole(_Party):
+    """The source: its encoder, all its rows ``x`` with labels ``y`` (+-1), and the positions
+    of the overlap rows among them (in the common order)."""
+
+    def __init__(
+        self,
+        spec: FTLSpec,
+        encoder: nn.Module,
+        x: np.ndarray[Any, Any],
+        y: np.ndarray[Any, Any],
+        overlap: np.ndarray[Any, Any],
+    ) -> None:
+        super().__init__(spec, encoder, x)
+        self.y = torch.as_tensor(y, dtype=torch.float32)
+        self.overlap = np.asarray(overlap, dtype=np.int64)
+
+    def __call__(self, fed: Federation) -> FTLResult:
+        spec, peer = self.spec, self.spec.target
+        setup = FTL.recv(fed, peer, "setup", Setup)
+        if setup.overlap != spec.n_overlap:
+            Setup.refuse(
+                peer, "overlap", f"is {setup.overlap} rows; the source has {spec.n_overlap}"
+            )
+        if not 0 <= setup.labelled <= 10**9:
+            Setup.refuse(peer, "labelled", f"is {setup.labelled}")
+        self.n_labelled = spec.n_overlap + setup.labelled
+        self.n_own = setup.labelled
+        if self.n_labelled == 0:
+            raise ValueError("no overlap and no target labels: nothing to transfer through")
+        if spec.secure:
+            self.public, self.secret = _source_key(fed, peer, spec.policy)
+            signs = -self.y.numpy()[self.overlap].astype(np.int64)[:, None]
+            layout = slots.packing(2, 1, self.public)
+            cts = slots.encrypt_rows(self.secret, signs, layout)
+            FTL.send(fed, peer, "labels", Labels(signs=slots.block(self.public, cts)))
+        else:
+            _warn_plain()
+        result = FTLResult(encoder=self.encoder)
+        for it in range(spec.max_iter):
+            began = time.perf_counter()
+            self.encoder.train()
+            u = self.encoder(self.x)
+            phi = (self.y[:, None] * u).mean(dim=0)
+            own = nn.functional.softplus(-self.y * (u @ phi)).mean()
+            self._send_terms(fed, u.detach().numpy(), phi.detach().numpy(), it)
+            self._serve_target(fed, it)
+            v = self._source_gradient(fed, phi.detach().numpy(), it)
+            surrogate = spec.source_weight * own + phi @ torch.as_tensor(v, dtype=torch.float32)
+            self.optimizer.zero_grad()
+            surrogate.backward()
+            self.optimizer.step()
+            result.loss_curve.append(float(own.detach()))
+            result.iteration_seconds.append(time.perf_counter() - began)
+        self.encoder.eval()
+        with torch.no_grad():
+            u = self.encoder(self.x)
+            phi_final = (self.y[:, None] * u).mean(dim=0).double().numpy()
+        FTL.send(fed, peer, "phi", Plain(values=phi_final))
+        result.phi = phi_final
+        return result
+
+    def _send_terms(
+        self, fed: Federation, u: np.ndarray[Any, Any], phi: np.ndarray[Any, Any], it: int
+    ) -> None:
+        """Step 1's terms, each times ``|L|``: ``c``, ``Phi / 2`` and ``M = Phi Phi^T / 4``."""
+        spec = self.spec
+        y = self.y.numpy()[self.overlap].astype(np.float64)
+        phi = phi.astype(np.float64)
+        align = _align(spec, self.n_labelled)
+        c = -0.5 * y[:, None] * phi[None, :] - align * u[self.overlap].astype(np.float64)
+        half_phi = 0.5 * phi
+        m = 0.25 * np.outer(phi, phi)
+        if not spec.secure:
+            terms = SourceTerms(c=c, phi=half_phi, m=m, coords=phi)
+            FTL.send(fed, spec.target, "src", terms, it)
+            return
+        packing, per = _grad_layout(spec, self.public, self.n_labelled)
+        c_int = slots.fixed(c, S, 2 * UB + _log2(align), "the source's overlap terms", _FIX)
+        phi_int = slots.fixed(half_phi, S, UB, "Phi", _FIX)
+        m_int = slots.fixed(m, FM, 2 * UB, "Phi Phi^T", _FIX)
+        cts_c = slots.encrypt_rows(self.secret, _grouped(c_int, per), packing)
+        cts_phi = slots.encrypt_rows(self.secret, _blocks(phi_int, per), packing)
+        columns = np.concatenate([_blocks(m_int[:, col], per) for col in range(spec.dim)])
+        cts_m = slots.encrypt_rows(self.secret, columns, packing)
+        single = slots.packing(FU + UB, 1, self.public)
+        coords = slots.fixed(phi[:, None], FU, UB, "Phi", _FIX)
+        cts_coords = slots.encrypt_rows(self.secret, coords, single)
+        FTL.send(
+            fed,
+            spec.target,
+            "src",
+            SourceTerms(
+                c=slots.block(self.public, cts_c),
+                phi=slots.block(self.public, cts_phi),
+                m=slots.block(self.public, cts_m),
+                coords=slots.block(self.public, cts_coords),
+            ),
+            it,
+        )
+
+    def _serve_target(self, fed: Federation, it: int) -> None:
+        """Decrypt the target's masked gradients (step 1), checked against their layout."""
+        if not self.spec.secure:
+            return
+        packing, per = _grad_layout(self.spec, self.public, self.n_labelled)
+        rows = -(-self.spec.n_overlap // per) + -(-self.n_own // per)
+        serve_decryption(
+            fed,
+            self.spec.target,
+            FTL.child(f"dec-t{it}"),
+            self.secret,
+            expected=rows,
+            layout=_layout(packing, rows),
+            workers=DECRYPT_THREADS,
+        )
+
+    def _source_gradient(self, fed: Federation, phi: np.ndarray[Any, Any], it: int) -> Any:
+        """``v = dL/dPhi`` (step 2; it comes times ``|L|``)."""
+        spec, peer = self.spec, self.spec.target
+        terms = FTL.recv(fed, peer, "tgt", TargetTerms, it)
+        if not spec.secure:
+            if terms.u is None or terms.s is None or terms.q is None:
+                TargetTerms.refuse(peer, "u", "is missing in the plaintext simulation")
+            u, s, q = (np.asarray(t, dtype=np.float64) for t in (terms.u, terms.s, terms.q))
+            if u.shape != (spec.n_overlap, spec.dim):
+                TargetTerms.refuse(peer, "u", f"has shape {u.shape}")
+            y = self.y.numpy()[self.overlap]
+            total = -(y[:, None] * u).sum(axis=0) + s + q @ phi.astype(np.float64)
+            return total / self.n_labelled
+        if terms.v is None:
+            TargetTerms.refuse(peer, "v", "is missing")
+        got = vector_from(self.public, terms.v, peer)
+        cts = slots.expect(got, spec.dim, TargetTerms, peer, "v")
+        values = slots.unpack_rows(
+            self.secret.raw_decrypt(cts, workers=DECRYPT_THREADS),
+            spec.dim,
+            slots.packing(_v_bits(spec, self.n_labelled), 1, self.public),
+            _v_bits(spec, self.n_labelled),
+            int(self.public.n),
+            "the source's gradient",
+        )
+        return values.astype(np.float64).ravel() * 2.0**-S / self.n_labelled
+
+
+def _v_bits(spec: FTLSpec, n_labelled: int) -> int:
+    """Bits of ``v`` times ``|L|`` at ``2**-S``."""
+    return _sum_bits(n_labelled * (spec.dim + 1))
+
+
+class TargetRole(_Party):
+    """The target: its encoder, its rows ``x``, the positions of the overlap rows (in the
+    common order) and of its own labelled rows with their labels (+-1)."""
+
+    def __init__(
+        self,
+        spec: FTLSpec,
+        encoder: nn.Module,
+        x: np.ndarray[Any, Any],
+        overlap: np.ndarray[Any, Any],
+        labelled: np.ndarray[Any, Any],
+        y: np.ndarray[Any, Any],
+        *,
+        keep_view: bool = False,
+    ) -> None:
+        super().__init__(spec, encoder, x)
+        self.overlap = np.asarray(overlap, dtype=np.int64)
+        inside = set(self.overlap.tolist())
+        keep = np.array([int(r) not in inside for r in labelled], dtype=bool)
+        self.own = np.asarray(labelled, dtype=np.int64)[keep]  # labelled rows outside C
+        self.own_y = np.asarray(y, dtype=np.float64)[keep]
+        self.rows = np.concatenate([self.overlap, self.own])
+        self.n_labelled = len(self.rows)
+        self.keep_view = keep_view
+
+    def __call__(self, fed: Federation) -> FTLResult:
+        spec, peer = self.spec, self.spec.source
+        FTL.send(fed, peer, "setup", Setup(overlap=len(self.overlap), labelled=len(self.own)))
+        if spec.secure:
+            self.peer_key = _target_key(fed, peer, spec.policy)
+            got = vector_from(self.peer_key, FTL.recv(fed, peer, "labels", Labels).signs, peer)
+            self.signs = slots.expect(got, spec.n_overlap, Labels, peer, "signs")
+        else:
+            _warn_plain()
+        result = FTLResult(encoder=self.encoder, view=[] if self.keep_view else None)
+        for it in range(spec.max_iter):
+            began = time.perf_counter()
+            self.encoder.train()
+            u = self.encoder(self.x[self.rows])
+            u_np = u.detach().double().numpy()
+            g = self._gradient(fed, u_np, it)
+            self._send_terms(fed, u_np, it)
+            if result.view is not None:
+                result.view.append(g[: spec.n_overlap].copy())
+            self.optimizer.zero_grad()
+            u.backward(torch.as_tensor(g, dtype=torch.float32))
+            self.optimizer.step()
+            result.iteration_seconds.append(time.perf_counter() - began)
+        result.phi = FTL.recv(fed, peer, "phi", Plain).values.astype(np.float64)
+        if result.phi.shape != (spec.dim,) or not np.all(np.isfinite(result.phi)):
+            Plain.refuse(peer, "values", f"is not a finite vector of {spec.dim}")
+        self.encoder.eval()
+        return result
+
+    def _gradient(self, fed: Federation, u: np.ndarray[Any, Any], it: int) -> Any:
+        """``dL/du_B`` of the trained rows (step 1; computed times ``|L|``)."""
+        spec, peer = self.spec, self.spec.source
+        terms = FTL.recv(fed, peer, "src", SourceTerms, it)
+        n_c, d = spec.n_overlap, spec.dim
+        align = _align(spec, self.n_labelled)
+        if not spec.secure:
+            c, half_phi, m = (
+                np.asarray(t, dtype=np.float64) for t in (terms.c, terms.phi, terms.m)
+            )
+            if c.shape != (n_c, d) or m.shape != (d, d) or half_phi.shape != (d,):
+                SourceTerms.refuse(peer, "c", f"has shape {c.shape}")
+            g = u @ m.T
+            g[:n_c] += c + align * u[:n_c]
+            g[n_c:] += -self.own_y[:, None] * half_phi[None, :]
+            return g / self.n_labelled
+        key = self.peer_key
+        packing, per = _grad_layout(spec, key, self.n_labelled)
+        c_groups = -(-n_c // per)
+        c_cts = slots.expect(vector_from(key, terms.c, peer), c_groups, SourceTerms, peer, "c")
+        phi_cts = slots.expect(vector_from(key, terms.phi, peer), per, SourceTerms, peer, "phi")
+        m_cts = slots.expect(vector_from(key, terms.m, peer), d * per, SourceTerms, peer, "m")
+        self.coords = slots.expect(
+            vector_from(key, terms.coords, peer), d, SourceTerms, peer, "coords"
+        )
+        u_int = slots.fixed(u, FU, UB, "the target's representation", _FIX)
+        aligned = slots.fixed(align * u[:n_c], S, UB + _log2(align), "the alignment term", _FIX)
+        nsq = key.nsquare
+        # the bases of [M u] for R rows at once: M's columns at each block, in (block, column)
+        bases = [m_cts[col * per + q] for q in range(per) for col in range(d)]
+        out, plain_rows = [], []
+        for start, count, own in ((0, n_c, False), (n_c, len(self.own), True)):
+            for lo in range(start, start + count, per):
+                rows = list(range(lo, min(lo + per, start + count)))
+                exps = np.zeros(per * d, dtype=np.int64)
+                local = np.zeros(per * d, dtype=object)
+                terms_b, signs = list(bases), []
+                for q, r in enumerate(rows):
+                    exps[q * d : (q + 1) * d] = u_int[r]
+                    if own:  # - y_r Phi / 2 for its own labelled rows
+                        terms_b.append(phi_cts[q])
+                        signs.append(-int(self.own_y[r - n_c]))
+                    else:  # + 2 gamma |L| u / |C| for the overlap rows
+                        local[q * d : (q + 1) * d] = aligned[r]
+                row_exps = np.concatenate([exps, np.asarray(signs, dtype=np.int64)])
+                ct = slots.combine(terms_b, 1, row_exps[None, :], nsq)[0]
+                if not own:
+                    ct = ct * c_cts[(lo - start) // per] % nsq
+                out.append(ct)
+                plain_rows.append(local)
+        out = slots.add_plain(out, np.array(plain_rows, dtype=object), packing, key)
+        vector, masks = _masked(out, packing, key)
+        ints = request_decryption(fed, peer, FTL.child(f"dec-t{it}"), vector, masks)
+        values = np.asarray(ints, dtype=np.float64).reshape(-1, per, d) * 2.0**-S
+        c_part = values[:c_groups].reshape(-1, d)[:n_c]
+        own_part = values[c_groups:].reshape(-1, d)[: len(self.own)]
+        return np.concatenate([c_part, own_part]) / self.n_labelled
+
+    def _send_terms(self, fed: Federation, u: np.ndarray[Any, Any], it: int) -> None:
+        """Step 2: ``[v]`` times ``|L|``, computed under the source's key."""
+        spec = self.spec
+        n_c = spec.n_overlap
+        half_u = 0.5 * u[:n_c]
+        s = -0.5 * (self.own_y[:, None] * u[n_c:]).sum(axis=0)
+        q = 0.25 * u.T @ u
+        if not spec.secure:
+            FTL.send(fed, spec.source, "tgt", TargetTerms(u=half_u, s=s, q=q), it)
+            return
+        key = self.peer_key
+        bound = UB + _log2(self.n_labelled)
+        u_int = slots.fixed(half_u, S, UB, "the target's representation", _FIX)
+        q_int = slots.fixed(q, FM, 2 * UB + _log2(self.n_labelled), "the target's u u^T", _FIX)
+        s_int = slots.fixed(s[:, None], S, bound, "the target's labelled sum", _FIX)
+        bases = list(self.signs) + list(self.coords)
+        exps = np.concatenate([u_int.T, q_int], axis=1)  # row j: u_B(., j) / 2, then Q[j, .]
+        v = slots.combine(bases, 1, exps.astype(np.int64), key.nsquare)
+        v = slots.add_plain(v, s_int, slots.packing(_v_bits(spec, self.n_labelled), 1, key), key)
+        vector = slots.block(key, slots.for_owner(key, v))
+        FTL.send(fed, spec.source, "tgt", TargetTerms(v=vector), it)
