@@ -155,7 +155,9 @@ def pretrain_encoder(
     The network is ``encoder -> Linear(dim, 2)`` (binary labels) trained by
     :class:`horizontal.FederatedClassifier` (one source: its local training, alone), with
     ``privacy`` (e.g. ``horizontal.RecordDP(noise_multiplier=1.0)``) as there; the artefact
-    records the sources, their rows and the largest epsilon spent."""
+    records the sources, their rows and the largest epsilon spent. With ``privacy`` the
+    columns are not standardised (pooled statistics would escape the DP guarantee): pass them
+    on a known scale, and the artefact's scaling is the identity."""
     from horizontal import FederatedClassifier
 
     if not isinstance(sources, dict) or not sources:
@@ -170,6 +172,10 @@ def pretrain_encoder(
         data[name] = (frame[chosen], labels)
     with seeded(random_state):
         network = nn.Sequential(build_encoder(len(chosen), dim, hidden), nn.Linear(dim, 2))
+    private: dict[str, Any] = {}
+    if privacy is not None:  # DP covers the updates, not pooled statistics: none are pooled
+        labels = sorted({v for _, y in sources.values() for v in np.unique(np.asarray(y))})
+        private = {"standardize": False, "classes": labels}
     model = FederatedClassifier(
         module=network,
         rounds=rounds,
@@ -178,6 +184,7 @@ def pretrain_encoder(
         learning_rate=learning_rate,
         privacy=privacy,
         random_state=random_state,
+        **private,
     )
     model.fit(data, ledger=ledger)
     if len(model.classes_) != 2:

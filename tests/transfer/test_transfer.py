@@ -1,0 +1,230 @@
+"""Federated transfer learning: the encrypted protocol equals its plaintext version, transfer
+helps the target at small label counts, nothing raw crosses, the encoder artefact is checked,
+bad input gets clear errors."""
+
+from __future__ import annotations
+
+import warnings
+import zipfile
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from torch import nn
+
+from transfer import (
+    EncoderArtifact,
+    EncoderTransferClassifier,
+    FederatedTransferClassifier,
+    overlap_pairs,
+    pretrain_encoder,
+)
+from vfl.audit.transcript import find_plaintext
+from vfl.datasets import make_transfer_pair
+
+SMALL: dict[str, Any] = dict(key_bits=1024, insecure=True)  # tests only: 2048 by default
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # small keys and secure=False warn
+        yield
+
+
+def _features(pair: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return pair.source.drop(columns="patient_id"), pair.target.drop(columns="patient_id")
+
+
+def _target_auc(model: Any, pair: Any, target: pd.DataFrame) -> float:
+    test = pair.target_truth.index.difference(pair.target_labels.index)
+    return float(roc_auc_score(pair.target_truth[test], model.decision_function(target.loc[test])))
+
+
+def test_the_encrypted_protocol_computes_the_plaintext_gradients() -> None:
+    pair = make_transfer_pair(400, 300, n_overlap=60, target_labels=30, random_state=1)
+    source, target = _features(pair)
+    fitted = {}
+    for secure in (False, True):
+        model = FederatedTransferClassifier(max_iter=3, secure=secure, random_state=0, **SMALL)
+        model.fit(
+            source,
+            target,
+            source_labels=pair.source_labels,
+            target_labels=pair.target_labels,
+            overlap=pair.overlap,
+            keep_views=True,
+        )
+        fitted[secure] = model
+    for plain, encrypted in zip(fitted[False].views_, fitted[True].views_, strict=True):
+        np.testing.assert_allclose(encrypted, plain, rtol=0, atol=1e-7)  # fixed point: 2**-50
+    for name in ("source_encoder_", "target_encoder_"):
+        for a, b in zip(
+            getattr(fitted[False], name).parameters(),
+            getattr(fitted[True], name).parameters(),
+            strict=True,
+        ):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(fitted[True].phi_, fitted[False].phi_, atol=1e-6)
+
+
+def test_nothing_raw_crosses_and_the_source_sees_no_target_representation() -> None:
+    pair = make_transfer_pair(400, 300, n_overlap=60, target_labels=30, random_state=2)
+    source, target = _features(pair)
+    model = FederatedTransferClassifier(max_iter=2, random_state=0, **SMALL)
+    model.fit(
+        source,
+        target,
+        source_labels=pair.source_labels,
+        target_labels=pair.target_labels,
+        overlap=pair.overlap,
+        keep_payloads=True,
+    )
+    # the target's representations of the overlap rows at the first iteration
+    twin = FederatedTransferClassifier(max_iter=1, random_state=0, **SMALL)
+    encoder = twin.build_encoder("target", "target", target.shape[1])
+    design = (target - target.mean()) / target.std(ddof=0)
+    rows = target.index.get_indexer(pair.overlap["target"])
+    with torch.no_grad():
+        u = encoder(torch.as_tensor(design.to_numpy()[rows], dtype=torch.float32)).double()
+    secrets = {
+        "source": [source.to_numpy(), pair.source_labels.to_numpy()[:, None].astype(float)],
+        "target": [target.to_numpy(), u.numpy().T, 0.5 * u.numpy().T],
+    }
+    assert find_plaintext(model.transcript_, secrets, scales=(1.0, 2.0**20, 2.0**50)) == []
+    plain = FederatedTransferClassifier(max_iter=2, random_state=0, secure=False)
+    plain.fit(
+        source,
+        target,
+        source_labels=pair.source_labels,
+        target_labels=pair.target_labels,
+        overlap=pair.overlap,
+        keep_payloads=True,
+    )
+    assert find_plaintext(plain.transcript_, secrets)  # the search finds them when sent
+    kinds = {(r.sender, r.tag.split("/")[1]) for r in model.transcript_.records}
+    assert ("target", "tgt") in kinds and ("source", "src") in kinds
+    # only the end's Phi crosses in the clear (d numbers, by design)
+    clear = [r for r in model.transcript_.records if r.tag.startswith("ftl/phi")]
+    assert len(clear) == 1 and clear[0].sender == "source"
+
+
+@pytest.mark.slow
+def test_transfer_helps_the_target_at_small_label_counts() -> None:
+    for labels in (20, 50):
+        pair = make_transfer_pair(target_labels=labels, random_state=0)
+        source, target = _features(pair)
+        alone = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+        alone.fit(target.loc[pair.target_labels.index], pair.target_labels)
+        test = pair.target_truth.index.difference(pair.target_labels.index)
+        base = roc_auc_score(pair.target_truth[test], alone.predict_proba(target.loc[test])[:, 1])
+        ftl = FederatedTransferClassifier(max_iter=100, secure=False, random_state=0)
+        ftl.fit(
+            source,
+            target,
+            source_labels=pair.source_labels,
+            target_labels=pair.target_labels,
+            overlap=pair.overlap,
+        )
+        assert _target_auc(ftl, pair, target) > base + 0.03
+        artifact = pretrain_encoder(
+            {"hospital": (source, pair.source_labels)}, columns=pair.shared_columns, rounds=10
+        )
+        head = EncoderTransferClassifier(artifact).fit(
+            target.loc[pair.target_labels.index], pair.target_labels
+        )
+        assert _target_auc(head, pair, target) > base + 0.005
+
+
+def test_the_encoder_artifact_round_trips_and_refuses_tampered_or_foreign_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pair = make_transfer_pair(600, 300, n_overlap=0, target_labels=100, random_state=3)
+    source, target = _features(pair)
+    artifact = pretrain_encoder(
+        {
+            "a": (source.iloc[:300], pair.source_labels.iloc[:300]),
+            "b": (source.iloc[300:], pair.source_labels.iloc[300:]),
+        },
+        columns=pair.shared_columns,
+        rounds=3,
+    )
+    path = artifact.save(tmp_path / "encoder.npz")
+    again = EncoderArtifact.load(path)
+    x = torch.randn(5, len(pair.shared_columns))
+    with torch.no_grad():
+        torch.testing.assert_close(again.module()(x), artifact.module()(x))
+    assert again.columns == pair.shared_columns and again.info["sources"] == ["a", "b"]
+    # tampered: one weight changed inside the file
+    tampered = tmp_path / "tampered.npz"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tampered, "w") as dst:
+        for item in src.namelist():
+            data = src.read(item)
+            if item.startswith("state."):
+                array = np.load(__import__("io").BytesIO(data))
+                array = array + 0.01
+                buffer = __import__("io").BytesIO()
+                np.save(buffer, array)
+                data = buffer.getvalue()
+            dst.writestr(item, data)
+    with pytest.raises(ValueError, match="do not match their digest"):
+        EncoderArtifact.load(tampered)
+    # foreign: another kind of vflink model
+    from vfl import SplitNNClassifier
+
+    parts = {"a": target.iloc[:, :5], "b": target.iloc[:, 5:]}
+    split = SplitNNClassifier(max_iter=1).fit(parts, pair.target_truth, label_party="b")
+    split.save(tmp_path / "split")
+    with pytest.raises(ValueError, match=r"transfer\.EncoderArtifact"):
+        EncoderArtifact.load(tmp_path / "split" / "b.npz")
+
+
+def test_dp_pretraining_records_its_epsilon() -> None:
+    from horizontal import RecordDP
+
+    pair = make_transfer_pair(400, 200, n_overlap=0, target_labels=50, random_state=4)
+    source, _ = _features(pair)
+    artifact = pretrain_encoder(
+        {"hospital": (source, pair.source_labels)},
+        columns=pair.shared_columns,
+        rounds=2,
+        privacy=RecordDP(noise_multiplier=1.0),
+    )
+    assert 0 < artifact.info["epsilon"] < np.inf and artifact.info["delta"] == 1e-5
+
+
+def test_overlap_pairs_finds_the_common_patients_by_psi() -> None:
+    pair = make_transfer_pair(300, 200, n_overlap=40, target_labels=10, random_state=5)
+    found = overlap_pairs(pair.source, pair.target, id_column="patient_id")
+    assert set(map(tuple, found.to_numpy())) == set(map(tuple, pair.overlap.to_numpy()))
+
+
+def test_bad_input_gets_clear_errors() -> None:
+    pair = make_transfer_pair(300, 200, n_overlap=40, target_labels=10, random_state=6)
+    source, target = _features(pair)
+    fit = dict(source_labels=pair.source_labels, target_labels=pair.target_labels)
+    wrong = pair.overlap.copy()
+    wrong.loc[0, "target"] = "T999999"
+    with pytest.raises(ValueError, match="party 'target': overlap names rows it does not hold"):
+        FederatedTransferClassifier(secure=False).fit(source, target, overlap=wrong, **fit)
+    with pytest.raises(ValueError, match="columns \\['source', 'target'\\]"):
+        FederatedTransferClassifier(secure=False).fit(
+            source, target, overlap=pair.overlap.rename(columns={"source": "a"}), **fit
+        )
+    with pytest.raises(ValueError, match="party 'target': its encoder gives 4 numbers, dim is 8"):
+        FederatedTransferClassifier(secure=False, target_encoder=nn.Linear(18, 4)).fit(
+            source, target, overlap=pair.overlap, **fit
+        )
+    with pytest.raises(ValueError, match="party 'source': its encoder does not take rows of 10"):
+        FederatedTransferClassifier(secure=False, source_encoder=nn.Linear(3, 8)).fit(
+            source, target, overlap=pair.overlap, **fit
+        )
+    artifact = pretrain_encoder(
+        {"hospital": (source, pair.source_labels)}, columns=["crp_mg_l", "alt_u_l"], rounds=1
+    )
+    with pytest.raises(ValueError, match="lacks the encoder's columns \\['alt_u_l'\\]"):
+        EncoderTransferClassifier(artifact).fit(target, pair.target_truth)
