@@ -198,7 +198,7 @@ def pretrain_encoder(
     if privacy is not None:
         info["epsilon"] = float(model.epsilon_ or 0.0)
         info["delta"] = float(getattr(privacy, "delta", 0.0))
-    encoder = list(model.module_.children())[0]
+    encoder = next(iter(model.module_.children()))
     return EncoderArtifact(
         columns=chosen,
         mean=np.asarray(model.mean_, float),

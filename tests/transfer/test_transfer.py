@@ -228,3 +228,31 @@ def test_bad_input_gets_clear_errors() -> None:
     )
     with pytest.raises(ValueError, match="lacks the encoder's columns \\['alt_u_l'\\]"):
         EncoderTransferClassifier(artifact).fit(target, pair.target_truth)
+
+
+@pytest.mark.slow
+def test_transfer_does_not_hurt_with_many_target_labels() -> None:
+    pair = make_transfer_pair(target_labels=1000, random_state=0)
+    source, target = _features(pair)
+    alone = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+    alone.fit(target.loc[pair.target_labels.index], pair.target_labels)
+    test = pair.target_truth.index.difference(pair.target_labels.index)
+    base = roc_auc_score(pair.target_truth[test], alone.predict_proba(target.loc[test])[:, 1])
+    ftl = FederatedTransferClassifier(max_iter=100, secure=False, random_state=0)
+    ftl.fit(
+        source,
+        target,
+        source_labels=pair.source_labels,
+        target_labels=pair.target_labels,
+        overlap=pair.overlap,
+    )
+    assert _target_auc(ftl, pair, target) > base - 0.01
+    paper = FederatedTransferClassifier(max_iter=100, secure=False, head="phi", random_state=0)
+    paper.fit(
+        source,
+        target,
+        source_labels=pair.source_labels,
+        target_labels=pair.target_labels,
+        overlap=pair.overlap,
+    )
+    assert _target_auc(paper, pair, target) < base - 0.02  # what the stacked head is for
