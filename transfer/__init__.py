@@ -5,7 +5,8 @@
   common space, the cross-party terms under Paillier with masks;
 * :mod:`transfer.encoder` -- shared-encoder transfer without overlap: an encoder pretrained
   at one or several sources (:func:`pretrain_encoder`), shipped as a checked file
-  (:class:`EncoderArtifact`), a head fine-tuned at the target (:class:`EncoderTransferClassifier`).
+  (:class:`EncoderArtifact`), a head fine-tuned at the target (:class:`EncoderTransferClassifier`);
+* :mod:`transfer.audit` -- what the target infers about the patients it shares with the source.
 """
 
 from __future__ import annotations

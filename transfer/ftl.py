@@ -42,9 +42,11 @@ label-weighted mean of its representations), so that the target scores its rows 
 
 What each party learns. The source: ``v`` per iteration, and ``Phi``'s use. The target: its
 gradient ``g_r`` per trained row, which mixes ``Phi``, the source's labels and representations
-of the overlapping patients (``c_r``): a target that solves for them can infer the source's
-labels of the patients they share -- :func:`transfer.audit.overlap_label_attack` measures it,
-and ``label_epsilon`` (randomised response at the source, in the ledger) limits it. Neither
+of the overlapping patients (``c_r``): a target that reads them can infer the source's labels
+of the patients they share, about as well as its transferred model predicts them --
+:func:`transfer.audit.overlap_label_attack` measures both; ``label_epsilon`` (randomised
+response at the source, in the ledger) protects the labels themselves but not what the
+source's representations say. Neither
 sees the other's features, labels or encoder. ``secure=False`` sends the same terms in the
 clear (simulation only; warns). Semi-honest parties.
 

@@ -256,3 +256,22 @@ def test_transfer_does_not_hurt_with_many_target_labels() -> None:
         overlap=pair.overlap,
     )
     assert _target_auc(paper, pair, target) < base - 0.02  # what the stacked head is for
+
+
+def test_the_overlap_label_attack_reads_as_much_as_the_model_and_no_more() -> None:
+    from transfer.audit import overlap_label_attack
+
+    pair = make_transfer_pair(target_labels=50, random_state=0)
+    source, target = _features(pair)
+    model = FederatedTransferClassifier(max_iter=30, secure=False, random_state=0)
+    model.fit(
+        source,
+        target,
+        source_labels=pair.source_labels,
+        target_labels=pair.target_labels,
+        overlap=pair.overlap,
+        keep_views=True,
+    )
+    found = overlap_label_attack(model, target, pair.overlap, pair.source_labels)
+    assert found["gradient attack AUC"] > 0.7  # the leak is real
+    assert found["gradient attack AUC"] < found["model AUC on the overlap"] + 0.05
