@@ -6,7 +6,9 @@
 * :mod:`transfer.encoder` -- shared-encoder transfer without overlap: an encoder pretrained
   at one or several sources (:func:`pretrain_encoder`), shipped as a checked file
   (:class:`EncoderArtifact`), a head fine-tuned at the target (:class:`EncoderTransferClassifier`);
-* :mod:`transfer.audit` -- what the target infers about the patients it shares with the source.
+* :mod:`transfer.audit` -- what the target infers about the patients it shares with the source;
+* :mod:`transfer.party` -- ``vflink party`` with ``model = "transfer"``: each party its own
+  process.
 """
 
 from __future__ import annotations

@@ -404,8 +404,10 @@ class FederatedTransferClassifier(FederatedEstimator):
             y = self._classes(labels, frame.index, name)
             self._record_labels(name, ledger)
             party = SourceRole(spec, encoder, x, y, positions)
-        else:
-            self.classes_ = np.array([0, 1])
+        else:  # the classes as the target's own labels name them (sorted: the larger is
+            # positive, as at the source); 0 and 1 when it holds none
+            known: Any = [] if labels is None else np.unique(pd.Series(labels).dropna())
+            self.classes_ = np.asarray(known) if len(known) == 2 else np.array([0, 1])
             labelled, y_t = self._target_labels(frame, labels, name)
             party = TargetRole(spec, encoder, x, positions, labelled, y_t)
         result: FTLResult = run_deployed({name: party}, federation)[name]

@@ -159,6 +159,22 @@ def _evaluate_split(
     return metrics, columns
 
 
+def _transfer(**params: Any) -> Any:
+    from transfer import FederatedTransferClassifier
+
+    return FederatedTransferClassifier(**params)
+
+
+def _evaluate_transfer(
+    estimator: Any, labels: np.ndarray[Any, Any], proba: np.ndarray[Any, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    from sklearn.metrics import roc_auc_score
+
+    positive = np.asarray(labels) == estimator.classes_[1]
+    auc = float(roc_auc_score(positive, proba)) if len(set(positive.tolist())) == 2 else None
+    return {"test_auc": auc}, {"probability": proba}
+
+
 JOBS: dict[str, Job] = {}
 """The registry: name -> job."""
 
@@ -207,6 +223,9 @@ def predictions_frame(
     return frame
 
 
+register_job(
+    Job("transfer", _transfer, _evaluate_transfer, ("test_auc",), protocols=False)
+)  # run by transfer.party (the target keeps its rows; the source labels every row)
 register_job(
     Job(
         "split",

@@ -16,7 +16,9 @@ with its own data file::
 
     model = "logistic"            # the learner, from the registry vfl.jobs.JOBS
                                   # ("logistic": binary or multiclass; "linear": regression;
-                                  # "split": a split neural network, vfl.split)
+                                  # "split": a split neural network, vfl.split;
+                                  # "transfer": federated transfer learning, its own
+                                  # stages in transfer.party)
 
     [job.params]                  # the learner's keyword arguments ("none" for None)
     max_iter = 10
@@ -561,7 +563,14 @@ def run_party(
     includes the job's test metrics). ``secret`` is the data parties' shared linkage secret
     (``align = "bloom"``; default: the ``VFLINK_LINKAGE_SECRET`` environment variable).
     Raises ValueError for bad input, a FederationError when a peer fails; writes nothing
-    unless the whole job succeeded."""
+    unless the whole job succeeded. A transfer job (``model = "transfer"``) runs
+    :func:`transfer.party.run_transfer_party` instead."""
+    if config.job.get("model") == "transfer":
+        from transfer.party import run_transfer_party
+
+        return run_transfer_party(
+            config, name, data=data, out=out, cert=cert, key=key, secret=secret
+        )
 
     def prepare() -> PartyRun:
         run = plan(config, name, secret)
@@ -755,6 +764,11 @@ def run_predict(
 
     def prepare() -> PartyRun:
         run = plan(config, name, secret)
+        if run.learner.name == "transfer":
+            raise ValueError(
+                f"{config.path}: a transfer job has no --predict yet: its target scores every "
+                "row of its file in the training run (predictions.csv)"
+            )
         run.predict = True
         load_model(run, model)
         read_data(run, data)
