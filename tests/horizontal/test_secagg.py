@@ -1,0 +1,188 @@
+"""Secure aggregation: the unmasked sum is the plain sum for every dropout pattern down to the
+threshold, below it the round aborts, a masked vector looks uniform, Shamir's threshold holds,
+and altered or replayed shares are refused naming their sender."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from horizontal.secagg import (
+    PRIME,
+    SECAGG,
+    Boxes,
+    Ring,
+    SecAggConfig,
+    client_round,
+    server_round,
+    shamir_combine,
+    shamir_split,
+)
+from vfl.federation.base import PartyFailedError
+from vfl.federation.local import LocalFederation
+from vfl.federation.messages import MessageError
+
+
+def _run(
+    vectors: dict[str, np.ndarray], config: SecAggConfig, drops: dict[str, str], **server: Any
+) -> Any:
+    size = len(next(iter(vectors.values())))
+    roles: dict[str, Any] = {
+        name: (
+            lambda fed, name=name: client_round(
+                fed,
+                "server",
+                vectors[name],
+                config,
+                clients=len(vectors),
+                drop_after=drops.get(name),
+            )
+        )
+        for name in vectors
+    }
+    roles["server"] = lambda fed: server_round(fed, list(vectors), size, config, **server)
+    return LocalFederation(timeout=30).run(roles)
+
+
+def _vectors(n: int, size: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {f"c{i}": rng.normal(size=size) * 10 for i in range(n)}
+
+
+def test_the_sum_is_exact_for_every_dropout_pattern_down_to_the_threshold() -> None:
+    n, t = 5, 3
+    vectors = _vectors(n, 64)
+    ring = Ring()
+    stages = [None, "keys", "shares", "masked"]
+    checked = 0
+    for pattern in itertools.product(stages, repeat=2):  # two clients drop, at any step
+        drops = {name: stage for name, stage in zip(["c1", "c3"], pattern, strict=True) if stage}
+        total, survivors = _run(vectors, SecAggConfig(threshold=t), drops)["server"]
+        expected_survivors = [c for c in vectors if drops.get(c) not in ("keys", "shares")]
+        assert survivors == expected_survivors
+        exact = ring.decode(sum(ring.encode(vectors[c], n) for c in survivors))
+        np.testing.assert_array_equal(total, exact)  # exact in the ring
+        np.testing.assert_allclose(total, sum(vectors[c] for c in survivors), atol=1e-6)
+        checked += 1
+    assert checked == 16
+
+
+def test_below_the_threshold_the_round_aborts_everywhere() -> None:
+    vectors = _vectors(4, 16)
+    drops = {"c0": "keys", "c1": "shares"}  # 2 left of 4, threshold 3
+    with pytest.raises(PartyFailedError, match="fewer than the threshold 3; nothing was revealed"):
+        _run(vectors, SecAggConfig(threshold=3), drops)
+    with pytest.raises(ValueError, match="threshold must be between 2"):
+        SecAggConfig(threshold=5).check(4)
+
+
+def test_a_masked_vector_is_uniform_in_the_ring() -> None:
+    size = 40_000
+    seen: dict[str, Any] = {}
+    vectors = {f"c{i}": np.full(size, 0.5) for i in range(3)}  # a constant: masks or nothing
+    config = SecAggConfig(threshold=2)
+    roles: dict[str, Any] = {
+        name: (lambda fed, name=name: client_round(fed, "server", vectors[name], config, clients=3))
+        for name in vectors
+    }
+
+    def server(fed: Any) -> Any:
+        out = server_round(fed, list(vectors), size, config)
+        return out
+
+    federation = LocalFederation(timeout=30, record_payloads=True)
+    federation.run({**roles, "server": server})
+    for record in federation.transcript.records:
+        if record.tag.startswith("secagg/masked") and record.sender == "c1":
+            seen["masked"] = record.payload()["values"]
+    masked = np.asarray(seen["masked"], dtype=np.uint64)
+    # every byte of the 64-bit words, chi-square against uniform; false failure below 1e-6
+    limit = stats.chi2.ppf(1 - 1e-7, 255)
+    for shift in range(0, 64, 8):
+        counts = np.bincount(
+            ((masked >> np.uint64(shift)) & np.uint64(255)).astype(int), minlength=256
+        )
+        assert stats.chisquare(counts).statistic < limit
+    plain = Ring().encode(vectors["c1"], 3)  # the test has the power to see an unmasked input
+    counts = np.bincount(((plain >> np.uint64(56)) & np.uint64(255)).astype(int), minlength=256)
+    assert stats.chisquare(counts).statistic > limit
+
+
+def test_shamir_rebuilds_from_any_t_shares_and_t_minus_1_fit_every_secret() -> None:
+    secret = int.from_bytes(bytes(range(32)), "big")
+    xs = [1, 2, 3, 4, 5, 6]
+    shares = shamir_split(secret, xs, threshold=4)
+    for subset in itertools.combinations(xs, 4):
+        assert shamir_combine({x: shares[x] for x in subset}, 4) == secret
+    known = {x: shares[x] for x in xs[:3]}  # t - 1 shares
+    for candidate in (0, 1, secret + 1, PRIME - 1):
+        # the polynomial through (0, candidate) and the 3 known shares has degree 3: the
+        # known shares are those of `candidate` as much as of `secret`
+        points = {0: candidate, **known}
+        rebuilt = shamir_combine(points, 4)
+        assert rebuilt == candidate
+    with pytest.raises(ValueError, match="cannot rebuild"):
+        shamir_combine(known, 4)
+
+
+def test_altered_or_replayed_shares_are_refused_naming_the_sender() -> None:
+    vectors = _vectors(3, 8)
+    config = SecAggConfig(threshold=2)
+    kept: dict[str, Any] = {}
+
+    def tampering_server(fed: Any, *, round_: int, replay: bool) -> None:
+        """Runs the first two steps honestly, then forwards to c0 either an altered share or
+        one recorded in an earlier round."""
+        keys = fed.gather(list(vectors), SECAGG.tag("keys", round_))
+        from horizontal.secagg import Keys, Roster
+
+        names = sorted(keys)
+        parsed = {n: Keys.from_payload(keys[n], n) for n in names}
+        roster = Roster(names, [parsed[n].c_pk for n in names], [parsed[n].s_pk for n in names])
+        for name in names:
+            SECAGG.send(fed, name, "roster", roster, round_)
+        shares = {
+            n: Boxes.from_payload(p, n)
+            for n, p in fed.gather(names, SECAGG.tag("shares", round_)).items()
+        }
+        box = shares["c1"].boxes[shares["c1"].peers.index("c0")]
+        if replay:
+            box = kept["box"]
+        else:
+            kept["box"] = box
+            box = box[:-1] + bytes([box[-1] ^ 1])
+        SECAGG.send(fed, "c0", "inbox", Boxes(peers=["c1"], boxes=[box]), round_)
+
+    for round_, replay in ((0, False), (1, True)):
+        roles: dict[str, Any] = {
+            "c0": lambda fed, r=round_: client_round(
+                fed, "server", vectors["c0"], config, r, clients=3
+            ),
+            "c1": lambda fed, r=round_: client_round(
+                fed, "server", vectors["c1"], config, r, clients=3, drop_after="shares"
+            ),
+            "c2": lambda fed, r=round_: client_round(
+                fed, "server", vectors["c2"], config, r, clients=3, drop_after="shares"
+            ),
+            "server": lambda fed, r=round_, p=replay: tampering_server(fed, round_=r, replay=p),
+        }
+        with pytest.raises(PartyFailedError) as caught:
+            LocalFederation(timeout=30).run(roles)
+        assert "the shares from 'c1' do not decrypt" in str(caught.value)
+        assert isinstance(caught.value.__cause__, MessageError) or "MessageError" in str(
+            caught.value
+        )
+
+
+def test_the_ring_refuses_what_would_overflow_the_sum() -> None:
+    ring = Ring(fraction_bits=24, bound=2.0**20)
+    with pytest.raises(ValueError, match="overflow the 64-bit ring"):
+        ring.encode(np.zeros(3), clients=1 << 20)
+    with pytest.raises(ValueError, match="exceeds the ring's bound"):
+        ring.encode(np.array([2.0**21]), clients=2)
+    with pytest.raises(ValueError, match="finite"):
+        ring.encode(np.array([np.nan]), clients=2)
