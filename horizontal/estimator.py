@@ -18,6 +18,7 @@ here runs on whatever rows are given, at whichever party holds them).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -60,6 +61,7 @@ class _FederatedModel(FederatedEstimator):
         standardize: bool = True,
         classes: Any = None,
         random_state: int | None = None,
+        secure_aggregation: Any = None,
         server: str = "server",
         timeout: float = 600.0,
     ) -> None:
@@ -76,6 +78,7 @@ class _FederatedModel(FederatedEstimator):
         self.standardize = standardize
         self.classes = classes
         self.random_state = random_state
+        self.secure_aggregation = secure_aggregation
         self.server = server
         self.timeout = timeout
 
@@ -124,7 +127,9 @@ class _FederatedModel(FederatedEstimator):
                     "would send: pass standardize=False (scale with known ranges first) and, "
                     "for a classifier, classes=[...]"
                 )
+        secure = self._secure_aggregation(len(clients))
         return FitSpec(
+            secure_aggregation=secure,
             server=self.server,
             clients=tuple(clients),
             task=self._task,
@@ -143,6 +148,28 @@ class _FederatedModel(FederatedEstimator):
             random_state=self.random_state,
             ledger=ledger,
         )
+
+    def _secure_aggregation(self, n_clients: int) -> Any:
+        """The :class:`~horizontal.secagg.SecAggConfig` (an int: its threshold), checked
+        against what cannot run inside it."""
+        from horizontal.secagg import SecAggConfig
+
+        given = self.secure_aggregation
+        if given is None:
+            return None
+        config = SecAggConfig(threshold=given) if isinstance(given, int) else given
+        if not isinstance(config, SecAggConfig):
+            raise ValueError(
+                f"secure_aggregation must be a threshold (int) or a SecAggConfig, got {given!r}"
+            )
+        config.check(max(2, math.ceil(self.client_fraction * n_clients)))
+        if self.privacy is not None and self.privacy.client_level:
+            raise ValueError(
+                "client-level DP adds its noise where it sees each update, which secure "
+                "aggregation hides: use RecordDP at the clients with it (distributed "
+                "client-level noise is not built yet)"
+            )
+        return config
 
     # -- simulation --------------------------------------------------------------------------
 
@@ -375,6 +402,12 @@ class FederatedClassifier(_FederatedModel):
         The classes (else the union of the clients' labels, sent at setup; needed with DP).
     random_state : int, optional
         Seeds the initial model, the clients' batch orders and (without DP) the sampling.
+    secure_aggregation : int or SecAggConfig, optional
+        Secure aggregation (:mod:`horizontal.secagg`) with this Shamir threshold: the server
+        learns only each round's sum of ``n_k * update`` (and ``n_k``) over the clients that
+        survive it, never one client's update; a round with fewer than ``threshold``
+        survivors stops the fit. Not with client-level DP (its noise is added where the
+        updates are seen); ``history_`` then has no drift (NaN).
 
     Attributes
     ----------

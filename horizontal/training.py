@@ -111,6 +111,7 @@ class Task(Message):
     stop: bool = False
     control: np.ndarray | None = None
     clip: float | None = None
+    peers: int | None = None  # under secure aggregation: the clients sampled this round
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,7 @@ class FitSpec:
     on_round: Any = None
     """Simulation only: ``on_round(record, weights, scaling)`` after each round (an observer
     of the server's state, e.g. to evaluate the global model on held-out rows)."""
+    secure_aggregation: Any = None  # horizontal.secagg.SecAggConfig, or None
 
 
 @dataclass
@@ -205,8 +207,9 @@ class ClientRole:
             if task.stop:
                 load_vector(module, task.weights)
                 return FitResult(flatten(module), scaling=scaling, n_features=x.shape[1])
-            with _TRAINING:  # the whole round: simulated clients take turns (see _TRAINING)
-                own_control = self._round(fed, module, x, y, loss_fn, task, own_control)
+            with _TRAINING:  # the training: simulated clients take turns (see _TRAINING)
+                own_control, reply = self._round(fed, module, x, y, loss_fn, task, own_control)
+            self._reply(fed, task, reply)  # outside: secure aggregation needs every client
 
     def _round(
         self,
@@ -217,8 +220,9 @@ class ClientRole:
         loss_fn: Any,
         task: Task,
         own_control: Vector | None,
-    ) -> Vector | None:
-        """Train from the task's weights and send the update; Scaffold's new ``c_k``."""
+    ) -> tuple[Vector | None, Any]:
+        """Train from the task's weights: Scaffold's new ``c_k`` and the reply (an
+        :class:`Update`, or under secure aggregation the vector to sum)."""
         spec = self.spec
         load_vector(module, task.weights)
         start = task.weights.astype(np.float64)  # what the module now holds
@@ -237,6 +241,11 @@ class ClientRole:
         unclipped = None
         if spec.privacy is not None and spec.privacy.client_level:
             delta, unclipped = spec.privacy.client_release(delta, task.clip, spec, fed.name)
+        if spec.secure_aggregation is not None:  # the server learns only the sum
+            parts = [len(x) * delta]
+            if update_control is not None:
+                parts.append(len(x) * update_control.astype(np.float64))
+            return own_control, np.concatenate([*parts, [float(len(x))]])
         update = Update(
             round=task.round,
             delta=delta.astype(np.float32),
@@ -244,8 +253,17 @@ class ClientRole:
             control=update_control,
             unclipped=unclipped,
         )
-        FED.send(fed, spec.server, "update", update, task.round)
-        return own_control
+        return own_control, update
+
+    def _reply(self, fed: Federation, task: Task, reply: Any) -> None:
+        spec = self.spec
+        if isinstance(reply, Update):
+            FED.send(fed, spec.server, "update", reply, task.round)
+            return
+        from horizontal.secagg import client_round
+
+        config = spec.secure_aggregation
+        client_round(fed, spec.server, reply, config, task.round, clients=int(task.peers or 1))
 
     def _setup(self, fed: Federation) -> Scaling:
         spec = self.spec
@@ -366,6 +384,7 @@ class ServerRole:
         clients = list(spec.clients)
         scaling, columns, sizes = self._setup(fed, clients)
         total_rows = sum(sizes.values())
+        self.total_rows = total_rows
         outputs = len(scaling.classes) if spec.task == "classification" else 1
         module = build_module(spec.module, len(columns), outputs, spec.hidden, spec.random_state)
         weights = flatten(module)
@@ -385,9 +404,17 @@ class ServerRole:
                 weights=weights.astype(np.float32),
                 control=None if control is None else control.astype(np.float32),
                 clip=clip,
+                peers=len(sampled) if spec.secure_aggregation is not None else None,
             )
             for client in sampled:
                 FED.send(fed, client, "task", task)
+            if spec.secure_aggregation is not None:
+                weights, record = self._secure_round(fed, sampled, weights, state, round_)
+                record.seconds = time.perf_counter() - began
+                result.history.append(record)
+                if spec.on_round is not None:
+                    spec.on_round(record, weights, scaling)
+                continue
             replies = self._gather(fed, sampled, round_)
             updates = {c: Update.from_payload(p, c) for c, p in replies.items()}
             for client, update in updates.items():
@@ -460,6 +487,46 @@ class ServerRole:
         )
         result.weights = weights
         return result
+
+    def _secure_round(
+        self,
+        fed: Federation,
+        sampled: list[str],
+        weights: Vector,
+        state: dict[str, Any],
+        round_: int,
+    ) -> tuple[Vector, RoundRecord]:
+        """A round under secure aggregation: the server gets ``sum n_k delta_k`` (and Scaffold's
+        ``sum n_k c_k``) and ``sum n_k`` of the surviving clients, never one client's update."""
+        from horizontal.secagg import server_round
+
+        spec = self.spec
+        d = weights.size
+        scaffold = spec.strategy.local.scaffold
+        size = d * (2 if scaffold else 1) + 1
+        total, survivors = server_round(fed, sampled, size, spec.secure_aggregation, round_)
+        rows = float(total[-1])
+        if not rows > 0:
+            raise ValueError(f"round {round_ + 1}: the surviving clients hold no rows")
+        mean_delta = total[:d] / rows
+        control_step = total[d : 2 * d] / self.total_rows if scaffold else None
+        weights = spec.strategy.server_step(weights, mean_delta, state, control_step=control_step)
+        if not np.all(np.abs(weights) < DIVERGED):
+            raise FloatingPointError(
+                f"round {round_ + 1}: the global model diverged (a weight beyond {DIVERGED:g} or "
+                "not finite); lower learning_rate (or the strategy's server_lr, or local_epochs)"
+            )
+        logger.info(
+            "round %d: %d of %d sampled clients in the secure sum",
+            round_ + 1,
+            len(survivors),
+            len(sampled),
+        )
+        nan = float("nan")  # no single update is seen: no drift to report
+        record = RoundRecord(round_ + 1, len(sampled), len(survivors), 0.0, nan, nan)
+        if spec.privacy is not None:
+            record.epsilon = spec.privacy.record_round(spec, round_, len(spec.clients))
+        return weights, record
 
     def _setup(
         self, fed: Federation, clients: list[str]

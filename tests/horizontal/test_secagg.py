@@ -186,3 +186,27 @@ def test_the_ring_refuses_what_would_overflow_the_sum() -> None:
         ring.encode(np.array([2.0**21]), clients=2)
     with pytest.raises(ValueError, match="finite"):
         ring.encode(np.array([np.nan]), clients=2)
+
+
+def test_federated_training_under_secure_aggregation_is_fedavg_without_any_update_seen() -> None:
+    from horizontal import ClientDP, FederatedClassifier
+    from vfl.datasets import make_hospital_cohort
+
+    hospitals = make_hospital_cohort(5, 1500, random_state=0)
+    clients = {k: (v.drop(columns=["diagnosis"]), v["diagnosis"]) for k, v in hospitals.items()}
+    for strategy in ("fedavg", "scaffold"):
+        plain = FederatedClassifier(rounds=3, random_state=0, strategy=strategy).fit(clients)
+        secure = FederatedClassifier(
+            rounds=3, random_state=0, strategy=strategy, secure_aggregation=3
+        ).fit(clients, keep_payloads=True)
+        np.testing.assert_allclose(secure.weights_, plain.weights_, atol=1e-6)
+        steps = {r.tag.split("/")[1] for r in secure.transcript_.records if r.sender != "server"}
+        assert "update" not in steps and {"keys", "masked", "reveal"} <= steps
+        assert [r.replied for r in secure.history_] == [5, 5, 5]
+    with pytest.raises(ValueError, match="client-level DP adds its noise where it sees"):
+        FederatedClassifier(
+            secure_aggregation=3,
+            privacy=ClientDP(noise_multiplier=1.0),
+            standardize=False,
+            classes=[0, 1],
+        ).fit(clients)
