@@ -8,7 +8,14 @@ aggregation, robust aggregation and compression, built on :mod:`vfl`'s runtime.
 * :mod:`horizontal.privacy` -- client-level DP (central :class:`ClientDP`, local
   :class:`LocalDP`) and record-level DP-SGD (:class:`RecordDP`), spends in the ledger;
 * :mod:`horizontal.partition` -- splitting a data set among simulated clients (IID, Dirichlet
-  label skew, quantity skew) and measuring the skew (total variation, earth mover's distance).
+  label skew, quantity skew) and measuring the skew (total variation, earth mover's distance);
+* :mod:`horizontal.secagg` -- secure aggregation that survives dropouts (Bonawitz et al.
+  2017, SecAgg+'s sparse graph as an option), :class:`SecAggConfig` for the estimators'
+  ``secure_aggregation=``;
+* :mod:`horizontal.robust` -- robust aggregation kernels (median, trimmed mean, Krum,
+  Multi-Krum, norm bounding, a cosine filter); :mod:`horizontal.compression` -- b-bit
+  stochastic quantisation and top-k sparsification with error feedback (kernels, not yet
+  wired into the training).
 
 Names are exported lazily (as in :mod:`vfl`): ``import horizontal`` loads neither pandas nor
 SciPy until a name that needs them is used.
@@ -30,6 +37,7 @@ _EXPORTS = {
     "FedSGD": "horizontal.strategies",
     "Scaffold": "horizontal.strategies",
     "Strategy": "horizontal.strategies",
+    "SecAggConfig": "horizontal.secagg",
     "ClientDP": "horizontal.privacy",
     "LocalDP": "horizontal.privacy",
     "RecordDP": "horizontal.privacy",
@@ -54,6 +62,7 @@ __all__ = [
     "LocalDP",
     "RecordDP",
     "Scaffold",
+    "SecAggConfig",
     "Strategy",
     "dirichlet_label_split",
     "earth_movers",
@@ -76,6 +85,7 @@ if TYPE_CHECKING:
         total_variation,
     )
     from horizontal.privacy import ClientDP, LocalDP, RecordDP
+    from horizontal.secagg import SecAggConfig
     from horizontal.strategies import FedAdam, FedAvg, FedAvgM, FedProx, FedSGD, Scaffold, Strategy
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -26,6 +26,12 @@ One round, four steps, every message between clients relayed (encrypted) by the 
 With fewer than ``t`` clients at any step the round aborts: the server tells the clients and
 raises :class:`SecAggAbortedError`, having learnt nothing but who answered.
 
+**SecAgg+** (Bell et al., CCS 2020; ``SecAggConfig(neighbours=k)``): each client shares keys
+and masks with ``k`` neighbours on a public pseudo-random ring instead of everyone, so its
+cost grows with ``k`` (``O(log n)`` suffices in the paper) rather than ``n``; the threshold
+then applies within each neighbourhood (every survivor's and dropped client's secret needs
+``t`` of its neighbours), and the security holds against fewer colluders per neighbourhood.
+
 Threat model: an honest-but-curious server and up to ``t - 1`` colluding clients learn
 nothing about an honest client's vector beyond the sum (the masks are uniform in the ring; a
 single masked vector is uniform: the tests check it). A *malicious* server could claim a
@@ -61,6 +67,7 @@ __all__ = [
     "SecAggAbortedError",
     "SecAggConfig",
     "client_round",
+    "neighbourhoods",
     "server_round",
     "shamir_combine",
     "shamir_split",
@@ -177,12 +184,34 @@ class SecAggConfig:
     threshold: int
     ring: Ring = Ring()
     min_survivors: int | None = None
+    neighbours: int | None = None
 
     def check(self, clients: int) -> None:
         if not 2 <= self.threshold <= clients:
             raise ValueError(
                 f"threshold must be between 2 and the {clients} clients, got {self.threshold}"
             )
+        k = self.neighbours
+        if k is not None and not (self.threshold <= k + 1 and k >= 2 and k % 2 == 0):
+            raise ValueError(
+                f"neighbours must be an even number >= 2 with threshold <= neighbours + 1; got "
+                f"neighbours={k}, threshold={self.threshold}"
+            )
+
+
+def neighbourhoods(names: Sequence[str], k: int | None, round_: int) -> dict[str, set[str]]:
+    """Who shares keys and masks with whom: everyone (``k`` None), or SecAgg+'s sparse graph
+    (Bell et al. 2020): the clients on a ring in an order drawn from the round and the roster
+    (public: every party computes it), each linked to the ``k / 2`` on either side."""
+    ordered = sorted(names)
+    if k is None or k + 1 >= len(ordered):
+        return {n: set(ordered) - {n} for n in ordered}
+    digest = hashlib.sha256(f"vflink/secagg+/{round_}/{'|'.join(ordered)}".encode()).digest()
+    ring = [ordered[i] for i in np.random.default_rng(list(digest)).permutation(len(ordered))]
+    out: dict[str, set[str]] = {}
+    for i, name in enumerate(ring):
+        out[name] = {ring[(i + j) % len(ring)] for j in range(-(k // 2), k // 2 + 1) if j}
+    return out
 
 
 # -- messages ----------------------------------------------------------------------------------
@@ -341,9 +370,11 @@ def client_round(
     c_pks = dict(zip(names, roster.c_pks, strict=True))
     s_pks = dict(zip(names, roster.s_pks, strict=True))
     points = {name: i + 1 for i, name in enumerate(names)}
-    b_shares = shamir_split(_int(seed), list(points.values()), config.threshold)
-    s_shares = shamir_split(_int(_private_raw(s_key)), list(points.values()), config.threshold)
-    peers = [n for n in names if n != me]
+    graph = neighbourhoods(names, config.neighbours, round_)
+    peers = sorted(graph[me])
+    ours = [points[n] for n in [me, *peers]]
+    b_shares = shamir_split(_int(seed), ours, config.threshold)
+    s_shares = shamir_split(_int(_private_raw(s_key)), ours, config.threshold)
     boxes = []
     for peer in peers:
         nonce = secrets.token_bytes(12)
@@ -356,7 +387,7 @@ def client_round(
     inbox = SECAGG.recv(fed, server, "inbox", Boxes, round_)
     held: dict[str, tuple[int, int]] = {me: (b_shares[points[me]], s_shares[points[me]])}
     for sender, box in zip(inbox.peers, inbox.boxes, strict=True):
-        if sender not in c_pks or sender == me:
+        if sender not in graph[me]:
             Boxes.refuse(server, "peers", f"names {sender!r}, not a peer of this round")
         try:
             aead = ChaCha20Poly1305(_share_key(c_key, c_pks[sender]))
@@ -383,8 +414,8 @@ def client_round(
             f"than the {least} it helps unmask"
         )
     alive = set(survivors.names)
-    if not alive <= u1:
-        Survivors.refuse(server, "names", "lists clients that never shared keys with us")
+    if not alive <= set(names) or me not in alive:
+        Survivors.refuse(server, "names", "lists clients outside the roster, or not us")
     reveal_peers, kinds, shares = [], [], []
     for peer in sorted(u1):
         b_share, s_share = held[peer]
@@ -447,10 +478,11 @@ def server_round(
     u1b = [n for n in u1 if n in shared]  # those whose shares reached the others
     if len(u1b) < t:
         abort(u1b, "inbox", len(u1b), "shares", Boxes([], []))
+    graph = neighbourhoods(u1, config.neighbours, round_)
     for receiver in u1b:
         senders, boxes = [], []
         for sender in u1b:
-            if sender == receiver:
+            if sender not in graph[receiver]:
                 continue
             message = shared[sender]
             try:
@@ -480,9 +512,15 @@ def server_round(
     for helper, reveal in reveals.items():
         for peer, kind, share in zip(reveal.peers, reveal.kinds, reveal.shares, strict=True):
             expected = "b" if peer in u2 else "s"
-            if peer not in shares or kind != expected:
+            if peer not in shares or kind != expected or peer not in graph[helper] | {helper}:
                 Reveal.refuse(helper, "kinds", f"reveals {kind!r} of {peer!r}")
             shares[peer][points[helper]] = _int(share)
+    short = [n for n in shares if len(shares[n]) < t]
+    if short:
+        raise SecAggAbortedError(
+            f"secure aggregation round {round_}: fewer than {t} of the neighbours of {short[:3]} "
+            "answered the unmasking; the sum stays masked"
+        )
     total = np.zeros(size, dtype=np.uint64)
     for name in u2:
         total = total + masked[name].values
@@ -503,6 +541,8 @@ def server_round(
                 f"among {sorted(reveals)} sent a wrong share"
             )
         for name in u2:
+            if name not in graph[dropped]:
+                continue
             mask = prg(_pair_seed(private, keys[name].s_pk, round_), size)
             total = total - mask if name < dropped else total + mask
     return config.ring.decode(total), u2

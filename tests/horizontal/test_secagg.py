@@ -210,3 +210,21 @@ def test_federated_training_under_secure_aggregation_is_fedavg_without_any_updat
             standardize=False,
             classes=[0, 1],
         ).fit(clients)
+
+
+def test_secagg_plus_neighbourhoods_give_the_exact_sum_with_dropouts() -> None:
+    from horizontal.secagg import neighbourhoods
+
+    vectors = _vectors(10, 32, seed=3)
+    config = SecAggConfig(threshold=3, neighbours=4)
+    graph = neighbourhoods(sorted(vectors), 4, 0)
+    assert all(len(peers) == 4 for peers in graph.values())
+    assert all(a in graph[b] for a in graph for b in graph[a])  # symmetric
+    drops = {"c2": "shares", "c7": "masked"}
+    total, survivors = _run(vectors, config, drops)["server"]
+    ring = Ring()
+    exact = ring.decode(sum(ring.encode(vectors[c], 10) for c in survivors))
+    np.testing.assert_array_equal(total, exact)
+    assert "c2" not in survivors and "c7" in survivors
+    with pytest.raises(ValueError, match="neighbours must be an even number"):
+        SecAggConfig(threshold=6, neighbours=4).check(10)
