@@ -62,6 +62,7 @@ class _FederatedModel(FederatedEstimator):
         classes: Any = None,
         random_state: int | None = None,
         secure_aggregation: Any = None,
+        robust_aggregation: Any = None,
         server: str = "server",
         timeout: float = 600.0,
     ) -> None:
@@ -79,6 +80,7 @@ class _FederatedModel(FederatedEstimator):
         self.classes = classes
         self.random_state = random_state
         self.secure_aggregation = secure_aggregation
+        self.robust_aggregation = robust_aggregation
         self.server = server
         self.timeout = timeout
 
@@ -128,8 +130,10 @@ class _FederatedModel(FederatedEstimator):
                     "for a classifier, classes=[...]"
                 )
         secure = self._secure_aggregation(len(clients))
+        robust = self._robust(secure, math.ceil(self.client_fraction * len(clients)))
         return FitSpec(
             secure_aggregation=secure,
+            robust=robust,
             server=self.server,
             clients=tuple(clients),
             task=self._task,
@@ -148,6 +152,29 @@ class _FederatedModel(FederatedEstimator):
             random_state=self.random_state,
             ledger=ledger,
         )
+
+    def _robust(self, secure: Any, sampled: int) -> Any:
+        """The :class:`~horizontal.robust.RobustAggregation` (a rule name is enough), checked."""
+        from horizontal.robust import RobustAggregation
+
+        given = self.robust_aggregation
+        if given is None:
+            return None
+        robust = RobustAggregation(rule=given) if isinstance(given, str) else given
+        if not isinstance(robust, RobustAggregation):
+            raise ValueError(
+                f"robust_aggregation must be a rule name or a RobustAggregation, got {given!r}"
+            )
+        robust.check(sampled)
+        if secure is not None:
+            raise ValueError(
+                "robust aggregation needs each client's update, which secure aggregation hides: "
+                "choose one (norm bounding at the clients is the only defence of the two that "
+                "could run together, and it is not built in)"
+            )
+        if self.privacy is not None and self.privacy.client_level:
+            raise ValueError("robust aggregation replaces the mean that client-level DP noises")
+        return robust
 
     def _secure_aggregation(self, n_clients: int) -> Any:
         """The :class:`~horizontal.secagg.SecAggConfig` (an int: its threshold), checked
@@ -181,6 +208,7 @@ class _FederatedModel(FederatedEstimator):
         keep_payloads: bool = False,
         ledger: Any = None,
         callback: Any = None,
+        adversaries: Any = None,
     ) -> _FederatedModel:
         """Train with the server and every client simulated in this process.
 
@@ -201,10 +229,19 @@ class _FederatedModel(FederatedEstimator):
             :class:`~horizontal.training.RoundRecord` and a fitted copy of this estimator
             holding that round's global model (to trace held-out accuracy, say). It runs in
             the simulated server's thread and sees only the global model.
+        adversaries : dict, optional
+            For audits (:mod:`horizontal.attacks`): ``{client: tamper(delta, round) -> delta}``
+            makes those clients send what ``tamper`` returns instead of their honest update
+            (a sign flip, a boosted backdoor).
         """
         data = _client_data(clients, label)
         ledger = self._ledger(ledger)
         spec = self.fit_spec(list(data), ledger=ledger)
+        if adversaries:
+            unknown = sorted(set(adversaries) - set(data))
+            if unknown:
+                raise ValueError(f"adversaries names clients {unknown} that are not in the fit")
+            spec = replace(spec, adversaries=dict(adversaries))
         if callback is not None:
             spec = replace(spec, on_round=self._observer(callback, spec, data))
         roles: dict[str, Role] = {
@@ -408,6 +445,9 @@ class FederatedClassifier(_FederatedModel):
         survive it, never one client's update; a round with fewer than ``threshold``
         survivors stops the fit. Not with client-level DP (its noise is added where the
         updates are seen); ``history_`` then has no drift (NaN).
+    robust_aggregation : str or RobustAggregation, optional
+        A robust rule instead of the weighted mean (:mod:`horizontal.robust`: ``"median"``,
+        ``"trimmed_mean"``, ``"krum"``, ...); not with secure aggregation or client-level DP.
 
     Attributes
     ----------

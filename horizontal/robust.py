@@ -46,11 +46,13 @@ Ramchandran, Bartlett 2018 (coordinate-wise median, trimmed mean); Bagdasaryan e
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "RobustAggregation",
     "coordinate_median",
     "cosine_filter",
     "krum",
@@ -256,3 +258,63 @@ def _stack(vectors: Sequence[Vector] | Vector) -> Vector:
         rows = np.flatnonzero(~np.isfinite(stacked).all(axis=1)).tolist()
         raise ValueError(f"updates must be finite; NaN or infinity in update(s) {rows}")
     return stacked
+
+
+@dataclass(frozen=True)
+class RobustAggregation:
+    """A robust replacement for the server's weighted mean of the round's updates, for
+    ``robust_aggregation=`` on :class:`horizontal.FederatedClassifier` (and the regressor).
+
+    Parameters
+    ----------
+    rule : {"median", "trimmed_mean", "krum", "multi_krum", "norm_bound", "cosine"}
+        The kernel (see the module docstring for what each tolerates).
+    f : int
+        Byzantine clients assumed (Krum, Multi-Krum).
+    beta : float
+        Fraction trimmed at each end (trimmed mean).
+    m : int, optional
+        Updates averaged by Multi-Krum (default ``n - f``).
+    max_norm : float
+        The bound of ``"norm_bound"``; the bounded updates are then averaged with the
+        clients' row counts from setup as weights.
+    threshold : float
+        Cosine similarity an update needs to the coordinate-wise median (``"cosine"``).
+
+    Every rule but ``"norm_bound"`` weighs the clients equally (a client's claimed row count
+    would otherwise be a lever); none runs inside secure aggregation.
+    """
+
+    rule: str = "median"
+    f: int = 1
+    beta: float = 0.1
+    m: int | None = None
+    max_norm: float = 1.0
+    threshold: float = 0.0
+
+    RULES = ("median", "trimmed_mean", "krum", "multi_krum", "norm_bound", "cosine")
+
+    def check(self, clients: int | None = None) -> None:
+        """The options, and Krum's ``n >= 2f + 3`` for ``clients`` updates a round."""
+        if self.rule not in self.RULES:
+            raise ValueError(f"rule must be one of {list(self.RULES)}, got {self.rule!r}")
+        if self.rule in ("krum", "multi_krum") and clients is not None:
+            _check_krum(clients, self.f)
+        if self.rule == "norm_bound" and not self.max_norm > 0:
+            raise ValueError(f"max_norm must be positive, got {self.max_norm!r}")
+
+    def aggregate(self, deltas: Vector, samples: Sequence[float]) -> Vector:
+        """The round's aggregate update from the replies' ``deltas`` (rows)."""
+        from horizontal.aggregate import weighted_mean
+
+        if self.rule == "median":
+            return coordinate_median(deltas)
+        if self.rule == "trimmed_mean":
+            return trimmed_mean(deltas, self.beta)
+        if self.rule == "krum":
+            return krum(deltas, self.f)
+        if self.rule == "multi_krum":
+            return multi_krum(deltas, self.f, self.m or len(deltas) - self.f)
+        if self.rule == "norm_bound":
+            return weighted_mean(norm_bound(deltas, self.max_norm), samples)
+        return cosine_filter(deltas, self.threshold)[1]

@@ -155,6 +155,10 @@ class FitSpec:
     """Simulation only: ``on_round(record, weights, scaling)`` after each round (an observer
     of the server's state, e.g. to evaluate the global model on held-out rows)."""
     secure_aggregation: Any = None  # horizontal.secagg.SecAggConfig, or None
+    robust: Any = None  # horizontal.robust.RobustAggregation, or None
+    adversaries: Any = None
+    """Simulation only, for audits: ``{client: tamper(delta, round) -> delta}``, what a
+    malicious client sends instead of its honest update."""
 
 
 @dataclass
@@ -233,6 +237,8 @@ class ClientRole:
             module, x, y, loss_fn, spec, start, control, own_control, seed, fed.name
         )
         delta = flatten(module) - start
+        if spec.adversaries and fed.name in spec.adversaries:  # an audit's malicious client
+            delta = np.asarray(spec.adversaries[fed.name](delta, task.round), dtype=np.float64)
         update_control = None
         if spec.strategy.local.scaffold:  # option II of Karimireddy et al. 2020
             new_control = own_control - control - delta / (steps * spec.learning_rate)
@@ -433,6 +439,8 @@ class ServerRole:
                 mean_delta, clip = privacy.server_mean(
                     deltas, bits, clip, len(clients), weights, spec
                 )
+            elif spec.robust is not None and len(deltas):
+                mean_delta = spec.robust.aggregate(deltas, [u.samples for u in updates.values()])
             else:
                 mean_delta = weighted_mean(deltas, [u.samples for u in updates.values()])
             control_step = None
