@@ -10,20 +10,28 @@ aggregation (each client sends its float32 update; the server sums them), with t
 for the complete graph (Bonawitz et al.) and for SecAgg+ with ``k = 2 ceil(log2 n)``
 neighbours. Each run checks the secure sum against the plain sum of the survivors.
 
-Flower's SecAgg+ is not measured here (it needs ``flwr`` in its own environment, and this
-script does not drive it yet): the issue's comparison with it is left open.
+Flower's SecAgg+ (``SecAggPlusWorkflow`` with ``secaggplus_mod``, ``flwr.simulation``; the
+same clients, dimension, neighbourhood size ``k + 1`` as ``num_shares`` and threshold) runs
+when ``--flower-python`` names a Python with ``flwr[simulation]`` (it pins other versions of
+our dependencies, so it lives in its own environment); its seconds per round are the time
+between the strategy's rounds, which also carries the parameters to the clients.
 
 Run::
 
     python benchmarks/secagg.py [--clients 100] [--size 100000] [--threshold-fraction 0.5]
+        [--flower-python PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import subprocess
 import sys
+import tempfile
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,11 +121,84 @@ def plain(vectors: dict[str, Any]) -> dict[str, float]:
     return timing
 
 
+FLOWER = textwrap.dedent(
+    """
+import sys, time, json
+import numpy as np
+import flwr as fl
+from flwr.client import ClientApp, NumPyClient
+from flwr.client.mod import secaggplus_mod
+from flwr.common import Context, ndarrays_to_parameters
+from flwr.server import Grid, LegacyContext, ServerApp, ServerConfig
+from flwr.server.strategy import FedAvg
+from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
+from flwr.simulation import run_simulation
+
+n_clients, size, rounds, shares, threshold = map(int, sys.argv[1:6])
+times = []
+
+class Client(NumPyClient):
+    def fit(self, parameters, config):
+        rng = np.random.default_rng()
+        return [parameters[0] + rng.normal(scale=0.01, size=size).astype(np.float32)], 1, {}
+
+def client_fn(context: Context):
+    return Client().to_client()
+
+client_app = ClientApp(client_fn=client_fn, mods=[secaggplus_mod])
+
+class Timed(FedAvg):
+    def configure_fit(self, server_round, parameters, client_manager):
+        times.append(time.perf_counter())
+        return super().configure_fit(server_round, parameters, client_manager)
+
+strategy = Timed(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=n_clients,
+                 min_available_clients=n_clients,
+                 initial_parameters=ndarrays_to_parameters([np.zeros(size, np.float32)]))
+app = ServerApp()
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    config = ServerConfig(num_rounds=rounds)
+    legacy = LegacyContext(context=context, config=config, strategy=strategy)
+    secagg = SecAggPlusWorkflow(num_shares=shares, reconstruction_threshold=threshold)
+    workflow = DefaultWorkflow(fit_workflow=secagg)
+    workflow(grid, legacy)
+
+run_simulation(server_app=app, client_app=client_app, num_supernodes=n_clients,
+               backend_config={"client_resources": {"num_cpus": 1}})
+times.append(time.perf_counter())
+gaps = np.diff(times)[1:] if len(times) > 2 else np.diff(times)
+print(json.dumps({"per_round": float(np.mean(gaps))}))
+    """
+)
+
+
+def flower(python: str, clients: int, size: int, shares: int, threshold: int) -> str:
+    check = subprocess.run(
+        [python, "-c", "import flwr, ray"], capture_output=True, text=True, check=False
+    )
+    if check.returncode != 0:
+        return "skipped (no flwr[simulation] in --flower-python)"
+    with tempfile.TemporaryDirectory() as folder:
+        script = Path(folder) / "flower_secagg.py"
+        script.write_text(FLOWER)
+        args = [str(v) for v in (clients, size, 2, shares, threshold)]
+        done = subprocess.run(
+            [python, str(script), *args], capture_output=True, text=True, check=False
+        )
+    if done.returncode != 0:
+        return f"failed: {done.stderr.strip().splitlines()[-1] if done.stderr else '?'}"
+    line = [x for x in done.stdout.splitlines() if x.startswith("{")][-1]
+    return f"{json.loads(line)['per_round']:.2f} s/round"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--threshold-fraction", type=float, default=0.5)
+    parser.add_argument("--flower-python", default=sys.executable)
     args = parser.parse_args()
     load = os.getloadavg()
     print(
@@ -156,6 +237,10 @@ def main() -> None:
                 f"{found['round'] / args.clients:>10.3f}{found['bytes'] / 1e6:>11.2f}"
                 f"{found['round'] / base['round']:>8.1f}x{found['error']:>11.1e}"
             )
+    other = flower(args.flower_python, args.clients, args.size, k + 1, plus.threshold)
+    print(
+        f"\nFlower SecAgg+ (num_shares {k + 1}, threshold {plus.threshold}, 0 % dropouts): {other}"
+    )
     load = os.getloadavg()
     print(f"\nload average at the end {load[0]:.2f}")
 
