@@ -190,11 +190,10 @@ class _FederatedModel(FederatedEstimator):
                 f"secure_aggregation must be a threshold (int) or a SecAggConfig, got {given!r}"
             )
         config.check(max(2, math.ceil(self.client_fraction * n_clients)))
-        if self.privacy is not None and self.privacy.client_level:
+        if self.privacy is not None and getattr(self.privacy, "adaptive", False):
             raise ValueError(
-                "client-level DP adds its noise where it sees each update, which secure "
-                "aggregation hides: use RecordDP at the clients with it (distributed "
-                "client-level noise is not built yet)"
+                "adaptive clipping needs the server to count the clipped updates, which secure "
+                "aggregation hides: pass adaptive=False with secure aggregation"
             )
         return config
 
@@ -443,8 +442,9 @@ class FederatedClassifier(_FederatedModel):
         Secure aggregation (:mod:`horizontal.secagg`) with this Shamir threshold: the server
         learns only each round's sum of ``n_k * update`` (and ``n_k``) over the clients that
         survive it, never one client's update; a round with fewer than ``threshold``
-        survivors stops the fit. Not with client-level DP (its noise is added where the
-        updates are seen); ``history_`` then has no drift (NaN).
+        survivors stops the fit. With ``ClientDP`` the noise is distributed: each client adds
+        its share, ``1/threshold`` of the variance (not with ``adaptive=True``); ``LocalDP``
+        and ``RecordDP`` compose as they are. ``history_`` then has no drift (NaN).
     robust_aggregation : str or RobustAggregation, optional
         A robust rule instead of the weighted mean (:mod:`horizontal.robust`: ``"median"``,
         ``"trimmed_mean"``, ``"krum"``, ...); not with secure aggregation or client-level DP.

@@ -202,6 +202,19 @@ class ClientDP:
         clipped, norm = clip_to_norm(delta, float(clip if clip is not None else self.clip))
         return clipped, (bool(norm <= (clip or self.clip)) if self.adaptive else None)
 
+    def noise_share(self, size: int, clip: float | None, spec: Any) -> Vector:
+        """Under secure aggregation (distributed noise): this client's share of the round's
+        noise, ``N(0, (z C)^2 / t)`` with ``t`` the secure aggregation's threshold, so that
+        the sum of the at least ``t`` surviving clients carries the whole ``N(0, (z C)^2)``
+        the ledger accounts for. The server never sees a noise-free sum; clients that
+        collude with it can subtract their own shares, so against ``k`` colluders the noise
+        left is that of ``t - k`` clients."""
+        norm = float(clip if clip is not None else self.clip)
+        expected = spec.client_fraction * len(spec.clients)
+        z = self.update_multiplier(expected, spec.rounds, spec.client_fraction)
+        out: Vector = _noise(size, z * norm / math.sqrt(spec.secure_aggregation.threshold))
+        return out
+
     # -- the server ------------------------------------------------------------------------
 
     def poisson_sample(self, clients: list[str], rate: float) -> list[str]:
@@ -238,9 +251,14 @@ class ClientDP:
         if ledger is None:
             return None
         z = self.multiplier(spec.rounds, spec.client_fraction)
+        where = (
+            "distributed noise under secure aggregation"
+            if getattr(spec, "secure_aggregation", None) is not None
+            else "central noise"
+        )
         ledger.record(
             holder=EVERY_CLIENT,
-            data="its whole data (client-level DP-FedAvg, central noise)",
+            data=f"its whole data (client-level DP-FedAvg, {where})",
             mechanism="gaussian",
             noise_multiplier=z,
             sampling_rate=spec.client_fraction,

@@ -248,6 +248,10 @@ class ClientRole:
         if spec.privacy is not None and spec.privacy.client_level:
             delta, unclipped = spec.privacy.client_release(delta, task.clip, spec, fed.name)
         if spec.secure_aggregation is not None:  # the server learns only the sum
+            if spec.privacy is not None and spec.privacy.client_level:  # DP's unweighted sum
+                if hasattr(spec.privacy, "noise_share"):  # ClientDP: distributed noise
+                    delta = delta + spec.privacy.noise_share(delta.size, task.clip, spec)
+                return own_control, np.concatenate([delta, [1.0]])
             parts = [len(x) * delta]
             if update_control is not None:
                 parts.append(len(x) * update_control.astype(np.float64))
@@ -517,6 +521,9 @@ class ServerRole:
         if not rows > 0:
             raise ValueError(f"round {round_ + 1}: the surviving clients hold no rows")
         mean_delta = total[:d] / rows
+        privacy = spec.privacy
+        if privacy is not None and privacy.client_level and hasattr(privacy, "noise_share"):
+            mean_delta = total[:d] / (spec.client_fraction * len(spec.clients))  # / (q N)
         control_step = total[d : 2 * d] / self.total_rows if scaffold else None
         weights = spec.strategy.server_step(weights, mean_delta, state, control_step=control_step)
         if not np.all(np.abs(weights) < DIVERGED):

@@ -203,13 +203,44 @@ def test_federated_training_under_secure_aggregation_is_fedavg_without_any_updat
         steps = {r.tag.split("/")[1] for r in secure.transcript_.records if r.sender != "server"}
         assert "update" not in steps and {"keys", "masked", "reveal"} <= steps
         assert [r.replied for r in secure.history_] == [5, 5, 5]
-    with pytest.raises(ValueError, match="client-level DP adds its noise where it sees"):
+    with pytest.raises(ValueError, match="adaptive clipping needs the server to count"):
         FederatedClassifier(
             secure_aggregation=3,
-            privacy=ClientDP(noise_multiplier=1.0),
+            privacy=ClientDP(noise_multiplier=0.2, adaptive=True),
             standardize=False,
             classes=[0, 1],
         ).fit(clients)
+
+
+def test_client_level_dp_under_secure_aggregation_distributes_its_noise() -> None:
+    from types import SimpleNamespace
+
+    from horizontal import ClientDP, FederatedClassifier
+    from vfl.datasets import make_hospital_cohort
+
+    privacy = ClientDP(noise_multiplier=1.5, clip=0.5)
+    spec = SimpleNamespace(
+        client_fraction=1.0,
+        clients=("a", "b", "c", "d", "e"),
+        rounds=3,
+        secure_aggregation=SecAggConfig(threshold=4),
+    )
+    share = privacy.noise_share(200_000, None, spec)
+    # each client's share carries 1/t of the variance: t of them the whole (1.5 * 0.5)^2
+    assert float(np.std(share)) == pytest.approx(1.5 * 0.5 / 2, rel=0.01)
+    hospitals = make_hospital_cohort(5, 1500, random_state=0)
+    clients = {
+        k: (v.drop(columns=["diagnosis"]).to_numpy(), v["diagnosis"]) for k, v in hospitals.items()
+    }
+    options: dict[str, Any] = dict(
+        rounds=3, standardize=False, classes=[0, 1], random_state=0, privacy=privacy
+    )
+    central = FederatedClassifier(**options).fit(clients)
+    secure = FederatedClassifier(**options, secure_aggregation=4).fit(clients, keep_payloads=True)
+    assert secure.epsilon_ == pytest.approx(central.epsilon_, rel=1e-9)  # the same account
+    entries = secure.privacy_ledger_.to_json()
+    assert "distributed noise under secure aggregation" in entries
+    assert not any(r.tag.startswith("fed/update") for r in secure.transcript_.records)
 
 
 def test_secagg_plus_neighbourhoods_give_the_exact_sum_with_dropouts() -> None:
