@@ -14,8 +14,9 @@ aggregation, robust aggregation and compression, built on :mod:`vfl`'s runtime.
   ``secure_aggregation=``;
 * :mod:`horizontal.robust` -- robust aggregation kernels (median, trimmed mean, Krum,
   Multi-Krum, norm bounding, a cosine filter); :mod:`horizontal.compression` -- b-bit
-  stochastic quantisation and top-k sparsification with error feedback (kernels, not yet
-  wired into the training).
+  stochastic quantisation and top-k sparsification with error feedback (``compression=``);
+  :mod:`horizontal.attacks` -- the attacks as audits; :mod:`horizontal.participation` -- the
+  sampled mean's error, cross-silo against cross-device.
 
 Names are exported lazily (as in :mod:`vfl`): ``import horizontal`` loads neither pandas nor
 SciPy until a name that needs them is used.

@@ -63,6 +63,7 @@ class _FederatedModel(FederatedEstimator):
         random_state: int | None = None,
         secure_aggregation: Any = None,
         robust_aggregation: Any = None,
+        compression: Any = None,
         server: str = "server",
         timeout: float = 600.0,
     ) -> None:
@@ -81,6 +82,7 @@ class _FederatedModel(FederatedEstimator):
         self.random_state = random_state
         self.secure_aggregation = secure_aggregation
         self.robust_aggregation = robust_aggregation
+        self.compression = compression
         self.server = server
         self.timeout = timeout
 
@@ -134,6 +136,7 @@ class _FederatedModel(FederatedEstimator):
         return FitSpec(
             secure_aggregation=secure,
             robust=robust,
+            compression=self._compression(secure),
             server=self.server,
             clients=tuple(clients),
             task=self._task,
@@ -152,6 +155,28 @@ class _FederatedModel(FederatedEstimator):
             random_state=self.random_state,
             ledger=ledger,
         )
+
+    def _compression(self, secure: Any) -> Any:
+        """``bits`` (int, 1 to 32) or a top-k fraction (float in (0, 1)), checked."""
+        chosen = self.compression
+        if chosen is None:
+            return None
+        if isinstance(chosen, bool) or not (
+            (isinstance(chosen, int) and 1 <= chosen <= 32)
+            or (isinstance(chosen, float) and 0 < chosen < 1)
+        ):
+            raise ValueError(
+                "compression must be a bit count (1 to 32) or a top-k fraction in (0, 1), got "
+                f"{chosen!r}"
+            )
+        if secure is not None:
+            raise ValueError(
+                "compressed updates each carry their own scale, which a masked sum cannot "
+                "combine: choose secure_aggregation or compression"
+            )
+        if self.privacy is not None and self.privacy.client_level:
+            raise ValueError("compression with client-level DP is not supported yet")
+        return chosen
 
     def _robust(self, secure: Any, sampled: int) -> Any:
         """The :class:`~horizontal.robust.RobustAggregation` (a rule name is enough), checked."""
@@ -445,6 +470,10 @@ class FederatedClassifier(_FederatedModel):
         survivors stops the fit. With ``ClientDP`` the noise is distributed: each client adds
         its share, ``1/threshold`` of the variance (not with ``adaptive=True``); ``LocalDP``
         and ``RecordDP`` compose as they are. ``history_`` then has no drift (NaN).
+    compression : int or float, optional
+        Updates sent as ``bits``-bit unbiased stochastic codes (an int) or as their top-k
+        entries with error feedback (a fraction, :mod:`horizontal.compression`); not with
+        secure aggregation or client-level DP.
     robust_aggregation : str or RobustAggregation, optional
         A robust rule instead of the weighted mean (:mod:`horizontal.robust`: ``"median"``,
         ``"trimmed_mean"``, ``"krum"``, ...); not with secure aggregation or client-level DP.

@@ -125,6 +125,10 @@ class Update(Message):
     samples: int
     control: np.ndarray | None = None
     unclipped: bool | None = None
+    codes: bytes | None = None  # compressed: b-bit codes packed (delta is then empty)
+    low: float = 0.0
+    scale: float = 0.0
+    indices: np.ndarray | None = None  # compressed: top-k positions (delta holds the values)
 
 
 # -- the agreed plan ---------------------------------------------------------------------------
@@ -156,6 +160,7 @@ class FitSpec:
     of the server's state, e.g. to evaluate the global model on held-out rows)."""
     secure_aggregation: Any = None  # horizontal.secagg.SecAggConfig, or None
     robust: Any = None  # horizontal.robust.RobustAggregation, or None
+    compression: Any = None  # bits (int) or a top-k fraction (float), or None
     adversaries: Any = None
     """Simulation only, for audits: ``{client: tamper(delta, round) -> delta}``, what a
     malicious client sends instead of its honest update."""
@@ -196,6 +201,7 @@ class ClientRole:
 
     def __init__(self, spec: FitSpec, x: Vector, y: Vector, columns: list[str]) -> None:
         self.spec, self.x, self.y, self.columns = spec, x, y, columns
+        self.topk: Any = None  # top-k compression's error feedback, kept across rounds
 
     def __call__(self, fed: Federation) -> FitResult:
         spec, server = self.spec, self.spec.server
@@ -263,7 +269,28 @@ class ClientRole:
             control=update_control,
             unclipped=unclipped,
         )
+        if spec.compression is not None:
+            update = self._compress(update, delta)
         return own_control, update
+
+    def _compress(self, update: Update, delta: Vector) -> Update:
+        """The update as ``bits``-bit stochastic codes, or its top-k entries with error
+        feedback (:mod:`horizontal.compression`)."""
+        from dataclasses import replace
+
+        from horizontal import compression
+
+        chosen = self.spec.compression
+        if isinstance(chosen, int):
+            codes, low, scale = compression.quantize(delta, chosen)
+            packed = compression.pack_codes(codes, chosen)
+            return replace(
+                update, delta=np.zeros(0, np.float32), codes=packed, low=low, scale=scale
+            )
+        if self.topk is None:
+            self.topk = compression.TopK(fraction=float(chosen))
+        indices, values = self.topk.compress(delta)
+        return replace(update, delta=values.astype(np.float32), indices=indices)
 
     def _reply(self, fed: Federation, task: Task, reply: Any) -> None:
         spec = self.spec
@@ -426,7 +453,10 @@ class ServerRole:
                     spec.on_round(record, weights, scaling)
                 continue
             replies = self._gather(fed, sampled, round_)
-            updates = {c: Update.from_payload(p, c) for c, p in replies.items()}
+            updates = {
+                c: _expand(Update.from_payload(p, c), spec.compression, weights.size, c)
+                for c, p in replies.items()
+            }
             for client, update in updates.items():
                 if update.round != round_ or update.delta.shape != weights.shape:
                     Update.refuse(client, "delta", f"is not round {round_}'s {weights.size} values")
@@ -628,6 +658,29 @@ class ServerRole:
         if self.spec.min_clients is None:
             return max(1, math.ceil(sampled / 2)) if sampled else 0
         return min(self.spec.min_clients, sampled)
+
+
+def _expand(update: Update, chosen: Any, size: int, client: str) -> Update:
+    """A compressed update made dense again (checked against the agreed compression)."""
+    from dataclasses import replace
+
+    from horizontal import compression
+
+    if chosen is None:
+        return update
+    try:
+        if isinstance(chosen, int):
+            if update.codes is None:
+                Update.refuse(client, "codes", f"are missing: updates travel as {chosen}-bit codes")
+            codes = compression.unpack_codes(update.codes, chosen, size)
+            dense = compression.dequantize(codes, update.low, update.scale)
+        else:
+            if update.indices is None:
+                Update.refuse(client, "indices", "are missing: updates travel as top-k entries")
+            dense = compression.TopK.decompress(update.indices, update.delta, size)
+    except ValueError as exc:
+        Update.refuse(client, "codes", f"do not decode: {exc}")
+    return replace(update, delta=dense.astype(np.float32), codes=None, indices=None)
 
 
 def _field(profile: Profile, name: str, size: int, client: str) -> Vector:

@@ -258,3 +258,33 @@ def test_topk_refuses_bad_input() -> None:
         TopK.decompress(np.array([1, 1]), np.array([1.0, 2.0]), 3)
     with pytest.raises(ValueError, match="indices must be integers"):
         TopK.decompress(np.array([1.0]), np.array([1.0]), 3)
+
+
+def test_compressed_training_sends_fewer_bytes_at_little_cost() -> None:
+    from sklearn.metrics import roc_auc_score
+
+    from horizontal import FederatedClassifier
+    from vfl.datasets import make_hospital_cohort
+
+    hospitals = make_hospital_cohort(5, 3000, random_state=0)
+    clients = {
+        k: (v.iloc[:500].drop(columns=["diagnosis"]), v.iloc[:500]["diagnosis"])
+        for k, v in hospitals.items()
+    }
+    x_test = np.vstack(
+        [v.iloc[500:].drop(columns=["diagnosis"]).to_numpy() for v in hospitals.values()]
+    )
+    y_test = np.concatenate([v.iloc[500:]["diagnosis"].to_numpy() for v in hospitals.values()])
+    found = {}
+    for chosen in (None, 8, 0.1):
+        model = FederatedClassifier(rounds=10, random_state=0, compression=chosen)
+        model.fit(clients, keep_payloads=True)
+        sent = sum(r.nbytes for r in model.transcript_.records if r.tag.startswith("fed/update"))
+        found[chosen] = (sent, roc_auc_score(y_test, model.predict_proba(x_test)[:, 1]))
+    assert found[8][0] < 0.3 * found[None][0] and found[0.1][0] < 0.3 * found[None][0]
+    assert abs(found[8][1] - found[None][1]) < 0.005
+    assert abs(found[0.1][1] - found[None][1]) < 0.005
+    with pytest.raises(ValueError, match="choose secure_aggregation or compression"):
+        FederatedClassifier(compression=8, secure_aggregation=3).fit(clients)
+    with pytest.raises(ValueError, match="compression must be a bit count"):
+        FederatedClassifier(compression=0).fit(clients)
