@@ -75,6 +75,17 @@ def test_dlg_recovers_one_record_from_its_gradient() -> None:
     gradient = torch.cat([g.reshape(-1) for g in grads]).double().numpy()
     found = dlg_attack(build_module(None, 6, 2, (16,), 1), gradient, 6, 2, steps=300)
     assert reconstruction_error(found, x[0]) < 1e-2
+    # what secure aggregation leaves the server: the sum of ten clients' gradients
+    rows = np.random.default_rng(2).normal(size=(10, 6))
+    total = np.zeros_like(gradient)
+    for row in rows:
+        loss = torch.nn.functional.cross_entropy(
+            module(torch.as_tensor(row[None, :], dtype=torch.float32)), torch.tensor([1])
+        )
+        grads = torch.autograd.grad(loss, list(module.parameters()))
+        total += torch.cat([g.reshape(-1) for g in grads]).double().numpy()
+    found = dlg_attack(build_module(None, 6, 2, (16,), 1), total, 6, 2, steps=300)
+    assert min(reconstruction_error(found, row) for row in rows) > 0.3
 
 
 def _hospitals(n: int, rows: int, seed: int) -> tuple[dict[str, Any], Any, Any, Any, Any]:
@@ -175,6 +186,10 @@ def test_a_boosted_backdoor_succeeds_against_fedavg_and_the_median_cuts_it() -> 
     baseline = attack_success(honest.predict, triggered, 1)
     attacked = FederatedClassifier(**OPTIONS).fit(poisoned, adversaries=attacker)
     assert attack_success(attacked.predict, triggered, 1) > 0.9 > baseline + 0.5
+    bounded = FederatedClassifier(
+        **OPTIONS, robust_aggregation=RobustAggregation("norm_bound", max_norm=0.05)
+    ).fit(poisoned, adversaries=attacker)
+    assert attack_success(bounded.predict, triggered, 1) < 0.7  # cut, not stopped
     defended = FederatedClassifier(**OPTIONS, robust_aggregation="median")
     defended.fit(poisoned, adversaries=attacker)
     assert attack_success(defended.predict, triggered, 1) < baseline + 0.1
