@@ -210,7 +210,28 @@ def pretrain_encoder(
     )
 
 
-class EncoderTransferClassifier:
+class BinaryScores:
+    """``predict_proba`` and ``predict`` from a binary ``decision_function`` (log-odds of
+    ``classes_[1]``), shared by the transfer classifiers."""
+
+    classes_: np.ndarray[Any, Any]
+
+    def decision_function(self, target: pd.DataFrame) -> np.ndarray[Any, Any]:
+        raise NotImplementedError
+
+    def predict_proba(self, target: pd.DataFrame) -> np.ndarray[Any, Any]:
+        """``[1 - p, p]`` per target row, ``p`` the sigmoid of the decision function."""
+        from scipy.special import expit
+
+        p = expit(self.decision_function(target))
+        return np.column_stack([1 - p, p])
+
+    def predict(self, target: pd.DataFrame) -> np.ndarray[Any, Any]:
+        out: np.ndarray[Any, Any] = self.classes_[(self.decision_function(target) > 0).astype(int)]
+        return out
+
+
+class EncoderTransferClassifier(BinaryScores):
     """Fine-tune a head on a shipped encoder (see the module docstring).
 
     Parameters
@@ -331,14 +352,4 @@ class EncoderTransferClassifier:
         shared, own = self._inputs(target, fitting=False)
         with torch.no_grad():
             out: np.ndarray[Any, Any] = self._logits(shared, own).double().numpy()
-        return out
-
-    def predict_proba(self, target: pd.DataFrame) -> np.ndarray[Any, Any]:
-        from scipy.special import expit
-
-        p = expit(self.decision_function(target))
-        return np.column_stack([1 - p, p])
-
-    def predict(self, target: pd.DataFrame) -> np.ndarray[Any, Any]:
-        out: np.ndarray[Any, Any] = self.classes_[(self.decision_function(target) > 0).astype(int)]
         return out

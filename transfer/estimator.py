@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from transfer.encoder import BinaryScores
 from transfer.ftl import FTLResult, FTLSpec, SourceRole, TargetRole
 from vfl.crypto.policy import KeyPolicy
 from vfl.estimator import FederatedEstimator, Role, run_deployed
@@ -61,7 +62,7 @@ def overlap_pairs(
     return pairs
 
 
-class FederatedTransferClassifier(FederatedEstimator):
+class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
     """Secure federated transfer learning with overlapping samples (see :mod:`transfer.ftl`).
 
     Parameters
@@ -459,17 +460,6 @@ class FederatedTransferClassifier(FederatedEstimator):
         if head is None:
             return self._transferred(x)
         out: np.ndarray[Any, Any] = head.decision_function(self._stacked(x))
-        return out
-
-    def predict_proba(self, target: pd.DataFrame) -> np.ndarray[Any, Any]:
-        """``[1 - p, p]`` per target row, ``p = sigmoid(Phi . u_B)``."""
-        from scipy.special import expit
-
-        p = expit(self.decision_function(target))
-        return np.column_stack([1 - p, p])
-
-    def predict(self, target: pd.DataFrame) -> np.ndarray[Any, Any]:
-        out: np.ndarray[Any, Any] = self.classes_[(self.decision_function(target) > 0).astype(int)]
         return out
 
     def score(self, target: pd.DataFrame, y: Any) -> float:

@@ -42,6 +42,31 @@ def _features(pair: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pair.source.drop(columns="patient_id"), pair.target.drop(columns="patient_id")
 
 
+def _fit(pair: Any, keep_views: bool = False, keep_payloads: bool = False, **options: Any) -> Any:
+    """A FederatedTransferClassifier (``options``) fitted on ``pair``."""
+    source, target = _features(pair)
+    return FederatedTransferClassifier(**{"random_state": 0, **options}).fit(
+        source,
+        target,
+        source_labels=pair.source_labels,
+        target_labels=pair.target_labels,
+        overlap=pair.overlap,
+        keep_views=keep_views,
+        keep_payloads=keep_payloads,
+    )
+
+
+def _alone_auc(pair: Any) -> float:
+    """The target alone: logistic regression on its labelled rows, AUC on the others."""
+    _, target = _features(pair)
+    alone = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+    alone.fit(target.loc[pair.target_labels.index], pair.target_labels)
+    test = pair.target_truth.index.difference(pair.target_labels.index)
+    return float(
+        roc_auc_score(pair.target_truth[test], alone.predict_proba(target.loc[test])[:, 1])
+    )
+
+
 def _target_auc(model: Any, pair: Any, target: pd.DataFrame) -> float:
     test = pair.target_truth.index.difference(pair.target_labels.index)
     return float(roc_auc_score(pair.target_truth[test], model.decision_function(target.loc[test])))
@@ -49,18 +74,10 @@ def _target_auc(model: Any, pair: Any, target: pd.DataFrame) -> float:
 
 def test_the_encrypted_protocol_computes_the_plaintext_gradients() -> None:
     pair = make_transfer_pair(400, 300, n_overlap=60, target_labels=30, random_state=1)
-    source, target = _features(pair)
+    _source, _target = _features(pair)
     fitted = {}
     for secure in (False, True):
-        model = FederatedTransferClassifier(max_iter=3, secure=secure, random_state=0, **SMALL)
-        model.fit(
-            source,
-            target,
-            source_labels=pair.source_labels,
-            target_labels=pair.target_labels,
-            overlap=pair.overlap,
-            keep_views=True,
-        )
+        model = _fit(pair, max_iter=3, secure=secure, random_state=0, **SMALL, keep_views=True)
         fitted[secure] = model
     for plain, encrypted in zip(fitted[False].views_, fitted[True].views_, strict=True):
         np.testing.assert_allclose(encrypted, plain, rtol=0, atol=1e-7)  # fixed point: 2**-50
@@ -77,15 +94,7 @@ def test_the_encrypted_protocol_computes_the_plaintext_gradients() -> None:
 def test_nothing_raw_crosses_and_the_source_sees_no_target_representation() -> None:
     pair = make_transfer_pair(400, 300, n_overlap=60, target_labels=30, random_state=2)
     source, target = _features(pair)
-    model = FederatedTransferClassifier(max_iter=2, random_state=0, **SMALL)
-    model.fit(
-        source,
-        target,
-        source_labels=pair.source_labels,
-        target_labels=pair.target_labels,
-        overlap=pair.overlap,
-        keep_payloads=True,
-    )
+    model = _fit(pair, max_iter=2, random_state=0, **SMALL, keep_payloads=True)
     # the target's representations of the overlap rows at the first iteration
     twin = FederatedTransferClassifier(max_iter=1, random_state=0, **SMALL)
     encoder = twin.build_encoder("target", "target", target.shape[1])
@@ -98,15 +107,7 @@ def test_nothing_raw_crosses_and_the_source_sees_no_target_representation() -> N
         "target": [target.to_numpy(), u.numpy().T, 0.5 * u.numpy().T],
     }
     assert find_plaintext(model.transcript_, secrets, scales=(1.0, 2.0**20, 2.0**50)) == []
-    plain = FederatedTransferClassifier(max_iter=2, random_state=0, secure=False)
-    plain.fit(
-        source,
-        target,
-        source_labels=pair.source_labels,
-        target_labels=pair.target_labels,
-        overlap=pair.overlap,
-        keep_payloads=True,
-    )
+    plain = _fit(pair, max_iter=2, random_state=0, secure=False, keep_payloads=True)
     assert find_plaintext(plain.transcript_, secrets)  # the search finds them when sent
     kinds = {(r.sender, r.tag.split("/")[1]) for r in model.transcript_.records}
     assert ("target", "tgt") in kinds and ("source", "src") in kinds
@@ -120,18 +121,8 @@ def test_transfer_helps_the_target_at_small_label_counts() -> None:
     for labels in (20, 50):
         pair = make_transfer_pair(target_labels=labels, random_state=0)
         source, target = _features(pair)
-        alone = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-        alone.fit(target.loc[pair.target_labels.index], pair.target_labels)
-        test = pair.target_truth.index.difference(pair.target_labels.index)
-        base = roc_auc_score(pair.target_truth[test], alone.predict_proba(target.loc[test])[:, 1])
-        ftl = FederatedTransferClassifier(max_iter=100, secure=False, random_state=0)
-        ftl.fit(
-            source,
-            target,
-            source_labels=pair.source_labels,
-            target_labels=pair.target_labels,
-            overlap=pair.overlap,
-        )
+        base = _alone_auc(pair)
+        ftl = _fit(pair, max_iter=100, secure=False, random_state=0)
         assert _target_auc(ftl, pair, target) > base + 0.03
         artifact = pretrain_encoder(
             {"hospital": (source, pair.source_labels)}, columns=pair.shared_columns, rounds=10
@@ -233,28 +224,11 @@ def test_bad_input_gets_clear_errors() -> None:
 @pytest.mark.slow
 def test_transfer_does_not_hurt_with_many_target_labels() -> None:
     pair = make_transfer_pair(target_labels=1000, random_state=0)
-    source, target = _features(pair)
-    alone = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-    alone.fit(target.loc[pair.target_labels.index], pair.target_labels)
-    test = pair.target_truth.index.difference(pair.target_labels.index)
-    base = roc_auc_score(pair.target_truth[test], alone.predict_proba(target.loc[test])[:, 1])
-    ftl = FederatedTransferClassifier(max_iter=100, secure=False, random_state=0)
-    ftl.fit(
-        source,
-        target,
-        source_labels=pair.source_labels,
-        target_labels=pair.target_labels,
-        overlap=pair.overlap,
-    )
+    _source, target = _features(pair)
+    base = _alone_auc(pair)
+    ftl = _fit(pair, max_iter=100, secure=False, random_state=0)
     assert _target_auc(ftl, pair, target) > base - 0.01
-    paper = FederatedTransferClassifier(max_iter=100, secure=False, head="phi", random_state=0)
-    paper.fit(
-        source,
-        target,
-        source_labels=pair.source_labels,
-        target_labels=pair.target_labels,
-        overlap=pair.overlap,
-    )
+    paper = _fit(pair, max_iter=100, secure=False, head="phi", random_state=0)
     assert _target_auc(paper, pair, target) < base - 0.02  # what the stacked head is for
 
 
@@ -262,16 +236,8 @@ def test_the_overlap_label_attack_reads_as_much_as_the_model_and_no_more() -> No
     from transfer.audit import overlap_label_attack
 
     pair = make_transfer_pair(target_labels=50, random_state=0)
-    source, target = _features(pair)
-    model = FederatedTransferClassifier(max_iter=30, secure=False, random_state=0)
-    model.fit(
-        source,
-        target,
-        source_labels=pair.source_labels,
-        target_labels=pair.target_labels,
-        overlap=pair.overlap,
-        keep_views=True,
-    )
+    _source, target = _features(pair)
+    model = _fit(pair, max_iter=30, secure=False, random_state=0, keep_views=True)
     found = overlap_label_attack(model, target, pair.overlap, pair.source_labels)
     assert found["gradient attack AUC"] > 0.7  # the leak is real
     assert found["gradient attack AUC"] < found["model AUC on the overlap"] + 0.05
