@@ -16,7 +16,9 @@ aggregation, robust aggregation and compression, built on :mod:`vfl`'s runtime.
   Multi-Krum, norm bounding, a cosine filter); :mod:`horizontal.compression` -- b-bit
   stochastic quantisation and top-k sparsification with error feedback (``compression=``);
   :mod:`horizontal.attacks` -- the attacks as audits; :mod:`horizontal.participation` -- the
-  sampled mean's error, cross-silo against cross-device.
+  sampled mean's error, cross-silo against cross-device;
+* :mod:`horizontal.lasso` -- :class:`FederatedLasso`: the Lasso and the elastic net by
+  proximal gradient, with secure aggregation and central or local DP.
 
 Names are exported lazily (as in :mod:`vfl`): ``import horizontal`` loads neither pandas nor
 SciPy until a name that needs them is used.
@@ -39,6 +41,8 @@ _EXPORTS = {
     "Scaffold": "horizontal.strategies",
     "Strategy": "horizontal.strategies",
     "SecAggConfig": "horizontal.secagg",
+    "FederatedLasso": "horizontal.lasso",
+    "LassoDP": "horizontal.lasso",
     "ClientDP": "horizontal.privacy",
     "LocalDP": "horizontal.privacy",
     "RecordDP": "horizontal.privacy",
@@ -59,7 +63,9 @@ __all__ = [
     "FedProx",
     "FedSGD",
     "FederatedClassifier",
+    "FederatedLasso",
     "FederatedRegressor",
+    "LassoDP",
     "LocalDP",
     "RecordDP",
     "Scaffold",
@@ -76,6 +82,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from horizontal.estimator import FederatedClassifier, FederatedRegressor
+    from horizontal.lasso import FederatedLasso, LassoDP
     from horizontal.partition import (
         dirichlet_label_split,
         earth_movers,
