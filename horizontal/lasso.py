@@ -239,7 +239,8 @@ class LassoClient:
         if means.x.shape != (x.shape[1],):
             Means.refuse(server, "x", f"has shape {means.x.shape}")
         xc, yc = x - means.x, y - means.y
-        largest = float(np.linalg.eigvalsh(xc.T @ xc)[-1]) if len(xc) else 0.0
+        gram = xc @ xc.T if len(xc) < xc.shape[1] else xc.T @ xc  # the same largest eigenvalue
+        largest = float(np.linalg.eigvalsh(gram)[-1]) if len(xc) else 0.0
         LASSO.send(fed, server, "curvature", Curvature(value=largest))
         privacy = spec.privacy
         rounds = spec.max_iter

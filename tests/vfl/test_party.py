@@ -191,7 +191,10 @@ def test_config_errors_name_the_file_the_party_and_the_fix(tmp_path: Path) -> No
     assert "vflink party: error:" in result.stderr and "nope.csv" in result.stderr
     job = '[job]\nid_column = "id"\nlabel_column = "y"\n'
     for extra, message in [
-        ('model = "svm"\n', "model must be one of \\['linear', 'logistic', 'split'\\], got 'svm'"),
+        (
+            'model = "svm"\n',
+            "model must be one of \\['linear', 'logistic', 'split', 'transfer'\\], got 'svm'",
+        ),
         ("[job.model]\nmax_iter = 3\n", "\\[job.model\\] is now \\[job.params\\]"),
         ('model = "linear"\n[job.params]\nmax_iterations = 3\n', "unexpected keyword"),
         ("max_ambiguous = 2\n", "max_ambiguous must be a fraction in \\[0, 1\\], got 2"),
