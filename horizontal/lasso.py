@@ -117,6 +117,15 @@ class LassoDP:
         Noise on the sum (a trusted aggregator, or secure aggregation), or at each client.
     noise_multiplier : float, optional
         Give it instead of ``epsilon`` (then the ledger reports the epsilon spent).
+    select : int, optional
+        Private support selection for high dimensions: a first round releases the noisy
+        gradient at zero, its ``select`` largest coordinates (post-processing) become the
+        support, and the remaining rounds send and noise only those ``select`` coordinates,
+        so the noise grows with ``select`` instead of every column.
+    select_share : float
+        With ``epsilon`` and ``select``: the share of ``epsilon`` (and half of ``delta``) the
+        selection's single release spends; the rounds share the rest (basic composition of
+        the two; the ledger composes them tighter).
     """
 
     epsilon: float | None = 1.0
@@ -124,6 +133,8 @@ class LassoDP:
     clip: float = 1.0
     where: str = "central"
     noise_multiplier: float | None = None
+    select: int | None = None
+    select_share: float = 0.5
 
     def check(self) -> None:
         if self.where not in ("central", "local"):
@@ -132,16 +143,34 @@ class LassoDP:
             raise ValueError(f"clip must be positive, got {self.clip!r}")
         if (self.epsilon is None) == (self.noise_multiplier is None):
             raise ValueError("LassoDP: give exactly one of epsilon= and noise_multiplier=")
+        if self.select is not None and (isinstance(self.select, bool) or self.select < 1):
+            raise ValueError(f"select must be a positive number of columns, got {self.select!r}")
+
+        if not 0 < self.select_share < 1:
+            raise ValueError(f"select_share must be in (0, 1), got {self.select_share!r}")
 
     def multiplier(self, rounds: int) -> float:
-        """The per-round noise multiplier for ``rounds`` releases (the accountant's)."""
+        """The rounds' noise multiplier for ``rounds`` releases (the accountant's)."""
         from horizontal.privacy import _resolve_multiplier
 
-        return float(
-            _resolve_multiplier(
-                self.noise_multiplier, self.epsilon, self.delta, rounds, 1.0, "LassoDP"
+        if self.select is None or self.epsilon is None:
+            steps = rounds + (1 if self.select is not None and self.epsilon is None else 0)
+            return float(
+                _resolve_multiplier(
+                    self.noise_multiplier, self.epsilon, self.delta, steps, 1.0, "LassoDP"
+                )
             )
-        )
+        share = self.epsilon * (1 - self.select_share)
+        return float(_resolve_multiplier(None, share, self.delta / 2, rounds, 1.0, "LassoDP"))
+
+    def selection_multiplier(self) -> float:
+        """The selection release's noise multiplier."""
+        from horizontal.privacy import _resolve_multiplier
+
+        if self.epsilon is None:
+            return self.multiplier(1)
+        share = self.epsilon * self.select_share
+        return float(_resolve_multiplier(None, share, self.delta / 2, 1, 1.0, "LassoDP"))
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -178,6 +207,7 @@ class Point(Message):
     round: int
     coef: np.ndarray
     stop: bool = False
+    support: np.ndarray | None = None  # under DP with select: the coordinates to send
 
 
 @dataclass(frozen=True)
@@ -211,6 +241,7 @@ class LassoResult:
     lipschitz: float = 0.0
     seconds: float = 0.0
     history: list[float] = field(default_factory=list)  # the step's size per round
+    support: Vector | None = None  # DP's selected columns
 
 
 # -- the roles -----------------------------------------------------------------------------------
@@ -243,14 +274,23 @@ class LassoClient:
         largest = float(np.linalg.eigvalsh(gram)[-1]) if len(xc) else 0.0
         LASSO.send(fed, server, "curvature", Curvature(value=largest))
         privacy = spec.privacy
-        rounds = spec.max_iter
         while True:
             point = LASSO.recv(fed, server, "point", Point)
             if point.stop:
                 return
             grad = xc.T @ (xc @ point.coef - yc)
+            if point.support is not None:
+                if point.support.dtype.kind not in "iu" or np.any(point.support >= len(grad)):
+                    Point.refuse(server, "support", "is not a set of column positions")
+                grad = grad[point.support]
             if privacy is not None:
-                grad = self._private(grad, len(xc), privacy, rounds, fed.name)
+                selecting = point.round == spec.max_iter  # the selection's release
+                z = (
+                    privacy.selection_multiplier()
+                    if selecting
+                    else privacy.multiplier(spec.max_iter)
+                )
+                grad = self._private(grad, len(xc), privacy, z, fed.name)
             if spec.secure_aggregation is not None:
                 from horizontal.secagg import client_round
 
@@ -267,14 +307,13 @@ class LassoClient:
                     fed, server, "grad", Gradient(round=point.round, values=grad), point.round
                 )
 
-    def _private(self, grad: Vector, rows: int, privacy: LassoDP, rounds: int, name: str) -> Vector:
+    def _private(self, grad: Vector, rows: int, privacy: LassoDP, z: float, name: str) -> Vector:
         """The client's clipped average gradient, with its noise (local) or its share of the
         round's noise (central under secure aggregation)."""
         from horizontal.aggregate import clip_to_norm
         from horizontal.privacy import _noise
 
         clipped, _ = clip_to_norm(grad / max(rows, 1), privacy.clip)
-        z = privacy.multiplier(rounds)
         if privacy.where == "local":
             if self.spec.ledger is not None:
                 self.spec.ledger.record(
@@ -345,14 +384,36 @@ class LassoServer:
         x = spec.warm_start.copy() if spec.warm_start is not None else np.zeros(p)
         point, momentum = x.copy(), 1.0
         result = LassoResult(coef=x, lipschitz=lipschitz)
-        z = spec.privacy.multiplier(spec.max_iter) if spec.privacy is not None else 0.0
+        privacy = spec.privacy
+        z = privacy.multiplier(spec.max_iter) if privacy is not None else 0.0
+        support = None
+        if privacy is not None and privacy.select is not None:  # private support selection
+            selection = spec.max_iter  # its own round index, after the iterations' 0..T-1
+            LASSO.broadcast(fed, "point", Point(round=selection, coef=np.zeros(p)), to=clients)
+            z_select = privacy.selection_multiplier()
+            noisy = self._gradient(fed, clients, p, rows, selection, z_select)
+            keep = min(privacy.select, p)
+            support = np.sort(np.argsort(-np.abs(noisy))[:keep]).astype(np.int64)
+            result.support = support
         for round_ in range(spec.max_iter):
-            LASSO.broadcast(fed, "point", Point(round=round_, coef=point), to=clients)
-            grad = self._gradient(fed, clients, p, rows, round_, z)
+            LASSO.broadcast(
+                fed, "point", Point(round=round_, coef=point, support=support), to=clients
+            )
+            grad = self._gradient(
+                fed, clients, p if support is None else len(support), rows, round_, z
+            )
+            if support is not None:
+                full = np.zeros(p)
+                full[support] = grad
+                grad = full
             step = point - grad / lipschitz
             new = soft_threshold(step, spec.alpha * spec.l1_ratio / lipschitz)
             if spec.l1_ratio < 1:
                 new = new / (1 + spec.alpha * (1 - spec.l1_ratio) / lipschitz)
+            if support is not None:  # the columns outside the selected support stay at zero
+                mask = np.zeros(p, dtype=bool)
+                mask[support] = True
+                new[~mask] = 0.0
             moved = float(np.max(np.abs(new - x))) if p else 0.0
             result.history.append(moved)
             if spec.fista and spec.privacy is None:  # momentum would pile up DP's noise
@@ -366,7 +427,7 @@ class LassoServer:
             if spec.privacy is None and moved < spec.tol:
                 break
         LASSO.broadcast(fed, "point", Point(round=result.n_iter, coef=x, stop=True), to=clients)
-        if spec.privacy is not None and spec.ledger is not None and spec.privacy.where == "central":
+        if privacy is not None and spec.ledger is not None and privacy.where == "central":
             spec.ledger.record(
                 holder="every client",
                 data="its whole data (Lasso gradients, central noise)",
@@ -374,6 +435,14 @@ class LassoServer:
                 noise_multiplier=z,
                 steps=result.n_iter,
             )
+            if support is not None:
+                spec.ledger.record(
+                    holder="every client",
+                    data="its whole data (the Lasso's support selection, central noise)",
+                    mechanism="gaussian",
+                    noise_multiplier=privacy.selection_multiplier(),
+                    steps=1,
+                )
         result.coef = x
         result.intercept = float(mean_y - mean_x @ x) if spec.fit_intercept else 0.0
         result.seconds = time.perf_counter() - began
@@ -446,7 +515,7 @@ class FederatedLasso(RegressorMixin, FederatedEstimator):  # type: ignore[misc]
     Attributes
     ----------
     coef_, intercept_, n_iter_, lipschitz_, history_ (the largest coefficient move per round),
-    privacy_ledger_, transcript_
+    support_ (DP's selected columns, with ``select``), privacy_ledger_, transcript_
     """
 
     def __init__(
@@ -564,6 +633,7 @@ class FederatedLasso(RegressorMixin, FederatedEstimator):  # type: ignore[misc]
         self.history_ = result.history
         self.feature_names_in_ = np.asarray(columns, dtype=object)
         self.n_features_in_ = len(result.coef)
+        self.support_ = result.support
 
     def predict(self, x: Any) -> Vector:
         self._check_fitted("n_features_in_")
