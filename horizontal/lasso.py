@@ -32,8 +32,9 @@ ledger. Central noise on the mean shrinks as ``1 / m`` with the number of client
 ``1 / sqrt(m)`` (the tests check it). Pooled means under DP: pass ``fit_intercept=False``
 with centred data, as the setup's sums are not covered.
 
-Diagnostics (:func:`support_recovery`, :func:`kkt_gap`) compare a solution with the truth and
-with the optimality conditions, on data the caller holds (an auditor's view).
+Diagnostics (:func:`support_recovery`, :func:`kkt_gap` beside :func:`kkt_order`,
+:func:`heterogeneity`) compare a solution with the truth and with the optimality conditions,
+and measure how unlike the clients are, on data the caller holds (an auditor's view).
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ __all__ = [
     "FederatedLasso",
     "LassoDP",
     "federated_lasso_cv",
+    "heterogeneity",
     "kkt_gap",
+    "kkt_order",
     "soft_threshold",
     "support_recovery",
 ]
@@ -91,6 +94,23 @@ def kkt_gap(
     off_gap = np.maximum(np.abs(grad[~on]) - level, 0.0)
     on_gap = np.abs(grad[on] + level * np.sign(coef[on]))
     return float(max(off_gap.max(initial=0.0), on_gap.max(initial=0.0)))
+
+
+def heterogeneity(clients: dict[str, Any]) -> float:
+    """``max_k ||Sigma_k - Sigma||_2``: how far the clients' covariances (``X_k^T X_k / n_k``,
+    uncentred, as the gradient sees them) stray from the pooled one, in spectral norm; 0 for
+    identically distributed clients. An auditor's view of ``{client: (X, y)}``."""
+    data = _clients(clients)
+    grams = {n: x.T @ x / len(x) for n, (x, _, _) in data.items()}
+    rows = {n: len(x) for n, (x, _, _) in data.items()}
+    pooled = sum(g * rows[n] for n, g in grams.items()) / sum(rows.values())
+    return float(max(np.linalg.norm(g - pooled, 2) for g in grams.values()))
+
+
+def kkt_order(sigma: float, alpha: float, p: int, delta: float) -> float:
+    """The order ``sigma / alpha sqrt(ln(p / delta))`` the KKT gap of a private solution is
+    expected to reach (``sigma`` the noise on the mean gradient per coordinate)."""
+    return float(sigma / alpha * math.sqrt(math.log(p / delta)))
 
 
 def support_recovery(coef: Vector, truth: Vector) -> tuple[float, float]:

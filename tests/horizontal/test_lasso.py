@@ -143,3 +143,22 @@ def test_bad_input_gets_clear_errors() -> None:
         FederatedLasso().fit(holed)
     with pytest.raises(ValueError, match="pass fit_intercept=False"):
         FederatedLasso(privacy=LassoDP()).fit(parts)
+
+
+def test_heterogeneous_clients_slow_convergence_and_the_diagnostic_measures_it() -> None:
+    from horizontal.lasso import heterogeneity
+
+    rng = np.random.default_rng(5)
+    truth = np.zeros(20)
+    truth[:3] = [2.0, -1.0, 1.0]
+    found = []
+    for shift in (0.0, 0.5, 1.0):
+        parts = {}
+        for k in range(5):
+            x = rng.normal(size=(150, 20)) * np.exp(shift * rng.normal(size=20))
+            parts[f"h{k}"] = (x, x @ truth + rng.normal(size=150))
+        model = FederatedLasso(alpha=0.1, tol=1e-8, max_iter=20_000).fit(parts)
+        found.append((heterogeneity(parts), model.n_iter_))
+    (h0, n0), (h1, n1), (h2, n2) = found
+    assert h0 < 1.0 < h1 < h2  # spectral distance of the clients' covariances
+    assert n0 < n1 < n2  # the agreed step 1/L shrinks as the clients' curvatures part
