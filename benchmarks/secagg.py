@@ -175,9 +175,12 @@ print(json.dumps({"per_round": float(np.mean(gaps))}))
 
 
 def flower(python: str, clients: int, size: int, shares: int, threshold: int) -> str:
-    check = subprocess.run(
-        [python, "-c", "import flwr, ray"], capture_output=True, text=True, check=False
-    )
+    try:
+        check = subprocess.run(
+            [python, "-c", "import flwr, ray"], capture_output=True, text=True, check=False
+        )
+    except OSError as exc:
+        return f"skipped (cannot run {python}: {exc.strerror})"
     if check.returncode != 0:
         return "skipped (no flwr[simulation] in --flower-python)"
     with tempfile.TemporaryDirectory() as folder:

@@ -31,6 +31,8 @@ and masks with ``k`` neighbours on a public pseudo-random ring instead of everyo
 cost grows with ``k`` (``O(log n)`` suffices in the paper) rather than ``n``; the threshold
 then applies within each neighbourhood (every survivor's and dropped client's secret needs
 ``t`` of its neighbours), and the security holds against fewer colluders per neighbourhood.
+A round whose survivors fall apart into separate pieces of the graph aborts (the server
+refuses to ask, and each client refuses to reveal): each piece's own sum would be unmasked.
 
 Threat model: an honest-but-curious server and up to ``t - 1`` colluding clients learn
 nothing about an honest client's vector beyond the sum (the masks are uniform in the ring; a
@@ -206,12 +208,31 @@ def neighbourhoods(names: Sequence[str], k: int | None, round_: int) -> dict[str
     ordered = sorted(names)
     if k is None or k + 1 >= len(ordered):
         return {n: set(ordered) - {n} for n in ordered}
-    digest = hashlib.sha256(f"vflink/secagg+/{round_}/{'|'.join(ordered)}".encode()).digest()
-    ring = [ordered[i] for i in np.random.default_rng(list(digest)).permutation(len(ordered))]
+    roster = "|".join(ordered)
+
+    def rank(name: str) -> bytes:  # a public, library-version-independent shuffle
+        return hashlib.sha256(f"vflink/secagg+/{round_}/{roster}/{name}".encode()).digest()
+
+    ring = sorted(ordered, key=rank)
     out: dict[str, set[str]] = {}
     for i, name in enumerate(ring):
         out[name] = {ring[(i + j) % len(ring)] for j in range(-(k // 2), k // 2 + 1) if j}
     return out
+
+
+def _connected(nodes: set[str], graph: dict[str, set[str]]) -> bool:
+    """Whether ``nodes`` form one connected piece of ``graph`` (SecAgg+: survivors in
+    separate pieces would each have their own sum unmasked)."""
+    if not nodes:
+        return True
+    start = next(iter(nodes))
+    seen, frontier = {start}, [start]
+    while frontier:
+        for peer in graph[frontier.pop()] & nodes:
+            if peer not in seen:
+                seen.add(peer)
+                frontier.append(peer)
+    return seen == nodes
 
 
 # -- messages ----------------------------------------------------------------------------------
@@ -244,6 +265,7 @@ class Boxes(Message):
     KIND = "secure aggregation shares"
     peers: list[str]
     boxes: list[bytes]
+    abort: bool = False
 
 
 @dataclass(frozen=True)
@@ -385,6 +407,8 @@ def client_round(
     if drop_after == "shares":
         return
     inbox = SECAGG.recv(fed, server, "inbox", Boxes, round_)
+    if inbox.abort:
+        raise SecAggAbortedError(f"party {me!r}: the server ended round {round_}: too few shares")
     held: dict[str, tuple[int, int]] = {me: (b_shares[points[me]], s_shares[points[me]])}
     for sender, box in zip(inbox.peers, inbox.boxes, strict=True):
         if sender not in graph[me]:
@@ -399,6 +423,11 @@ def client_round(
             ) from None
         held[sender] = (_int(plain[:_SHARE_BYTES]), _int(plain[_SHARE_BYTES:]))
     u1 = set(held)  # the peers whose shares reached us, and us
+    if len(u1) < config.threshold:  # (within our neighbourhood under SecAgg+)
+        raise SecAggAbortedError(
+            f"party {me!r}: shares from {len(u1) - 1} peers reached it in round {round_}, fewer "
+            f"than the threshold {config.threshold} needs; refusing to send its input"
+        )
     masked = x + prg(seed, len(x))
     for peer in u1 - {me}:
         mask = prg(_pair_seed(s_key, s_pks[peer], round_), len(x))
@@ -416,6 +445,11 @@ def client_round(
     alive = set(survivors.names)
     if not alive <= set(names) or me not in alive:
         Survivors.refuse(server, "names", "lists clients outside the roster, or not us")
+    if not _connected(alive, graph):
+        raise SecAggAbortedError(
+            f"party {me!r}: the survivors of round {round_} fall apart into separate "
+            "neighbourhoods, whose sums would each be unmasked; refusing to help"
+        )
     reveal_peers, kinds, shares = [], [], []
     for peer in sorted(u1):
         b_share, s_share = held[peer]
@@ -477,7 +511,7 @@ def server_round(
     shared = gather(u1, "shares", Boxes)
     u1b = [n for n in u1 if n in shared]  # those whose shares reached the others
     if len(u1b) < t:
-        abort(u1b, "inbox", len(u1b), "shares", Boxes([], []))
+        abort(u1b, "inbox", len(u1b), "shares", Boxes([], [], abort=True))
     graph = neighbourhoods(u1, config.neighbours, round_)
     for receiver in u1b:
         senders, boxes = [], []
@@ -499,6 +533,13 @@ def server_round(
             Masked.refuse(name, "values", f"is {values.dtype}{values.shape}, not uint64 ({size},)")
     if len(u2) < t:
         abort(u2, "survivors", len(u2), "masked input", Survivors([], abort=True))
+    if not _connected(set(u2), graph):
+        for name in u2:
+            SECAGG.send(fed, name, "survivors", Survivors([], abort=True), round_)
+        raise SecAggAbortedError(
+            f"secure aggregation round {round_}: the survivors fall apart into separate "
+            "neighbourhoods (SecAgg+), whose sums would each be unmasked; nothing was revealed"
+        )
     for name in u2:
         SECAGG.send(fed, name, "survivors", Survivors(names=u2), round_)
     reveals = gather(u2, "reveal", Reveal)
@@ -515,7 +556,8 @@ def server_round(
             if peer not in shares or kind != expected or peer not in graph[helper] | {helper}:
                 Reveal.refuse(helper, "kinds", f"reveals {kind!r} of {peer!r}")
             shares[peer][points[helper]] = _int(share)
-    short = [n for n in shares if len(shares[n]) < t]
+    needed = [n for n in shares if n in u2 or graph[n] & set(u2)]  # a lone dropout masks nobody
+    short = [n for n in needed if len(shares[n]) < t]
     if short:
         raise SecAggAbortedError(
             f"secure aggregation round {round_}: fewer than {t} of the neighbours of {short[:3]} "
@@ -532,7 +574,7 @@ def server_round(
                 f"a helper among {sorted(reveals)} sent a wrong share"
             )
         total = total - prg(seed, size)
-    for dropped in sorted(set(u1b) - set(u2)):  # remove their pairwise masks
+    for dropped in sorted((set(u1b) - set(u2)) & set(needed)):  # remove their pairwise masks
         raw = _bytes(shamir_combine(shares[dropped], t), 32)
         private = X25519PrivateKey.from_private_bytes(raw)
         if _raw(private.public_key()) != keys[dropped].s_pk:

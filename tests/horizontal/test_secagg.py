@@ -259,3 +259,28 @@ def test_secagg_plus_neighbourhoods_give_the_exact_sum_with_dropouts() -> None:
     assert "c2" not in survivors and "c7" in survivors
     with pytest.raises(ValueError, match="neighbours must be an even number"):
         SecAggConfig(threshold=6, neighbours=4).check(10)
+
+
+def test_every_client_hears_an_abort_and_none_hangs_or_sends_unmasked_input() -> None:
+    vectors = _vectors(4, 16)
+    with pytest.raises(PartyFailedError) as caught:
+        _run(vectors, SecAggConfig(threshold=3), {"c0": "keys", "c1": "keys"})
+    text = str(caught.value)
+    assert "PeerGoneError" not in text and "SecAggAbortedError" in text
+
+
+def test_secagg_plus_refuses_survivors_that_fall_apart_into_separate_pieces() -> None:
+    from horizontal.secagg import _connected, neighbourhoods
+
+    vectors = _vectors(10, 8, seed=4)
+    config = SecAggConfig(threshold=3, neighbours=4)
+    names = sorted(vectors)
+    graph = neighbourhoods(names, 4, 0)
+    # four clients whose dropping (after sharing) cuts the survivors into separate pieces
+    cut = next(
+        set(group)
+        for group in itertools.combinations(names, 4)
+        if not _connected(set(names) - set(group), graph)
+    )
+    with pytest.raises(PartyFailedError, match="fall apart into separate"):
+        _run(vectors, config, dict.fromkeys(cut, "shares"))
