@@ -487,12 +487,7 @@ class ServerRole:
             weights = spec.strategy.server_step(
                 weights, mean_delta, state, control_step=control_step
             )
-            if not np.all(np.abs(weights) < DIVERGED):
-                raise FloatingPointError(
-                    f"round {round_ + 1}: the global model diverged (a weight beyond "
-                    f"{DIVERGED:g} or not finite); lower learning_rate (or the strategy's "
-                    "server_lr, or local_epochs)"
-                )
+            _check_diverged(weights, round_)
             record = RoundRecord(
                 round=round_ + 1,
                 sampled=len(sampled),
@@ -556,11 +551,7 @@ class ServerRole:
             mean_delta = total[:d] / (spec.client_fraction * len(spec.clients))  # / (q N)
         control_step = total[d : 2 * d] / self.total_rows if scaffold else None
         weights = spec.strategy.server_step(weights, mean_delta, state, control_step=control_step)
-        if not np.all(np.abs(weights) < DIVERGED):
-            raise FloatingPointError(
-                f"round {round_ + 1}: the global model diverged (a weight beyond {DIVERGED:g} or "
-                "not finite); lower learning_rate (or the strategy's server_lr, or local_epochs)"
-            )
+        _check_diverged(weights, round_)
         logger.info(
             "round %d: %d of %d sampled clients in the secure sum",
             round_ + 1,
@@ -658,6 +649,15 @@ class ServerRole:
         if self.spec.min_clients is None:
             return max(1, math.ceil(sampled / 2)) if sampled else 0
         return min(self.spec.min_clients, sampled)
+
+
+def _check_diverged(weights: Vector, round_: int) -> None:
+    """Stop the fit when a global weight left ``DIVERGED`` (or is not finite)."""
+    if not np.all(np.abs(weights) < DIVERGED):
+        raise FloatingPointError(
+            f"round {round_ + 1}: the global model diverged (a weight beyond {DIVERGED:g} or "
+            "not finite); lower learning_rate (or the strategy's server_lr, or local_epochs)"
+        )
 
 
 def _expand(update: Update, chosen: Any, size: int, client: str) -> Update:

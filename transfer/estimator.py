@@ -28,6 +28,7 @@ from transfer.ftl import FTLResult, FTLSpec, SourceRole, TargetRole
 from vfl.crypto.policy import KeyPolicy
 from vfl.estimator import FederatedEstimator, Role, run_deployed
 from vfl.federation.base import Federation
+from vfl.split.defences import randomized_response, record_randomized_response
 from vfl.training.modules import mlp, output_width, seeded
 from vfl.validation import check_numeric
 
@@ -245,8 +246,6 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         self.classes_ = classes
         signs: np.ndarray[Any, Any] = np.where(labels.to_numpy() == classes[1], 1.0, -1.0)
         if self.label_epsilon is not None:
-            from vfl.split.defences import randomized_response
-
             codes = randomized_response((signs > 0).astype(np.int64), 2, self.label_epsilon)
             signs = np.where(codes == 1, 1.0, -1.0)
         return signs
@@ -348,12 +347,7 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
             from vfl.privacy import PrivacyLedger
 
             ledger = PrivacyLedger()
-        ledger.record(
-            holder=party,
-            data="its labels (randomised response)",
-            mechanism="randomized_response",
-            epsilon=float(self.label_epsilon),
-        )
+        record_randomized_response(ledger, party, self.label_epsilon)
         self.privacy_ledger_ = ledger
 
     def _forget(self) -> None:

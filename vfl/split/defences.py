@@ -30,7 +30,13 @@ import torch
 
 from vfl.privacy._checks import check_positive_finite
 
-__all__ = ["EmbeddingNoise", "Quantizer", "match_norms", "randomized_response"]
+__all__ = [
+    "EmbeddingNoise",
+    "Quantizer",
+    "match_norms",
+    "randomized_response",
+    "record_randomized_response",
+]
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,16 @@ def randomized_response(codes: np.ndarray[Any, Any], classes: int, epsilon: floa
     flip = draw.random(len(codes)) >= keep
     shift = draw.integers(1, classes, size=len(codes))
     return np.where(flip, (codes + shift) % classes, codes)
+
+
+def record_randomized_response(ledger: Any, holder: str, epsilon: float) -> None:
+    """Record :func:`randomized_response` on ``holder``'s labels in the privacy ledger."""
+    ledger.record(
+        holder=holder,
+        data="its labels (randomised response)",
+        mechanism="randomized_response",
+        epsilon=float(epsilon),
+    )
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,12 @@ from torch import nn
 from vfl import persistence
 from vfl.estimator import FederatedEstimator, Role, run_deployed
 from vfl.federation.base import Federation
-from vfl.split.defences import EmbeddingNoise, Quantizer, randomized_response
+from vfl.split.defences import (
+    EmbeddingNoise,
+    Quantizer,
+    randomized_response,
+    record_randomized_response,
+)
 from vfl.split.interactive import InteractiveTop, ProtectedLayer
 from vfl.split.part import SplitPart
 from vfl.split.protocol import DataRole, LabelRole, ScoreRole, SplitResult, SplitSpec
@@ -301,12 +306,7 @@ class _SplitNN(FederatedEstimator):
             targets = randomized_response(targets, outputs, self.label_epsilon)
         self._open_ledger(ledger)
         if self.label_epsilon is not None:
-            self.privacy_ledger_.record(
-                holder=label_party,
-                data="its labels (randomised response)",
-                mechanism="randomized_response",
-                epsilon=float(self.label_epsilon),
-            )
+            record_randomized_response(self.privacy_ledger_, label_party, self.label_epsilon)
         return targets, outputs
 
     def _open_ledger(self, ledger: Any) -> None:
