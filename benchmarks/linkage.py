@@ -57,7 +57,7 @@ from linkage import (  # noqa: E402
     normalize_ids,
     psi_intersection,
 )
-from linkage.matching import _greedy  # noqa: E402
+from linkage.threshold import greedy as _greedy  # noqa: E402
 from vfl.datasets import identity_schema, make_lab_imaging_cohort  # noqa: E402
 
 SCHEMA = identity_schema()
@@ -116,11 +116,14 @@ def speed_and_quality(n_patients: int, compare_python: str) -> None:
     started = time.perf_counter()
     a, b = encode(lab, SCHEMA, secret=secret), encode(imaging, SCHEMA, secret=secret)
     ours_encode = (len(lab) + len(imaging)) / (time.perf_counter() - started)
-    rates = {}
-    for floor in (0.5, 0.8):
-        started = time.perf_counter()
-        dice_pairs(a, b, floor=floor)
-        rates[floor] = len(a) * len(b) / (time.perf_counter() - started)
+    from linkage.kernels import available_backends
+
+    rates: dict[tuple[str, float], float] = {}
+    for backend in available_backends():  # int8 products with torch; float32 BLAS without
+        for floor in (0.5, 0.8):
+            started = time.perf_counter()
+            dice_pairs(a, b, floor=floor, backend=backend)
+            rates[backend, floor] = len(a) * len(b) / (time.perf_counter() - started)
     started = time.perf_counter()
     links = match(a, b, blocking=None)
     match_time = time.perf_counter() - started
@@ -135,13 +138,10 @@ def speed_and_quality(n_patients: int, compare_python: str) -> None:
         print(f"{what:<34}{ours:>14,.0f}{other_text}{ratio} {unit}")
 
     row("encode", ours_encode, theirs and theirs["encode_rate"], "records/s")
-    row("Dice, all pairs, floor 0.5", rates[0.5], theirs and theirs["comparisons_per_s"], "pairs/s")
-    row(
-        "Dice, all pairs, floor 0.8",
-        rates[0.8],
-        theirs and theirs["comparisons_per_s_08"],
-        "pairs/s",
-    )
+    for (backend, floor), rate in rates.items():
+        key = "comparisons_per_s" if floor == 0.5 else "comparisons_per_s_08"
+        theirs_rate = theirs and theirs[key]
+        row(f"Dice, all pairs, floor {floor} ({backend})", rate, theirs_rate, "pairs/s")
     print(
         f"match (all pairs): {match_time:.1f} s; automatic threshold "
         f"{links.attrs['threshold']:.3f}: precision {auto['precision']:.4f} recall "
@@ -199,6 +199,74 @@ def hardening_costs(n_patients: int) -> None:
         )
 
 
+def frequency_attack_table(quick: bool) -> None:
+    """Records re-identified by linkage.audit.frequency_attack, per hardening option: encodings
+    of the given name alone, and of the five-field identity schema (the attacker's target is
+    the given name either way); the public table is the given-name counts of the rest of the
+    same population (a census of it)."""
+    import warnings
+
+    from linkage import Field, frequency_attack
+
+    secret = secrets.token_bytes(32)
+    n_attacked = 1_000 if quick else 2_000
+    lab, _, _ = make_lab_imaging_cohort(20_000, random_state=7)
+    order = np.random.default_rng(0).permutation(len(lab))
+    attacked = lab.iloc[order[:n_attacked]]
+    attacked = attacked[attacked["given_name"].notna()].copy()
+    attacked["birth_year"] = attacked["date_of_birth"].str[:4]
+    table = lab.iloc[order[n_attacked:]]["given_name"].value_counts()
+    name = Field("given_name", "name")
+    year = Field("birth_year", "categorical", weight=1)  # there to salt by, one bit
+    print(
+        f"\nfrequency attack on {len(attacked):,} records, public table: given-name counts of "
+        f"{len(lab) - n_attacked:,} others (re-identified: all records / top-10 names; "
+        "precision of the guesses):"
+    )
+    options: dict[str, dict[str, Any]] = {
+        "none": {},
+        "salt birth year": {"salt": True},
+        "balance": {"balance": True},
+        "xor_fold": {"xor_fold": True},
+        "BLIP epsilon 4": {"blip_epsilon": 4.0},
+        "BLIP epsilon 2": {"blip_epsilon": 2.0},
+    }
+    for what in ("given name alone", "identity schema"):
+        print(f"  {what}:")
+        for label, option in options.items():
+            option = dict(option)
+            salted = option.pop("salt", False)
+            if what == "given name alone":
+                schema = Schema([name, year], salt="birth_year", **option)
+                if not salted:
+                    schema = Schema([name], **option)
+                field = name
+            else:
+                salt = "date_of_birth:year" if salted else None
+                schema = Schema(SCHEMA.fields, salt=salt, **option)
+                field = SCHEMA.fields[0]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # typo'd names that collide: not the point
+                encodings = encode(attacked, schema, secret=secret)
+            cells = []
+            for method in ("alignment", "pattern"):
+                started = time.perf_counter()
+                result = frequency_attack(
+                    encodings,
+                    table,
+                    truth=attacked["given_name"],
+                    method=method,
+                    field=field,
+                    schema=schema,
+                )
+                precision = "  -  " if result.precision is None else f"{result.precision:.3f}"
+                cells.append(
+                    f"{method} {result.reidentified:.3f} / {result.reidentified_top_k:.3f} "
+                    f"prec {precision} ({time.perf_counter() - started:4.1f} s)"
+                )
+            print(f"    {label:<16} " + "   ".join(cells))
+
+
 def blocked_end_to_end(n_patients: int) -> None:
     secret = secrets.token_bytes(32)
     keyed = Schema(
@@ -233,6 +301,72 @@ def blocked_end_to_end(n_patients: int) -> None:
             f"{links.attrs['threshold']:.3f}: P {quality['precision']:.4f} "
             f"R {quality['recall']:.4f} F1 {quality['f1']:.4f}"
         )
+
+
+MILLION_LSH = {"band_bits": 40, "bands": 60}
+"""LSH bands for 1M x 1M: the plan for defaults asks for ~300 bands of ~37 bits there (its
+chance-pair estimate grows with n**2), too many for a few minutes on two cores."""
+
+
+def million_end_to_end(quick: bool) -> None:
+    """1M x 1M records (100k x 100k with ``quick``) linked end to end, stage by stage: encode,
+    LSH blocking, exact scores of the candidates, and ``match`` (blocking + scores + greedy
+    solve) with a given threshold and with the automatic one; pair completeness, peak RSS."""
+    import resource
+
+    from linkage.matching import dice_scores
+
+    def peak_gib() -> float:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+    n_patients = 125_000 if quick else 1_250_000  # 0.8 n records per side at overlap 0.6
+    started = time.perf_counter()
+    lab, imaging, truth = make_lab_imaging_cohort(
+        n_patients, overlap=0.6, typo_rate=0.2, random_state=5
+    )
+    generated = time.perf_counter() - started
+    load = os.getloadavg()
+    print(
+        f"\n{len(lab):,} x {len(imaging):,} records end to end ({len(truth):,} true pairs; "
+        f"cohort generated in {generated:.0f} s, not counted; load {load[0]:.2f}):"
+    )
+    secret = secrets.token_bytes(32)
+    started = time.perf_counter()
+    a, b = encode(lab, SCHEMA, secret=secret), encode(imaging, SCHEMA, secret=secret)
+    encode_s = time.perf_counter() - started
+    del lab, imaging
+    lsh = LshBlocking(random_state=0) if quick else LshBlocking(random_state=0, **MILLION_LSH)
+    started = time.perf_counter()
+    candidates = block(a, b, lsh)
+    block_s = time.perf_counter() - started
+    completeness = candidates.pair_completeness(a, b, truth)
+    started = time.perf_counter()
+    dice_scores(a, b, candidates.ia, candidates.ib)
+    compare_s = time.perf_counter() - started
+    compared = len(candidates)
+    del candidates
+    print(
+        f"  encode {encode_s:.1f} s, block {block_s:.1f} s ({candidates_method(lsh, a, b)}, "
+        f"{compared:,} pairs, pair completeness {completeness:.4f}), compare {compare_s:.1f} s"
+    )
+    for threshold in (0.8, None):
+        started = time.perf_counter()
+        links = match(a, b, blocking=lsh, threshold=threshold)
+        match_s = time.perf_counter() - started
+        quality = evaluate(links, truth)
+        what = "given threshold 0.8" if threshold else "automatic threshold"
+        print(
+            f"  match, {what} ({links.attrs['threshold']:.3f}): {match_s:.1f} s (block + "
+            f"compare + solve; solve ~{max(match_s - block_s - compare_s, 0):.1f} s); encode + "
+            f"match {encode_s + match_s:.1f} s; P {quality['precision']:.4f} "
+            f"R {quality['recall']:.4f} F1 {quality['f1']:.4f}"
+        )
+    print(f"  peak RSS of this process so far {peak_gib():.2f} GiB")
+
+
+def candidates_method(lsh: LshBlocking, a: Any, b: Any) -> str:
+    plan = lsh.plan(a, b)
+    return f"lsh {plan['bands']} bands x {plan['band_bits']} bits"
 
 
 def psi(quick: bool) -> None:
@@ -276,6 +410,94 @@ def psi(quick: bool) -> None:
         f"  HMAC {n:>9,} x {n:>9,}: {time.perf_counter() - started:6.1f} s for both parties "
         f"(normalise + HMAC + join), {len(pairs):,} common; each party sends "
         f"{32 * n / 1e6:.1f} MB"
+    )
+
+
+def unbalanced_psi_bench(quick: bool) -> None:
+    """Unbalanced PSI (2HashDH OPRF over P-256): offline and online time and bytes, measured,
+    and projected to a clinic of 10,000 IDs against a registry of 10 million."""
+    from linkage import OfflineSet, UnbalancedPsiClient, UnbalancedPsiServer
+
+    n_small, n_large = (1_000, 50_000) if quick else (10_000, 1_000_000)
+    goal_small, goal_large = 10_000, 10_000_000
+    print(
+        f"\nUnbalanced PSI (OPRF over P-256), {n_small:,} client IDs x {n_large:,} server IDs "
+        "(half the client's IDs in the server's set; each side's own compute):"
+    )
+    ids_large = [f"P{i:09d}" for i in range(n_large)]
+    ids_small = [f"P{i:09d}" for i in range(n_large - n_small // 2, n_large + n_small // 2)]
+    server = UnbalancedPsiServer()
+    started = time.perf_counter()
+    offline = server.prepare(ids_large)
+    offline_s = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "registry.npz"
+        offline.save(path)
+        file_bytes = path.stat().st_size
+        offline = OfflineSet.load(path)
+    client = UnbalancedPsiClient()
+    clock: dict[str, float] = {}
+    started = time.perf_counter()
+    sent = client.blind(ids_small)
+    clock["blind"] = time.perf_counter() - started
+    started = time.perf_counter()
+    answers = server.evaluate(sent)
+    clock["server"] = time.perf_counter() - started
+    started = time.perf_counter()
+    client.unblind(answers, key_id=server.key_id)
+    clock["unblind"] = time.perf_counter() - started
+    started = time.perf_counter()
+    rows = client.intersect(offline)
+    clock["lookup"] = time.perf_counter() - started
+    assert len(rows) == n_small // 2, len(rows)
+    client_s = clock["blind"] + clock["unblind"] + clock["lookup"]
+    print(
+        f"  offline (server, once per key): {offline_s:6.1f} s on {server.workers} processes "
+        f"({offline_s / n_large * 1e6:.0f} us per ID), set of {offline.nbytes / 1e6:.1f} MB "
+        f"({offline.digest_bytes} bytes per ID; file {file_bytes / 1e6:.1f} MB)"
+    )
+    print(
+        f"  online: client {client_s:5.2f} s (blind {clock['blind']:.2f}, unblind "
+        f"{clock['unblind']:.2f}, lookup {clock['lookup']:.3f}), server {clock['server']:5.2f} s;"
+        f" client -> server {32 * len(sent) / 1e3:.0f} kB, server -> client "
+        f"{32 * len(answers) / 1e3:.0f} kB; {len(rows):,} common"
+    )
+    # the projection: the lookup against a 10-million-entry set, measured on random values
+    rng = np.random.default_rng(0)
+    width = offline.digest_bytes
+    big = OfflineSet(
+        digests=np.sort(np.frombuffer(rng.bytes(goal_large * width), dtype=f"S{width}")),
+        key_id=server.key_id,
+    )
+    queries = np.concatenate(
+        [
+            big.digests[rng.integers(0, goal_large, goal_small // 2)],
+            np.frombuffer(rng.bytes(goal_small // 2 * width), dtype=f"S{width}"),
+        ]
+    )
+    lookups = []
+    for _ in range(3):
+        started = time.perf_counter()
+        found = big.lookup(queries)
+        lookups.append(time.perf_counter() - started)
+    assert (found >= 0).sum() >= goal_small // 2
+    with tempfile.TemporaryDirectory() as folder:
+        big.save(Path(folder) / "big.npz")
+        started = time.perf_counter()
+        OfflineSet.load(Path(folder) / "big.npz")
+        load_s = time.perf_counter() - started
+    lookup_s = float(np.median(lookups))
+    scale = goal_small / n_small
+    online_client = (clock["blind"] + clock["unblind"]) * scale + lookup_s
+    online_server = clock["server"] * scale
+    print(
+        f"  projected {goal_small:,} x {goal_large:,}: offline "
+        f"{offline_s * goal_large / n_large / 60:.1f} min, set {goal_large * width / 1e6:.0f} MB "
+        f"(loading it from disk {load_s:.2f} s, once per key); online client "
+        f"{online_client:.2f} s (of which the lookup in 10M, measured, {lookup_s * 1e3:.1f} ms)"
+        f", server {online_server:.2f} s, total {online_client + online_server:.2f} s (goal "
+        f"< 10 s); {32 * goal_small / 1e3:.0f} kB each way; false-match probability "
+        f"<= {goal_small * goal_large / 2 ** (8 * width):.1e} per query"
     )
 
 
@@ -338,12 +560,16 @@ def main() -> None:
     if args.psi_only:
         psi_parties(args.quick)
         psi(args.quick)
+        unbalanced_psi_bench(args.quick)
         return
     speed_and_quality(5_000 if args.quick else 12_000, args.compare_python)
     automatic_threshold_gaps(3_000 if args.quick else 10_000)
     hardening_costs(2_000 if args.quick else 6_000)
+    frequency_attack_table(args.quick)
     blocked_end_to_end(25_000 if args.quick else 125_000)
+    million_end_to_end(args.quick)
     psi(args.quick)
+    unbalanced_psi_bench(args.quick)
     psi_parties(args.quick)
 
 

@@ -12,12 +12,17 @@ data holder or a linkage unit runs, for protocols to drive.
   :func:`match` (greedy or optimal) with an automatic threshold, :func:`link`,
   :func:`evaluate`, :func:`plot_scores`;
 * :mod:`linkage.psi` -- private set intersection on exact IDs (ECDH over X25519, or a keyed-hash
-  join), :func:`psi_intersection`.
+  join), :func:`psi_intersection`;
+* :mod:`linkage.unbalanced` -- unbalanced PSI for a small set against a very large one (an
+  OPRF, 2HashDH over P-256): :class:`UnbalancedPsiServer` prepares its set once offline,
+  :class:`UnbalancedPsiClient` queries it at a cost that grows with the small set only;
+  :func:`unbalanced_psi`.
 
 """
 
+from linkage.audit import FrequencyAttackResult, frequency_attack
 from linkage.blocking import Candidates, KeyBlocking, LshBlocking, block
-from linkage.encoding import CollisionWarning, Encodings, encode
+from linkage.encoding import CollisionWarning, Encodings, InvalidValueWarning, encode
 from linkage.matching import (
     auto_threshold,
     dice_pairs,
@@ -29,6 +34,13 @@ from linkage.matching import (
 )
 from linkage.psi import EcdhPsiParty, hmac_tokens, intersect, normalize_ids, psi_intersection
 from linkage.schema import Field, Schema
+from linkage.unbalanced import (
+    OfflineSet,
+    QueryLimitError,
+    UnbalancedPsiClient,
+    UnbalancedPsiServer,
+    unbalanced_psi,
+)
 
 __all__ = [
     "Candidates",
@@ -36,15 +48,21 @@ __all__ = [
     "EcdhPsiParty",
     "Encodings",
     "Field",
+    "InvalidValueWarning",
     "KeyBlocking",
     "LshBlocking",
+    "OfflineSet",
+    "QueryLimitError",
     "Schema",
+    "UnbalancedPsiClient",
+    "UnbalancedPsiServer",
     "auto_threshold",
     "block",
     "dice_pairs",
     "dice_scores",
     "encode",
     "evaluate",
+    "frequency_attack",
     "hmac_tokens",
     "intersect",
     "link",
@@ -52,4 +70,5 @@ __all__ = [
     "normalize_ids",
     "plot_scores",
     "psi_intersection",
+    "unbalanced_psi",
 ]

@@ -21,8 +21,10 @@ among the candidates).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,7 +182,15 @@ class LshBlocking:
         )
         rng = np.random.default_rng(self.random_state)
         positions = _band_bytes(n_bands, r, a.bits // 8, rng)
-        ia, ib = _join(_band_keys(a.words, positions, r), _band_keys(b.words, positions, r), len(b))
+        # filters identical on both sides collide in every band: they are joined once, on a
+        # hash of the whole filter, and left out of the bands (at 1M x 1M, most true pairs)
+        whole = (_filter_hash(a.words), _filter_hash(b.words))
+        ia, ib = _join(
+            itertools.chain([whole[0]], _band_keys(a.words, positions, r)),
+            itertools.chain([whole[1]], _band_keys(b.words, positions, r)),
+            len(b),
+            skip_equal=whole,
+        )
         return Candidates(ia, ib, len(a), len(b), f"lsh({n_bands}x{r})")
 
 
@@ -233,34 +243,60 @@ def _band_bytes(n_bands: int, r: int, n_bytes_total: int, rng: np.random.Generat
     return np.concatenate(shuffled).reshape(-1, width)[:n_bands]
 
 
-def _band_keys(words: np.ndarray[Any, Any], positions: np.ndarray[Any, Any], r: int) -> Any:
-    """``(bands, n)`` uint64: the sampled bytes of each band (the last one cut to the band's
-    remaining bits) packed into an integer, plus one (0 means no key)."""
+def _band_keys(
+    words: np.ndarray[Any, Any], positions: np.ndarray[Any, Any], r: int
+) -> Iterator[np.ndarray[Any, Any]]:
+    """Per band, ``(n,)`` uint64: the sampled bytes (the last one cut to the band's remaining
+    bits) packed into an integer, plus one (0 means no key); one band at a time, so that
+    memory does not grow with the number of bands."""
     by_byte = np.ascontiguousarray(np.ascontiguousarray(words).view(np.uint8).T)  # (bytes, n)
-    keys = np.ones((len(positions), len(words)), dtype=np.uint64)
     last_mask = np.uint64((1 << (r - 8 * (positions.shape[1] - 1))) - 1)
-    for column in range(positions.shape[1]):
-        part = by_byte[positions[:, column]].astype(np.uint64)
-        if column == positions.shape[1] - 1:
-            part &= last_mask
-        keys += part << np.uint64(8 * column)
-    return keys
+    for band in positions:
+        keys = np.ones(len(words), dtype=np.uint64)
+        for column, byte in enumerate(band.tolist()):
+            part = by_byte[byte].astype(np.uint64)
+            if column == len(band) - 1:
+                part &= last_mask
+            keys += part << np.uint64(8 * column)
+        yield keys
+
+
+def _filter_hash(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A nonzero 64-bit hash of each whole filter (equal filters, equal hashes)."""
+    out = np.zeros(len(words), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for k in range(words.shape[1]):
+            out ^= words[:, k].astype(np.uint64)
+            out *= np.uint64(0x9E3779B97F4A7C15)
+            out ^= out >> np.uint64(29)
+    hashed: np.ndarray[Any, Any] = out | np.uint64(1)
+    return hashed
 
 
 def _join(
-    keys_a: np.ndarray[Any, Any], keys_b: np.ndarray[Any, Any], n_b: int
+    keys_a: Iterable[np.ndarray[Any, Any]],
+    keys_b: Iterable[np.ndarray[Any, Any]],
+    n_b: int,
+    *,
+    skip_equal: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """Unique ``(row_a, row_b)`` with ``keys_a[k, row_a] == keys_b[k, row_b]`` for some ``k``
-    (one row of keys per band or blocking key; a key of 0 means none).
+    """Unique ``(row_a, row_b)`` with ``ka[row_a] == kb[row_b]`` for some rows ``ka``, ``kb``
+    taken together from ``keys_a`` and ``keys_b`` (one row of keys per band or blocking key,
+    arrays or generators; a key of 0 means none).
 
     Per band, a bitmap of hashed keys first finds the few keys present on both sides; only
-    those are sorted and joined."""
+    those are sorted and joined. With ``skip_equal=(ha, hb)``, the pairs with ``ha[row_a] ==
+    hb[row_b]`` are left out of every band but the first (which should be that join), so that
+    they are sorted once, not once per band."""
     found: list[np.ndarray[Any, Any]] = []
     total = 0
-    table_bits = max(16, min(26, int(np.ceil(np.log2(8 * (keys_a.shape[1] + keys_b.shape[1]))))))
-    shift = np.uint64(64 - table_bits)
+    shift = np.uint64(0)
+    table_bits = 0
     mixer = np.uint64(0x9E3779B97F4A7C15)
-    for ka, kb in zip(keys_a, keys_b, strict=True):
+    for band, (ka, kb) in enumerate(zip(keys_a, keys_b, strict=True)):
+        if not table_bits:
+            table_bits = max(16, min(26, int(np.ceil(np.log2(8 * (len(ka) + len(kb)))))))
+            shift = np.uint64(64 - table_bits)
         slot_a, slot_b = (ka * mixer) >> shift, (kb * mixer) >> shift
         in_b = np.zeros(1 << table_bits, dtype=bool)
         in_b[slot_b[kb != 0]] = True
@@ -283,7 +319,11 @@ def _join(
             )
         offsets = np.repeat(lo - np.cumsum(reps) + reps, reps)
         slots = offsets + np.arange(len(offsets))
-        found.append(np.repeat(rows_a.astype(np.int64), reps) * n_b + rows_b[order_b[slots]])
+        pair_a, pair_b = np.repeat(rows_a, reps), rows_b[order_b[slots]]
+        if skip_equal is not None and band > 0:
+            differ = skip_equal[0][pair_a] != skip_equal[1][pair_b]
+            pair_a, pair_b = pair_a[differ], pair_b[differ]
+        found.append(pair_a.astype(np.int64) * n_b + pair_b)
     flat = np.sort(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
     if len(flat):
         flat = flat[np.concatenate([[True], flat[1:] != flat[:-1]])]

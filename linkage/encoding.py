@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import unicodedata
 import warnings
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ __all__ = [
     "PROGRESS_MIN_RECORDS",
     "CollisionWarning",
     "Encodings",
+    "InvalidValueWarning",
     "derive_key",
     "encode",
     "soundex",
@@ -95,6 +97,10 @@ class Encodings:
     block_keys : numpy.ndarray
         ``(n_records, n_keys)`` uint64: a keyed 64-bit hash of each of the schema's blocking
         keys, 0 where the record lacks a part of the key.
+    invalid : dict
+        Column name to the number of rows whose value did not parse (``Field.on_invalid``);
+        only columns with some. Stays with the data holder: it is not part of the filters
+        sent to a linkage unit.
     """
 
     index: pd.Index
@@ -103,6 +109,7 @@ class Encodings:
     block_keys: np.ndarray[Any, np.dtype[np.uint64]] = field(
         default_factory=lambda: np.zeros((0, 0), dtype=np.uint64)
     )
+    invalid: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.block_keys.shape[0] != len(self.index):
@@ -152,13 +159,17 @@ def encode(frame: pd.DataFrame, schema: Schema, *, secret: bytes | str) -> Encod
     The same frame, schema and secret give the same bits (unless ``schema.blip_epsilon`` adds
     fresh noise each time); another secret gives unrelated bits.
 
+    Dates and numbers that do not parse are encoded from their characters, or treated as
+    missing, as each field's ``on_invalid`` says, with one :class:`InvalidValueWarning` per
+    column and the counts in :attr:`Encodings.invalid`.
+
     Raises
     ------
     ValueError
         An empty frame, a non-unique index, columns missing from the frame (named), an
-        unparseable date or number (row label and value), a missing value in a field with
-        ``missing="error"``, or rows whose identity fields are all missing (their labels; drop
-        them first).
+        unparseable date or number in a field with ``on_invalid="raise"`` (row label and
+        value), a missing value in a field with ``missing="error"``, or rows whose identity
+        fields are all missing (their labels; drop them first).
     """
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"encode needs a pandas DataFrame, got {type(frame).__name__}")
@@ -178,7 +189,9 @@ def encode(frame: pd.DataFrame, schema: Schema, *, secret: bytes | str) -> Encod
         )
     show = len(frame) >= PROGRESS_MIN_RECORDS and os.environ.get("VFLINK_PROGRESS", "1") != "0"
     steps = tqdm(total=len(schema.fields) + 1, desc="encoding", leave=False, disable=not show)
-    values = {spec.name: _normalised_codes(frame, spec) for spec in schema.fields}
+    parsed = {spec.name: _normalised_codes(frame, spec) for spec in schema.fields}
+    values = {name: (codes, uniques) for name, (codes, uniques, _) in parsed.items()}
+    invalid = {name: count for name, (_, _, count) in parsed.items() if count}
     if schema.salt is not None:
         salt_codes, salt_values = _part(values, schema, schema.salt)
     else:
@@ -226,28 +239,90 @@ def encode(frame: pd.DataFrame, schema: Schema, *, secret: bytes | str) -> Encod
         words,
         schema.fingerprint(derive_key(secret, "fingerprint")),
         block_keys,
+        invalid,
     )
 
 
 def _normalised_codes(
     frame: pd.DataFrame, spec: Field
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """Each row's code into the distinct normalised values of a column (-1: missing)."""
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int]:
+    """Each row's code into the distinct normalised values of a column (-1: missing), those
+    values, and how many rows held a value that did not parse (see ``Field.on_invalid``)."""
     column = frame[spec.name]
     raw_codes, raw_uniques = pd.factorize(column, use_na_sentinel=True)
-    normalised, bad = _normalise(pd.Series(raw_uniques, dtype=object), spec)
+    raw = pd.Series(raw_uniques, dtype=object)
+    normalised, bad = _normalise(raw, spec)
+    invalid_rows = 0
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
         row = frame.index[int(np.argmax(raw_codes == first))]
         what = f"do not parse as {spec.date_format!r}" if spec.kind == "date" else "are not numbers"
-        fix = "set the field's date_format" if spec.kind == "date" else "clean the column"
-        raise ValueError(
-            f"column {spec.name!r}: {int(bad.sum())} distinct values {what}, "
-            f"e.g. row {row!r}: {column[row]!r}; fix them, or {fix}"
+        if spec.on_invalid == "raise":
+            fix = "set the field's date_format" if spec.kind == "date" else "clean the column"
+            raise ValueError(
+                f"column {spec.name!r}: {int(bad.sum())} distinct values {what}, "
+                f"e.g. row {row!r}: {column[row]!r}; fix them, {fix}, or set the field's "
+                "on_invalid='text' (encode them from their characters) or 'missing'"
+            )
+        invalid_rows = int(np.isin(raw_codes, np.flatnonzero(bad)).sum())
+        if spec.on_invalid == "text":
+            dirty = [_dirty(str(v), spec) for v in raw[bad]]
+            normalised = normalised.copy()
+            normalised[bad] = dirty
+            handled = "encoded from their characters (on_invalid='text')"
+        else:
+            normalised = normalised.mask(pd.Series(bad, index=normalised.index))
+            handled = "treated as missing (on_invalid='missing')"
+        warnings.warn(
+            f"column {spec.name!r}: {invalid_rows} rows ({int(bad.sum())} distinct values) "
+            f"{what}, e.g. row {row!r}: {column[row]!r}; {handled}",
+            InvalidValueWarning,
+            stacklevel=4,
         )
     norm_codes, uniques = pd.factorize(normalised, use_na_sentinel=True)
     codes = np.where(raw_codes >= 0, np.append(norm_codes, -1)[raw_codes], -1).astype(np.int64)
-    return codes, np.asarray(uniques, dtype=object)
+    return codes, np.asarray(uniques, dtype=object), invalid_rows
+
+
+_DATE_PARTS = {"%Y": r"(?P<Y>\d{4})", "%y": r"(?P<y>\d{2})", "%m": r"(?P<m>\d{1,2})"}
+_DATE_PARTS["%d"] = r"(?P<d>\d{1,2})"
+
+
+def _lenient_date(format: str) -> re.Pattern[str] | None:
+    """A pattern with the parts of a ``strptime`` format that does not check their ranges
+    (None when the format has directives other than ``%Y %y %m %d``)."""
+    pieces, rest = [], format
+    while rest:
+        if rest.startswith("%"):
+            if rest[:2] not in _DATE_PARTS:
+                return None
+            pieces.append(_DATE_PARTS[rest[:2]])
+            rest = rest[2:]
+        else:
+            pieces.append(re.escape(rest[0]))
+            rest = rest[1:]
+    return re.compile("".join(pieces))
+
+
+def _dirty(raw: str, spec: Field) -> str:
+    """The normalised form of a value that does not parse: a date's parts as written where
+    they fit the format (``1945-04-93``), else ``?`` and its folded letters and digits, which
+    :func:`_tokens` cuts into q-grams."""
+    text = raw.strip()
+    if spec.kind == "date":
+        pattern = _lenient_date(spec.date_format)
+        found = pattern.fullmatch(text) if pattern is not None else None
+        if found is not None:
+            parts = found.groupdict()
+            if "y" in parts:
+                short = int(parts["y"])
+                year = f"{2000 + short if short < 69 else 1900 + short}"
+            else:
+                year = parts.get("Y", "")
+            month, day = parts.get("m", ""), parts.get("d", "")
+            if year and month and day:
+                return f"{year}-{int(month):02d}-{int(day):02d}"
+    return "?" + re.sub(r"[^a-z0-9]", "", _fold(text))
 
 
 def _normalise(values: pd.Series, spec: Field) -> tuple[pd.Series, np.ndarray[Any, Any]]:
@@ -279,6 +354,10 @@ def _normalise(values: pd.Series, spec: Field) -> tuple[pd.Series, np.ndarray[An
 
 class CollisionWarning(UserWarning):
     """Distinct values of a field get identical tokens, hence identical encodings."""
+
+
+class InvalidValueWarning(UserWarning):
+    """Values of a ``date`` or ``number`` field did not parse (``Field.on_invalid``)."""
 
 
 def _warn_collisions(spec: Field, uniques: Any) -> None:
@@ -320,21 +399,26 @@ def _tokens(value: str, spec: Field) -> list[str]:
     if spec.kind == "id":  # identifiers compare whole: 11 and 111 must never look alike
         return ["=" + value]
     if spec.kind in ("name", "text"):
-        # the multiset of q-grams: a repeated q-gram is a token of its own ("44" and "44#2"),
-        # so that 11 and 111, or 44499 and 44999, are not the same set
-        q = spec.q_size
-        padded = "_" * (q - 1) + value + "_" * (q - 1)
-        seen: dict[str, int] = {}
-        tokens = []
-        for i in range(len(padded) - q + 1):
-            gram = padded[i : i + q]
-            seen[gram] = seen.get(gram, 0) + 1
-            tokens.append(gram if seen[gram] == 1 else f"{gram}\x1e{seen[gram]}")
-        return tokens
+        return _qgrams(value, spec.q_size)
+    if value.startswith("?"):  # a date or number that did not parse: its q-grams
+        return ["~" + gram for gram in _qgrams(value[1:], 2)]
     if spec.kind == "date":
         year, month, day = value.split("-")
         return [f"y{year}", f"m{month}", f"d{day}"]
     return [value]
+
+
+def _qgrams(value: str, q: int) -> list[str]:
+    """The multiset of padded q-grams: a repeated q-gram is a token of its own (``44`` and
+    ``44#2``), so that 11 and 111, or 44499 and 44999, are not the same set."""
+    padded = "_" * (q - 1) + value + "_" * (q - 1)
+    seen: dict[str, int] = {}
+    tokens = []
+    for i in range(len(padded) - q + 1):
+        gram = padded[i : i + q]
+        seen[gram] = seen.get(gram, 0) + 1
+        tokens.append(gram if seen[gram] == 1 else f"{gram}\x1e{seen[gram]}")
+    return tokens
 
 
 def _filters(token_lists: list[list[str]], key: bytes, k: int, bits: int) -> np.ndarray[Any, Any]:
@@ -417,7 +501,8 @@ def _part(
     texts = [str(v) for v in uniques]
     if transform in ("year", "month", "day"):
         position = ("year", "month", "day").index(transform)
-        out = [t.split("-")[position] for t in texts]
+        # a date that did not parse into parts ("?...") has no year, month or day
+        out = ["" if t.startswith("?") else t.split("-")[position] for t in texts]
     elif transform == "soundex":
         out = [
             soundex(t) if kind == "name" else soundex("".join(filter(str.isalpha, t)))
@@ -427,10 +512,9 @@ def _part(
         out = [t[: int(transform[len("prefix") :])] for t in texts]
     part_codes, part_uniques = pd.factorize(np.array(out, dtype=object))
     mapped = np.append(part_codes, -1)[codes]
-    if transform == "soundex":  # values without letters have no code
-        empty = np.flatnonzero(np.asarray(part_uniques) == "")
-        if len(empty):
-            mapped[mapped == empty[0]] = -1
+    empty = np.flatnonzero(np.asarray(part_uniques) == "")  # no soundex, year, ...: missing
+    if len(empty):
+        mapped[mapped == empty[0]] = -1
     return mapped.astype(np.int64), np.asarray(part_uniques, dtype=object)
 
 

@@ -23,6 +23,22 @@ kind            tokens                                                          
 missing value contributes no tokens (``missing="skip"``, the default) or raises
 (``missing="error"``).
 
+**Dirty values never stop a linkage.** A ``date`` or ``number`` value that does not parse is
+handled by the field's ``on_invalid``:
+
+* ``"text"`` (the default) -- encoded anyway, so that a typo still finds its partner. A date
+  whose characters still fit the ``date_format`` pattern (``19450493`` under ``%Y%m%d``: day
+  93) gives the tokens of its parts as written (``y1945``, ``m04``, ``d93``), so it shares the
+  year and month with ``19450413``; any other value (and an unparsable number) gives the
+  q-grams of its letters and digits, which match the same dirty value on the other side only;
+* ``"missing"`` -- treated as missing (no tokens);
+* ``"raise"`` -- a ``ValueError`` naming the column, a row and the value.
+
+Either way the values are counted: :func:`linkage.encode` warns once per column
+(:class:`~linkage.encoding.InvalidValueWarning`) and the counts travel with the encodings
+(``Encodings.invalid``) into ``match``'s ``attrs["invalid_values"]``. ``name``, ``text``,
+``categorical`` and ``id`` values are never invalid.
+
 A schema also names the **hardening** applied to every filter (all off by default; each is
 part of the schema, so both data holders must agree on it) and the **blocking keys** sent
 beside the filters (see :class:`Schema`). Parts of a record used for salting and blocking are
@@ -41,11 +57,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["KINDS", "SCHEMA_VERSION", "TRANSFORMS", "Field", "Schema"]
+__all__ = ["KINDS", "ON_INVALID", "SCHEMA_VERSION", "TRANSFORMS", "Field", "Schema"]
 
 SCHEMA_VERSION = 1
 TRANSFORMS = ("year", "month", "day", "soundex", *(f"prefix{n}" for n in range(1, 10)))
 KINDS = ("name", "text", "date", "categorical", "number", "id")
+ON_INVALID = ("text", "missing", "raise")
 _DEFAULT_Q = {"name": 2, "text": 2}
 _DEFAULT_WEIGHT = {"name": 20, "text": 10, "date": 15, "categorical": 10, "number": 10, "id": 10}
 
@@ -74,6 +91,9 @@ class Field:
         Fields with the same group hash their tokens under the same key, so that a value moved
         between them (given name and surname swapped) still sets the same bits. Fields of
         different groups, or without one, use keys of their own.
+    on_invalid : {"text", "missing", "raise"}
+        What a ``date`` or ``number`` value that does not parse does (see the module
+        docstring): encoded from its characters (default), treated as missing, or an error.
     """
 
     name: str
@@ -84,6 +104,7 @@ class Field:
     decimals: int = 0
     missing: str = "skip"
     hash_group: str | None = None
+    on_invalid: str = "text"
 
     def problems(self) -> list[str]:
         """Everything wrong with this field (empty when it is valid)."""
@@ -106,6 +127,11 @@ class Field:
             isinstance(self.hash_group, str) and self.hash_group
         ):
             out.append(f"field {self.name!r}: hash_group must be a non-empty string or None")
+        if self.on_invalid not in ON_INVALID:
+            out.append(
+                f"field {self.name!r}: on_invalid must be one of {list(ON_INVALID)}, "
+                f"got {self.on_invalid!r}"
+            )
         if self.missing not in ("skip", "error"):
             out.append(
                 f"field {self.name!r}: missing must be 'skip' or 'error', got {self.missing!r}"

@@ -24,7 +24,8 @@ from linkage import (
 )
 from linkage.blocking import _join
 from linkage.encoding import soundex
-from linkage.matching import _greedy, _optimal
+from linkage.matching import _optimal
+from linkage.threshold import greedy as _greedy
 from vfl.datasets import identity_schema, make_lab_imaging_cohort
 
 matplotlib.use("Agg")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 
 import numpy as np
@@ -119,10 +120,16 @@ def test_bad_input_gets_clear_errors() -> None:
     frame = people()
     with pytest.raises(ValueError, match=r"columns \['sex'\] of the schema are not in the frame"):
         encode(frame.drop(columns="sex"), SCHEMA, secret=SECRET)
+    strict = Schema(
+        [
+            dataclasses.replace(f, on_invalid="raise") if f.kind == "date" else f
+            for f in SCHEMA.fields
+        ]
+    )
     with pytest.raises(ValueError, match=r"do not parse as '%Y%m%d', e.g. row 'r2': '31/12/1975'"):
         encode(
             frame.assign(date_of_birth=["19800101", "31/12/1975", None, None]),
-            SCHEMA,
+            strict,
             secret=SECRET,
         )
     with pytest.raises(

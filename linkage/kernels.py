@@ -1,0 +1,327 @@
+"""Exact Dice comparison kernels: all pairs above a floor, and each record's two best scores.
+
+:func:`dice_all_pairs` compares every record of A with every record of B whose popcount the
+length filter admits, in memory-bounded blocks (``chunk`` records of A against ``tile`` of B):
+
+1. the intersections ``|A_i & B_j|`` of a block come from one matrix product of the 0/1
+   filters, exactly: ``int8 x int8 -> int32`` (VNNI; ``torch._int_mm``, both cores) when
+   torch is installed, else float32 BLAS (exact for counts below 2**24);
+2. B is sorted by popcount, so ``group`` consecutive columns have nearly the same popcount;
+   one pass takes the largest intersection of each row in each group, which bounds the
+   Dice of the whole group from above (divided by the group's smallest popcount) and from
+   below (its largest);
+3. only the groups whose upper bound reaches the floor, or the row's second-best lower bound
+   (a score that two other groups certainly reach), can hold a kept pair or one of the row's
+   two best scores: only those are divided out, exactly, in float64 (``2 * inter / (|A| +
+   |B|)``, the same operations as a reference implementation). When too many groups qualify
+   (low floors), the floor test runs over the whole block instead, in integers.
+
+No float screen can drop a pair: the bounds are exact rationals compared in float64 with a
+margin, and every kept score is recomputed from the exact intersection. The Dice of two empty
+filters is 0.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+__all__ = ["available_backends", "dice_all_pairs"]
+
+CHUNK = 2048
+"""Records of A per block."""
+TILE = 16_384
+"""Records of B per block at most (the block's int32 intersections: CHUNK * TILE * 4 bytes)."""
+GROUP = 32
+"""Columns of B per group for the bounds."""
+DENSE_SHARE = 0.3
+"""Share of groups that qualify beyond which the floor test runs over the whole block."""
+
+_TORCH_OK: bool | None = None
+
+
+def _torch_int_mm() -> bool:
+    """Whether torch is installed and has a CPU ``int8 x int8 -> int32`` product."""
+    global _TORCH_OK
+    if _TORCH_OK is None:
+        if os.environ.get("VFLINK_NO_TORCH", "0") == "1":
+            _TORCH_OK = False
+            return False
+        try:
+            import torch
+
+            x = torch.ones((1, 8), dtype=torch.int8)
+            _TORCH_OK = int(torch._int_mm(x, x.T)[0, 0]) == 8
+        except Exception:  # torch missing, or too old for _int_mm on CPU
+            _TORCH_OK = False
+    return _TORCH_OK
+
+
+def available_backends() -> list[str]:
+    """``"torch"`` (int8 products) where available, and ``"numpy"`` (float32 BLAS) always."""
+    return (["torch"] if _torch_int_mm() else []) + ["numpy"]
+
+
+def dice_all_pairs(
+    words_a: np.ndarray[Any, Any],
+    words_b: np.ndarray[Any, Any],
+    *,
+    floor: float = 0.0,
+    chunk: int = CHUNK,
+    tile: int = TILE,
+    group: int = GROUP,
+    backend: str = "auto",
+    progress: Any = None,
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Pairs with Dice ``>= floor`` (``> 0`` when the floor is 0) of two sets of packed filters.
+
+    Parameters
+    ----------
+    words_a, words_b : numpy.ndarray
+        ``(n, bits // 64)`` uint64 filters, as in :class:`~linkage.encoding.Encodings`.
+    floor : float
+        Smallest score kept; pairs that the length filter rules out are not compared.
+    chunk, tile, group : int
+        Block sizes (see the module docstring); they change the speed, never the result.
+    backend : {"auto", "torch", "numpy"}
+        Where the intersections come from.
+    progress : callable, optional
+        Wraps the iterable of A chunks (e.g. tqdm).
+
+    Returns
+    -------
+    (ia, ib, scores, best)
+        Positions and exact scores of the kept pairs (int64, int64, float64), and ``(n_a, 2)``
+        the best and second-best score of every A record among the B records that its block
+        compared (all those the length filter admits; 0 where none).
+    """
+    if not 0 <= floor <= 1:
+        raise ValueError(f"floor must be in [0, 1], got {floor}")
+    if backend == "auto":
+        backend = "torch" if _torch_int_mm() else "numpy"
+    if backend not in ("torch", "numpy"):
+        raise ValueError(f"backend must be 'auto', 'torch' or 'numpy', got {backend!r}")
+    if backend == "torch" and not _torch_int_mm():
+        raise ValueError("backend='torch' needs torch with a CPU int8 matrix product (torch>=2.2)")
+    n_a, n_b = len(words_a), len(words_b)
+    best = np.zeros((n_a, 2))
+    empty = np.zeros(0, dtype=np.int64)
+    if n_a == 0 or n_b == 0:
+        return empty, empty, np.zeros(0), best
+    pop_a = np.bitwise_count(words_a).sum(axis=1).astype(np.int64)
+    pop_b = np.bitwise_count(words_b).sum(axis=1).astype(np.int64)
+    order_b = np.argsort(pop_b, kind="stable")
+    order_a = np.argsort(pop_a, kind="stable")
+    if group < 1 or chunk < 1:
+        raise ValueError("chunk and group must be positive")
+    tile = max(group, tile // group * group)
+    # B sorted by popcount, with `group` empty filters after it so that a block can always
+    # be widened to a whole number of groups without copying
+    sorted_pop_b = np.concatenate([pop_b[order_b], np.zeros(group, dtype=np.int64)])
+    engine = _Engine(words_b[order_b], backend, group)
+    out_a: list[np.ndarray[Any, Any]] = []
+    out_b: list[np.ndarray[Any, Any]] = []
+    out_s: list[np.ndarray[Any, Any]] = []
+    starts: Any = range(0, n_a, chunk)
+    if progress is not None:
+        starts = progress(starts)
+    for start in starts:
+        rows = order_a[start : start + chunk]
+        pa = pop_a[rows]
+        if floor > 0:
+            # Dice >= t needs t |A| / (2 - t) <= |B| <= |A| (2 - t) / t; slack for rounding
+            admitted = sorted_pop_b[:n_b]
+            low_pop = math.ceil(floor * pa.min() / (2 - floor) - 1e-9)
+            high_pop = math.floor(pa.max() * (2 - floor) / floor + 1e-9)
+            lo = int(np.searchsorted(admitted, low_pop, side="left"))
+            hi = int(np.searchsorted(admitted, high_pop, side="right"))
+        else:
+            lo, hi = 0, n_b
+        if hi <= lo:
+            continue
+        left = engine.rows(words_a[rows])
+        top = np.zeros((len(rows), 2))
+        for t_lo in range(lo, hi, tile):
+            t_hi = min(t_lo + tile, hi)
+            r, c, s, two = _block(engine, left, pa, sorted_pop_b, t_lo, t_hi, floor, group)
+            top = _merge_top_two(top, two)
+            out_a.append(rows[r])
+            out_b.append(order_b[t_lo + c])
+            out_s.append(s)
+        best[rows] = top
+    if not out_a:
+        return empty, empty, np.zeros(0), best
+    return np.concatenate(out_a), np.concatenate(out_b), np.concatenate(out_s), best
+
+
+class _Engine:
+    """The intersections of a block: ``int8`` products in torch, or float32 BLAS."""
+
+    def __init__(self, words_b: np.ndarray[Any, Any], backend: str, pad: int) -> None:
+        self.backend = backend
+        bits = _unpack(np.concatenate([words_b, np.zeros((pad, words_b.shape[1]), np.uint64)]))
+        if backend == "torch":
+            import torch
+
+            self.right: Any = torch.from_numpy(bits.view(np.int8))
+        else:
+            self.right = bits.astype(np.float32)
+
+    def rows(self, words: np.ndarray[Any, Any]) -> Any:
+        bits = _unpack(words)
+        if self.backend == "torch":
+            import torch
+
+            return torch.from_numpy(bits.view(np.int8))
+        return bits.astype(np.float32)
+
+    def product(self, left: Any, lo: int, hi: int) -> np.ndarray[Any, Any]:
+        """``(rows, hi - lo)`` intersections with sorted B's records ``lo:hi`` (int32, or
+        float32 that is exact for them)."""
+        if self.backend == "torch":
+            import torch
+
+            out: np.ndarray[Any, Any] = torch._int_mm(left, self.right[lo:hi].T).numpy()
+            return out
+        product: np.ndarray[Any, Any] = left @ self.right[lo:hi].T
+        return product
+
+    def at_least(
+        self, inter: np.ndarray[Any, Any], need: np.ndarray[Any, Any]
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """Positions where ``inter[i, j] >= need[j]``."""
+        if self.backend == "torch":
+            import torch
+
+            mask = torch.ge(torch.from_numpy(inter), torch.from_numpy(need.astype(np.int32)))
+            r, c = np.nonzero(mask.numpy())
+        else:
+            r, c = np.nonzero(inter >= need.astype(np.float32))
+        return r, c
+
+    def group_max(self, inter: np.ndarray[Any, Any], group: int) -> np.ndarray[Any, Any]:
+        """Each row's largest intersection in each group of ``group`` columns."""
+        shaped = inter.reshape(inter.shape[0], -1, group)
+        if self.backend == "torch":
+            import torch
+
+            out: np.ndarray[Any, Any] = torch.from_numpy(shaped).amax(dim=2).numpy()
+            return out
+        result: np.ndarray[Any, Any] = shaped.max(axis=2)
+        return result
+
+
+def _unpack(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    as_bytes = np.ascontiguousarray(words).astype("<u8", copy=False).view(np.uint8)
+    return np.unpackbits(as_bytes, axis=1, bitorder="little")
+
+
+def _block(
+    engine: _Engine,
+    left: Any,
+    pa: np.ndarray[Any, Any],
+    sorted_pop_b: np.ndarray[Any, Any],
+    lo: int,
+    hi: int,
+    floor: float,
+    group: int,
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Kept pairs (row in the chunk, column from ``lo``, exact score) and each row's top two
+    scores, for one block."""
+    n = hi - lo
+    width = n + (-n % group)
+    # the columns beyond `hi` (records the length filter rules out, or the empty filters
+    # after B) only widen the block to whole groups: their pairs never reach the floor
+    inter = engine.product(left, lo, lo + width)
+    m = inter.shape[0]
+    n_groups = width // group
+    pb = sorted_pop_b[lo : lo + width]
+    pb_groups = pb.reshape(n_groups, group)
+    pb_min, pb_max = pb_groups.min(axis=1), pb_groups.max(axis=1)
+    inter_max = engine.group_max(inter, group).astype(np.float64)
+    pa_f = pa.astype(np.float64)[:, None]
+    upper = 2.0 * inter_max / np.maximum(pa_f + pb_min[None, :], 1.0)
+    lower = 2.0 * inter_max / np.maximum(pa_f + pb_max[None, :], 1.0)
+    # two different groups each hold a score >= their lower bound
+    second_lower = -np.partition(-lower, 1, axis=1)[:, 1] if n_groups >= 2 else np.zeros(m)
+    slack = 1e-9
+    # at floor 0 every pair with a positive score is kept
+    needed = np.minimum(second_lower, floor) - slack if floor > 0 else np.full(m, -1.0)
+    wanted = upper >= needed[:, None]
+    dense = floor == 0 or wanted.mean() > DENSE_SHARE
+    if dense:
+        # top two only from the groups that can hold them; the floor test over everything
+        wanted = upper >= second_lower[:, None] - slack
+    g_r, g_g = np.nonzero(wanted)
+    shaped = inter.reshape(m, n_groups, group)
+    values = shaped[g_r, g_g].astype(np.float64)  # (selected groups, group)
+    denom = np.maximum(pa[g_r][:, None] + pb_groups[g_g], 1).astype(np.float64)
+    scores = 2.0 * values / denom
+    two = _top_two_of_groups(g_r, scores, m)
+    if dense:
+        r, c = _dense_floor(engine, inter, pa, pb, floor)
+        keep = c < n
+        r, c = r[keep], c[keep]
+        exact = 2.0 * inter[r, c].astype(np.float64) / np.maximum(pa[r] + pb[c], 1)
+    else:
+        k_sel, k_col = np.nonzero(scores >= floor)
+        r = g_r[k_sel]
+        c = g_g[k_sel].astype(np.int64) * group + k_col
+        exact = scores[k_sel, k_col]
+        keep = c < n
+        r, c, exact = r[keep], c[keep], exact[keep]
+    keep = exact >= floor if floor > 0 else exact > 0
+    return r[keep], c[keep], exact[keep], two
+
+
+def _dense_floor(
+    engine: _Engine,
+    inter: np.ndarray[Any, Any],
+    pa: np.ndarray[Any, Any],
+    pb: np.ndarray[Any, Any],
+    floor: float,
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Positions that may reach the floor, a superset of the kept pairs, over the whole block:
+    ``inter > 0`` at floor 0, else ``inter >= ceil(floor (min |A| + |B|) / 2)`` (the chunk's
+    rows are sorted by popcount, so its smallest popcount is close to all of them)."""
+    if floor == 0:
+        need = np.ones(len(pb), dtype=np.int64)
+    else:
+        need = np.ceil(floor * (int(pa.min()) + pb) / 2 - 1e-6).astype(np.int64)
+    return engine.at_least(inter, need)
+
+
+def _top_two_of_groups(
+    g_r: np.ndarray[Any, Any], scores: np.ndarray[Any, Any], m: int
+) -> np.ndarray[Any, Any]:
+    """Each row's two best scores among its selected groups' scores (0 where fewer)."""
+    two = np.zeros((m, 2))
+    if not len(g_r):
+        return two
+    if scores.shape[1] >= 2:
+        part = -np.partition(-scores, 1, axis=1)[:, :2]  # each group's two best, best first
+    else:
+        part = np.concatenate([scores, np.zeros_like(scores)], axis=1)
+    rows = np.repeat(g_r, 2)
+    vals = part.ravel()
+    order = np.lexsort((-vals, rows))
+    rows, vals = rows[order], vals[order]
+    first = np.concatenate([[True], rows[1:] != rows[:-1]])
+    starts = np.flatnonzero(first)
+    two[rows[starts], 0] = vals[starts]
+    has_second = starts + 1 < len(rows)
+    nxt = starts[has_second] + 1
+    same = rows[nxt] == rows[starts[has_second]]
+    two[rows[nxt[same]], 1] = vals[nxt[same]]
+    return two
+
+
+def _merge_top_two(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The two best of each row's four values (two from each side, best first)."""
+    both = np.concatenate([x, y], axis=1)
+    both.sort(axis=1)
+    merged: np.ndarray[Any, Any] = both[:, :-3:-1].copy()
+    return merged

@@ -1,0 +1,105 @@
+"""The Dice kernels against a brute-force reference, on both backends and odd block sizes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from linkage.kernels import available_backends, dice_all_pairs
+
+BACKENDS = available_backends()
+
+
+def pack(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    packed = np.packbits(bits, axis=1, bitorder="little")
+    return np.ascontiguousarray(packed).view("<u8").astype(np.uint64)
+
+
+def brute_force(wa: np.ndarray[Any, Any], wb: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Every pair's Dice, as Python floats do it (0 for two empty filters)."""
+    scores = np.zeros((len(wa), len(wb)))
+    for i, x in enumerate(wa):
+        for j, y in enumerate(wb):
+            inter = sum(bin(int(u) & int(v)).count("1") for u, v in zip(x, y, strict=True))
+            total = sum(bin(int(u)).count("1") for u in x) + sum(bin(int(v)).count("1") for v in y)
+            scores[i, j] = 2 * inter / total if total else 0.0
+    return scores
+
+
+def random_filters(
+    rng: np.random.Generator, n_a: int, n_b: int, words: int
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    density = rng.uniform(0.05, 0.45)
+    bits_a = rng.random((n_a, 64 * words)) < density
+    bits_b = rng.random((n_b, 64 * words)) < rng.uniform(0.05, 0.45)
+    near = min(n_a, n_b) // 3  # near-duplicates, so that high floors keep something
+    bits_b[:near] = bits_a[:near] ^ (rng.random((near, 64 * words)) < 0.03)
+    wa, wb = pack(bits_a), pack(bits_b)
+    wa[0] = 0  # empty filters on both sides
+    wb[-1] = 0
+    if n_b > 2:
+        wb[1] = wb[2]  # a tie
+    return wa, wb
+
+
+def check(
+    wa: np.ndarray[Any, Any], wb: np.ndarray[Any, Any], full: np.ndarray[Any, Any], **kw: Any
+) -> None:
+    floor = kw.get("floor", 0.0)
+    ia, ib, scores, best = dice_all_pairs(wa, wb, **kw)
+    wanted = full >= floor if floor > 0 else full > 0
+    assert set(zip(ia.tolist(), ib.tolist(), strict=True)) == set(
+        zip(*np.nonzero(wanted), strict=True)
+    )
+    assert len(set(zip(ia.tolist(), ib.tolist(), strict=True))) == len(ia)
+    np.testing.assert_array_equal(scores, full[ia, ib])  # bit for bit
+    ranked = -np.sort(-np.concatenate([full, np.zeros((len(wa), 1))], axis=1), axis=1)[:, :2]
+    if floor == 0:
+        np.testing.assert_array_equal(best, ranked)
+    else:  # exact at least where the score reaches the floor
+        for k in (0, 1):
+            sure = ranked[:, k] >= floor
+            np.testing.assert_array_equal(best[sure, k], ranked[sure, k])
+            assert np.all(best[:, k] <= ranked[:, k])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(4))
+def test_kernel_equals_brute_force(backend: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n_a, n_b = int(rng.integers(1, 90)), int(rng.integers(1, 90))
+    wa, wb = random_filters(rng, n_a, n_b, int(rng.choice([1, 2, 16])))
+    full = brute_force(wa, wb)
+    for floor in (0.0, 0.3, 0.5, 0.8, 1.0):
+        for chunk, tile, group in ((2048, 16384, 32), (7, 13, 4), (5, 40, 1), (64, 64, 64)):
+            check(wa, wb, full, floor=floor, backend=backend, chunk=chunk, tile=tile, group=group)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_row_inputs_and_empty_filters(backend: str) -> None:
+    rng = np.random.default_rng(9)
+    wa, wb = random_filters(rng, 40, 30, 2)
+    for x, y in ((wa[:1], wb), (wa, wb[:1]), (wa[1:2], wb[:1]), (wa[:1] * 0, wb[-1:])):
+        full = brute_force(x, y)
+        for floor in (0.0, 0.5, 1.0):
+            check(x, y, full, floor=floor, backend=backend, chunk=3, group=4)
+    empty = np.zeros((0, 2), dtype=np.uint64)
+    ia, ib, scores, best = dice_all_pairs(empty, wb, backend=backend)
+    assert len(ia) == len(ib) == len(scores) == 0 and best.shape == (0, 2)
+    ia, _, _, best = dice_all_pairs(wa, empty, backend=backend)
+    assert len(ia) == 0 and np.all(best == 0)
+
+
+def test_backends_agree_and_bad_arguments_are_refused() -> None:
+    rng = np.random.default_rng(3)
+    wa, wb = random_filters(rng, 300, 500, 16)
+    results = [dice_all_pairs(wa, wb, floor=0.5, backend=b) for b in BACKENDS]
+    for other in results[1:]:
+        for x, y in zip(results[0], other, strict=True):
+            np.testing.assert_array_equal(np.sort(x, axis=0), np.sort(y, axis=0))
+    with pytest.raises(ValueError, match="backend"):
+        dice_all_pairs(wa, wb, backend="cuda")
+    with pytest.raises(ValueError, match="floor"):
+        dice_all_pairs(wa, wb, floor=1.5)
