@@ -11,12 +11,18 @@ data holder or a linkage unit runs, for protocols to drive.
 * :mod:`linkage.matching` -- exact Dice similarity with a length filter, one-to-one
   :func:`match` (greedy or optimal) with an automatic threshold, :func:`link`,
   :func:`evaluate`, :func:`plot_scores`;
+* :mod:`linkage.threshold` -- the automatic threshold (:func:`auto_threshold`, estimated
+  precision and recall from decoy false links) and the greedy solver;
+* :mod:`linkage.multiparty` -- :func:`match_many`: three or more parties' records in clusters
+  of at most one record per party;
 * :mod:`linkage.psi` -- private set intersection on exact IDs (ECDH over X25519, or a keyed-hash
   join), :func:`psi_intersection`;
 * :mod:`linkage.unbalanced` -- unbalanced PSI for a small set against a very large one (an
   OPRF, 2HashDH over P-256): :class:`UnbalancedPsiServer` prepares its set once offline,
   :class:`UnbalancedPsiClient` queries it at a cost that grows with the small set only;
-  :func:`unbalanced_psi`.
+  :func:`unbalanced_psi`;
+* :mod:`linkage.audit` -- :func:`frequency_attack`: how many records an attacker holding the
+  encodings and public value frequencies, not the secret, re-identifies.
 
 """
 
@@ -24,7 +30,6 @@ from linkage.audit import FrequencyAttackResult, frequency_attack
 from linkage.blocking import Candidates, KeyBlocking, LshBlocking, block
 from linkage.encoding import CollisionWarning, Encodings, InvalidValueWarning, encode
 from linkage.matching import (
-    auto_threshold,
     dice_pairs,
     dice_scores,
     evaluate,
@@ -32,8 +37,10 @@ from linkage.matching import (
     match,
     plot_scores,
 )
+from linkage.multiparty import match_many
 from linkage.psi import EcdhPsiParty, hmac_tokens, intersect, normalize_ids, psi_intersection
 from linkage.schema import Field, Schema
+from linkage.threshold import ThresholdEstimate, auto_threshold
 from linkage.unbalanced import (
     OfflineSet,
     QueryLimitError,
@@ -48,12 +55,14 @@ __all__ = [
     "EcdhPsiParty",
     "Encodings",
     "Field",
+    "FrequencyAttackResult",
     "InvalidValueWarning",
     "KeyBlocking",
     "LshBlocking",
     "OfflineSet",
     "QueryLimitError",
     "Schema",
+    "ThresholdEstimate",
     "UnbalancedPsiClient",
     "UnbalancedPsiServer",
     "auto_threshold",
@@ -67,6 +76,7 @@ __all__ = [
     "intersect",
     "link",
     "match",
+    "match_many",
     "normalize_ids",
     "plot_scores",
     "psi_intersection",

@@ -5,36 +5,46 @@ obtains them) and a public table of how often each value occurs in the populatio
 names with counts, as census offices publish them), but **not** the secret. It never receives
 the secret and reads nothing of the encodings but their bits (``encodings.words``). The
 schema is not secret (both data holders and the linkage unit hold it), so the attacker may
-know the tokenisation (``field``: q-gram size, padding) and the number of positions per token
-(``weight``).
+know it: the tokenisation (``field``: q-gram size, padding), the positions per token
+(``weight``) and the filter length and hardening (``schema``).
 
 Two attacks from the literature:
 
-* ``"alignment"`` -- **frequency alignment** of identical encodings, in the spirit of Kuzu,
-  Kantarcioglu, Durham and Malin (2011): records whose filters are bit-for-bit identical are
-  grouped, the groups ranked by size and aligned with the public table ranked by count (the
-  largest group is guessed to be the most frequent value, and so on). It needs values to
-  repeat as identical filters, so it works on filters that encode one field and on any
-  *deterministic* hardening of them: **balancing and XOR-folding do not protect against it**
-  (the same name still gives the same filter). Salting splits each value's group into one
-  group per salt value; BLIP noise makes identical values give different filters.
+* ``"alignment"`` (the default) -- **frequency alignment** of identical encodings, in the
+  spirit of Kuzu, Kantarcioglu, Durham and Malin (2011): records whose filters are
+  bit-for-bit identical are grouped, and the groups (of at least ``min_group_size``) are
+  aligned with the values of the public table: by rank (largest group = most frequent value)
+  or, when ``schema`` says the filters encode this one field unbalanced, by the one-to-one
+  assignment that best fits both the group sizes and the number of set bits a value of that
+  many q-grams sets (Kuzu et al.'s length constraint; it separates values of about the same
+  frequency). It needs values to repeat as identical filters, so it works on filters that
+  encode one field and on any *deterministic* hardening of them: **balancing and XOR-folding
+  do not protect against it** (the same name still gives the same filter; balancing only
+  hides the length, which leaves rank alignment). Salting splits each value's group into one
+  group per salt value; BLIP noise makes identical values give different filters; several
+  fields in one filter make nearly every filter unique.
 * ``"pattern"`` -- **pattern mining**, a simplified version of Christen, Ranbaduge, Vatsalan
   and Schnell (2018), "Precise and fast cryptanalysis for Bloom filter based privacy-preserving
   record linkage": the q-grams of the public values are taken in order of frequency; for each,
-  the bit positions set together in about the fraction of filters that the q-gram's frequency
-  predicts are mined greedily (a seed column, then the column that keeps the most of those
-  filters, up to ``weight`` columns); filters and public values are split by whether they
-  hold the q-gram and the search goes on in each part. Each filter is then decoded as the
-  public value whose mapped q-grams are all set in it and which explains the most of the
-  mapped q-grams it holds (ties: the more frequent value). It needs no identical filters.
-  Unlike the paper, it does not attempt to recover q-grams outside the public values or to
-  decode values absent from the table.
+  a set of up to ``weight`` bit positions that are set together in about the fraction of the
+  filters that the q-gram's frequency predicts is mined (a greedy clique of columns that
+  pairwise co-occur often enough, kept when no more than about ``weight`` columns are set in
+  all the filters it selects); filters and public values are split by whether they hold the
+  q-gram and the search goes on in each part. The patterns are then labelled with q-grams all
+  at once, by the one-to-one labelling whose frequencies and pairwise co-occurrences in the
+  public table best fit those in the filters, and each filter is decoded as the public value
+  whose mapped q-grams are all set in it and which explains the most of the mapped q-grams it
+  holds (ties: the more frequent value). It needs no identical filters. On balanced filters
+  (every filter half set) the columns set in most filters, the complements, are set aside
+  first. Unlike the paper, it does not recover q-grams outside the public values nor decode
+  values absent from the table, and it tolerates little noise (``min_fraction_set``).
 * ``"combined"`` -- the alignment guess where there is one, else the pattern-mining guess.
 
 Re-identification is scored against ``truth`` (the real values, used only to score); without
-it the result holds the guesses alone. These figures are a lower bound on what an attacker
+it the result holds the guesses alone. The figures are a lower bound on what an attacker
 learns: better attacks exist (graph matching, Vidanage et al. 2019; attacks on several fields
-at once), and an attacker with a better public table does better.
+at once with a table of whole records), and an attacker with a better public table does
+better. Measured figures per hardening option: ``benchmarks/linkage.py`` and the README.
 """
 
 from __future__ import annotations
@@ -212,10 +222,10 @@ def frequency_attack(
         mined, positions = _pattern_mining(
             words, values, counts, spec, k, min_fraction_set, max_qgrams
         )
-        empty = np.equal(guesses, None)
+        empty = np.array([g is None for g in guesses], dtype=bool)
         guesses[empty] = mined[empty]
 
-    made = ~np.equal(guesses, None)
+    made = np.array([g is not None for g in guesses], dtype=bool)
     n_guesses = int(made.sum())
     reidentified = reidentified_top = precision = None
     if truth_values is not None:
@@ -351,9 +361,7 @@ def _alignment(
         cost += rng.random(cost.shape) * 1e-9  # random ties
         chosen_groups, chosen_values = linear_sum_assignment(cost)
         plausible = cost[chosen_groups, chosen_values] <= _MAX_COST
-        guess_of_group[group_order[chosen_groups[plausible]]] = values[
-            chosen_values[plausible]
-        ]
+        guess_of_group[group_order[chosen_groups[plausible]]] = values[chosen_values[plausible]]
     out: np.ndarray[Any, Any] = guess_of_group[inverse]
     return out
 

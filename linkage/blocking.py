@@ -33,7 +33,7 @@ import pandas as pd
 
 from linkage.encoding import Encodings
 
-__all__ = ["Candidates", "KeyBlocking", "LshBlocking", "block"]
+__all__ = ["BucketBlocking", "Candidates", "KeyBlocking", "LshBlocking", "block"]
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +195,155 @@ class LshBlocking:
 
 
 @dataclass(frozen=True)
+class BucketBlocking:
+    """Few-bit LSH bands whose buckets are compared all-pairs on the spot: for large inputs.
+
+    Each of ``bands`` bands samples ``band_bits`` bits (whole bytes, as :class:`LshBlocking`);
+    records that share a band's bits form a bucket, and each bucket's A and B records are
+    compared with one matrix product (int8 with torch, see :mod:`linkage.kernels`; small
+    buckets pair by pair from the packed words). Only pairs scoring ``>= keep`` become
+    candidates, so memory holds the likely matches, not every collision; filters identical on
+    both sides (most true pairs, in every band) are joined once on a hash of the filter.
+
+    Few bits per band make a true pair collide often (a pair agreeing on a share ``s`` of its
+    bits is found with probability ``1 - (1 - s**band_bits)**bands``) at the price of large
+    buckets, which matrix products compare at hundreds of millions of pairs a second. On the
+    synthetic cohort at 1M x 1M, 20 bands of 20 bits keep about 99.3 % of the true pairs.
+
+    Parameters
+    ----------
+    band_bits, bands : int
+        Bits per band (8..56) and bands.
+    keep : float
+        Smallest Dice score kept as a candidate; keep it at or below the match floor that
+        :func:`~linkage.matching.match` applies (0.5 by default) to see the same pairs.
+    random_state : int, optional
+        Which bytes the bands sample (not a secret).
+    backend : {"auto", "torch", "numpy"}
+        Matrix products from torch (int8) or NumPy (float32 BLAS).
+    """
+
+    band_bits: int = 20
+    bands: int = 20
+    keep: float = 0.5
+    random_state: int | None = None
+    backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        if not 8 <= self.band_bits <= 56:
+            raise ValueError(f"band_bits must be 8..56, got {self.band_bits}")
+        if not 1 <= self.bands <= 10_000:
+            raise ValueError(f"bands must be 1..10000, got {self.bands}")
+        if not 0 < self.keep <= 1:
+            raise ValueError(f"keep must be in (0, 1], got {self.keep}")
+
+    def candidates(self, a: Encodings, b: Encodings) -> Candidates:
+        """Candidate pairs of ``a`` and ``b`` that score at least ``keep``."""
+        from linkage.kernels import dice_cross, dice_of_pairs
+
+        r, n_bands, n_b = self.band_bits, self.bands, len(b)
+        rng = np.random.default_rng(self.random_state)
+        positions = _band_bytes(n_bands, r, a.bits // 8, rng)
+        pop_a, pop_b = a.popcounts(), b.popcounts()
+        hash_a, hash_b = _filter_hash(a.words), _filter_hash(b.words)
+        same_a, same_b = _join([hash_a], [hash_b], n_b)
+        found = [same_a * n_b + same_b]
+        compared = len(same_a)
+        for ka, kb in zip(
+            _band_keys(a.words, positions, r), _band_keys(b.words, positions, r), strict=True
+        ):
+            sa, na, sb, nb, order_a, order_b = _buckets(ka, kb)
+            sizes = na * nb
+            compared += int(sizes.sum())
+            big = sizes >= BUCKET_DENSE_PAIRS
+            pieces: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+            for start_a, size_a, start_b, size_b in zip(
+                sa[big].tolist(), na[big].tolist(), sb[big].tolist(), nb[big].tolist(), strict=True
+            ):
+                rows_a = order_a[start_a : start_a + size_a]
+                rows_b = order_b[start_b : start_b + size_b]
+                r_pos, c_pos, _ = dice_cross(
+                    a.words[rows_a],
+                    b.words[rows_b],
+                    pop_a[rows_a],
+                    pop_b[rows_b],
+                    floor=self.keep,
+                    backend=self.backend,
+                )
+                pieces.append((rows_a[r_pos], rows_b[c_pos]))
+            small = ~big
+            pair_a, pair_b = _bucket_pairs(sa[small], na[small], sb[small], nb[small])
+            pair_a, pair_b = order_a[pair_a], order_b[pair_b]
+            differ = hash_a[pair_a] != hash_b[pair_b]
+            pair_a, pair_b = pair_a[differ], pair_b[differ]
+            scores = dice_of_pairs(a.words, b.words, pop_a, pop_b, pair_a, pair_b)
+            pieces.append((pair_a[scores >= self.keep], pair_b[scores >= self.keep]))
+            for got_a, got_b in pieces:
+                differ = hash_a[got_a] != hash_b[got_b]
+                found.append(got_a[differ].astype(np.int64) * n_b + got_b[differ])
+        flat = np.unique(np.concatenate(found))
+        logger.info(
+            "bucket LSH: %d bands of %d bits compared %d pairs, kept %d scoring >= %.2f",
+            n_bands,
+            r,
+            compared,
+            len(flat),
+            self.keep,
+        )
+        return Candidates(
+            flat // n_b, flat % n_b, len(a), n_b, f"lsh-buckets({n_bands}x{r}, >= {self.keep})"
+        )
+
+
+BUCKET_DENSE_PAIRS = 4096
+"""Buckets with at least this many pairs are compared by a matrix product, smaller ones pair
+by pair."""
+
+
+def _buckets(
+    ka: np.ndarray[Any, Any], kb: np.ndarray[Any, Any]
+) -> tuple[
+    np.ndarray[Any, Any],
+    np.ndarray[Any, Any],
+    np.ndarray[Any, Any],
+    np.ndarray[Any, Any],
+    np.ndarray[Any, Any],
+    np.ndarray[Any, Any],
+]:
+    """The keys on both sides: start and size of each in A and B sorted by key (int64), and
+    those sorts."""
+    order_a, order_b = np.argsort(ka), np.argsort(kb)
+    sorted_a, sorted_b = ka[order_a], kb[order_b]
+    keys_a, start_a, count_a = np.unique(sorted_a, return_index=True, return_counts=True)
+    keys_b, start_b, count_b = np.unique(sorted_b, return_index=True, return_counts=True)
+    _, in_a, in_b = np.intersect1d(keys_a, keys_b, assume_unique=True, return_indices=True)
+    return (
+        start_a[in_a].astype(np.int64),
+        count_a[in_a].astype(np.int64),
+        start_b[in_b].astype(np.int64),
+        count_b[in_b].astype(np.int64),
+        order_a,
+        order_b,
+    )
+
+
+def _bucket_pairs(
+    sa: np.ndarray[Any, Any],
+    na: np.ndarray[Any, Any],
+    sb: np.ndarray[Any, Any],
+    nb: np.ndarray[Any, Any],
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Every pair of each bucket: positions into the two key-sorted orders."""
+    sizes = na * nb
+    bucket = np.repeat(np.arange(len(sizes)), sizes)
+    offset = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(
+        np.cumsum(sizes) - sizes, sizes
+    )
+    width = nb[bucket]
+    return sa[bucket] + offset // width, sb[bucket] + offset % width
+
+
+@dataclass(frozen=True)
 class KeyBlocking:
     """Records sharing any blocking key of the schema become candidates (see the module
     docstring). ``keys`` picks some of the schema's keys by position (all by default)."""
@@ -219,13 +368,14 @@ class KeyBlocking:
 
 def block(a: Encodings, b: Encodings, method: Any = "lsh") -> Candidates:
     """Candidate pairs by ``method``: ``"lsh"`` (:class:`LshBlocking` defaults), ``"keys"``
-    (:class:`KeyBlocking`), or a configured instance of either."""
+    (:class:`KeyBlocking`), or a configured instance of these or of :class:`BucketBlocking`
+    (for large inputs)."""
     a.check_compatible(b)
     if method == "lsh":
         method = LshBlocking()
     elif method == "keys":
         method = KeyBlocking()
-    if not isinstance(method, (LshBlocking, KeyBlocking)):
+    if not isinstance(method, (LshBlocking, KeyBlocking, BucketBlocking)):
         raise ValueError(
             f"unknown blocking {method!r}: use 'lsh', 'keys', LshBlocking(...) or KeyBlocking(...)"
         )

@@ -27,7 +27,8 @@ linkage quality are measured by ``benchmarks/linkage.py``.
    none makes an encoding safe to publish. Blocking keys reveal which records share a key (and
    how many do), which is itself frequency information. The linkage unit that compares
    encodings must not also hold the secret or the plaintexts, and encodings should be deleted
-   after linkage.
+   after linkage. :func:`linkage.audit.frequency_attack` measures how many records such an
+   attacker re-identifies from your encodings and a public frequency table.
 """
 
 from __future__ import annotations

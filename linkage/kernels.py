@@ -29,7 +29,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["available_backends", "dice_all_pairs"]
+__all__ = [
+    "available_backends",
+    "dice_all_pairs",
+    "dice_cross",
+    "dice_of_pairs",
+    "pair_intersections",
+]
 
 CHUNK = 2048
 """Records of A per block."""
@@ -325,3 +331,78 @@ def _merge_top_two(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any]) -> np.ndarr
     both.sort(axis=1)
     merged: np.ndarray[Any, Any] = both[:, :-3:-1].copy()
     return merged
+
+
+def pair_intersections(
+    words_a: np.ndarray[Any, Any],
+    words_b: np.ndarray[Any, Any],
+    ia: np.ndarray[Any, Any],
+    ib: np.ndarray[Any, Any],
+) -> np.ndarray[Any, Any]:
+    """``|A_i & B_j|`` (int64) of the pairs ``(ia[k], ib[k])``, from the packed words."""
+    out = np.empty(len(ia), dtype=np.int64)
+    for start in range(0, len(ia), 65536):
+        stop = start + 65536
+        both = np.take(words_a, ia[start:stop], axis=0)
+        both &= np.take(words_b, ib[start:stop], axis=0)
+        out[start:stop] = np.add.reduce(np.bitwise_count(both), axis=1, dtype=np.uint64)
+    return out
+
+
+def dice_of_pairs(
+    words_a: np.ndarray[Any, Any],
+    words_b: np.ndarray[Any, Any],
+    pop_a: np.ndarray[Any, Any],
+    pop_b: np.ndarray[Any, Any],
+    ia: np.ndarray[Any, Any],
+    ib: np.ndarray[Any, Any],
+) -> np.ndarray[Any, Any]:
+    """Exact Dice (float64) of the pairs ``(ia[k], ib[k])``; 0 for two empty filters."""
+    inter = pair_intersections(words_a, words_b, ia, ib)
+    scores: np.ndarray[Any, Any] = 2.0 * inter / np.maximum(pop_a[ia] + pop_b[ib], 1)
+    return scores
+
+
+def dice_cross(
+    words_a: np.ndarray[Any, Any],
+    words_b: np.ndarray[Any, Any],
+    pop_a: np.ndarray[Any, Any],
+    pop_b: np.ndarray[Any, Any],
+    *,
+    floor: float,
+    backend: str = "auto",
+    chunk: int = CHUNK,
+    tile: int = TILE,
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """All pairs of two small sets of filters (e.g. the records of one LSH bucket) with Dice
+    ``>= floor`` (``floor > 0``): positions and exact scores, from one matrix product per
+    ``chunk x tile`` block (no length filter, no best scores: see :func:`dice_all_pairs`)."""
+    if not 0 < floor <= 1:
+        raise ValueError(f"floor must be in (0, 1], got {floor}")
+    if backend == "auto":
+        backend = "torch" if _torch_int_mm() else "numpy"
+    out_r: list[np.ndarray[Any, Any]] = []
+    out_c: list[np.ndarray[Any, Any]] = []
+    out_s: list[np.ndarray[Any, Any]] = []
+    for b_lo in range(0, len(words_b), tile):
+        engine = _Engine(words_b[b_lo : b_lo + tile], backend, 0)
+        pb = pop_b[b_lo : b_lo + tile]
+        width = len(pb)
+        for a_lo in range(0, len(words_a), chunk):
+            pa = pop_a[a_lo : a_lo + chunk]
+            inter = engine.product(engine.rows(words_a[a_lo : a_lo + chunk]), 0, width)
+            need = np.ceil(floor * (int(pa.min()) + pb) / 2 - 1e-6).astype(np.int64)
+            r, c = engine.at_least(inter, need)
+            exact = 2.0 * inter[r, c].astype(np.float64) / np.maximum(pa[r] + pb[c], 1)
+            keep = exact >= floor
+            out_r.append(r[keep] + a_lo)
+            out_c.append(c[keep] + b_lo)
+            out_s.append(exact[keep])
+    if not out_r:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros(0)
+    return (
+        np.concatenate(out_r).astype(np.int64),
+        np.concatenate(out_c).astype(np.int64),
+        np.concatenate(out_s),
+    )

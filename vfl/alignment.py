@@ -8,14 +8,18 @@ Two ways, each written once as the code every role runs:
   (the coordinator, which holds no ID and no key), described below;
 * ``method="bloom"`` -- the data parties encode their identity columns into Bloom filters with
   a secret they share (:func:`linkage.encode`) and send the encodings, without row labels, to a
-  linkage unit (the coordinator), which never has the secret; it links every other party to the
-  first one (:func:`linkage.match`), keeps the patients linked across all parties, and returns
+  linkage unit (the coordinator), which never has the secret; it links two parties one-to-one
+  (:func:`linkage.match`) and three or more into clusters of at most one record per party
+  (:func:`linkage.match_many`: every pair of parties is matched and the links joined best
+  first, so a patient one party spelled badly still joins through the others), keeps the
+  patients held by every party, and returns
   to each party only the positions of its own rows in the common order and how many of them
   were linked by a tie (see ``max_ambiguous``) -- no scores, nothing of the other parties.
 
 Each party ends with its own frame reordered to the common patients, indexed
 ``0 .. n_common - 1`` (``common_row``), its original row labels in
-``frame.attrs["source_rows"]``.
+``frame.attrs["source_rows"]`` (with Bloom linkage, also its own count of identity values
+that did not parse, ``frame.attrs["invalid_values"]``: see ``linkage.Field.on_invalid``).
 
 **The common order is reproducible.** With PSI it sorts the common IDs by
 ``SHA-256(order_key || id)``. The same inputs and key give the same order and index, so a
@@ -286,6 +290,8 @@ def align_party(
     _check_positions(answer.rows, len(frame), linkage_unit)
     out = _reorder(frame, [shuffle[r] for r in answer.rows.tolist()], me)
     out.attrs["ambiguous_links"] = answer.ambiguous
+    # this party's own count of dates and numbers that did not parse (never sent)
+    out.attrs["invalid_values"] = dict(encodings.invalid)
     return out
 
 
@@ -396,18 +402,22 @@ def _link_encodings(
             EncodingsMessage.refuse(party, "words", "are not a 2-d array of 64-bit words")
         encodings[party] = linkage.Encodings(pd.RangeIndex(len(words)), words, message.fingerprint)
     anchor, *others = parties
-    # rows of the anchor linked to every other party, and the partner position in each
-    partner: dict[str, dict[int, int]] = {}
-    tied: set[int] = set()  # anchor rows linked by a tie with some party
-    for party in others:
+    # the common patients as a table of positions, one column per party
+    if len(parties) == 2:
         try:
-            links = linkage.match(encodings[anchor], encodings[party], threshold=threshold)
+            links = linkage.match(encodings[anchor], encodings[others[0]], threshold=threshold)
         except ValueError as exc:
-            raise ValueError(f"linking {anchor!r} with {party!r}: {exc}") from None
-        partner[party] = dict(zip(links["a"].tolist(), links["b"].tolist(), strict=True))
-        tied.update(links["a"].iloc[links.attrs["ambiguous_links"]].tolist())
-    common = sorted(set.intersection(*(set(p) for p in partner.values())))
-    ambiguous = len(tied.intersection(common))
+            raise ValueError(f"linking {anchor!r} with {others[0]!r}: {exc}") from None
+        clusters = pd.DataFrame({anchor: links["a"], others[0]: links["b"]})
+        ambiguous = len(links.attrs["ambiguous_links"])
+    else:  # clusters of one record per party, patients held by every party
+        try:
+            clusters = linkage.match_many(encodings, threshold=threshold, min_size=len(parties))
+        except ValueError as exc:
+            raise ValueError(f"linkage unit {federation.name!r}: {exc}") from None
+        ambiguous = int(clusters.attrs["ambiguous"])
+    clusters = clusters[parties].astype(np.int64)
+    common = list(range(len(clusters)))
     if common and ambiguous > max_ambiguous * len(common):
         raise ValueError(
             f"linkage unit {federation.name!r}: {ambiguous} of the {len(common)} common "
@@ -421,9 +431,10 @@ def _link_encodings(
     else:  # reproducible, and as uninformative to parties that do not hold the key
         key = _key_bytes(order_key)
         words = encodings[anchor].words
-        common.sort(key=lambda r: hmac.new(key, words[r].tobytes(), hashlib.sha256).digest())
-    rows = np.asarray(common, dtype=np.int64)
-    ALIGN.send(federation, anchor, "rows", RowPositions(rows, ambiguous))
-    for party in others:
-        positions = np.asarray([partner[party][a] for a in common], dtype=np.int64)
+        rows_anchor = clusters[anchor].to_numpy()
+        common.sort(
+            key=lambda c: hmac.new(key, words[rows_anchor[c]].tobytes(), hashlib.sha256).digest()
+        )
+    for party in parties:
+        positions = clusters[party].to_numpy()[np.asarray(common, dtype=np.int64)]
         ALIGN.send(federation, party, "rows", RowPositions(positions, ambiguous))

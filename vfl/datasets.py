@@ -33,6 +33,7 @@ __all__ = [
     "identity_schema",
     "make_hospital_cohort",
     "make_lab_imaging_cohort",
+    "make_multiparty_identities",
     "make_transfer_pair",
 ]
 
@@ -299,6 +300,55 @@ def make_lab_imaging_cohort(
     true_pairs = pd.DataFrame({"lab": lab_ids[lab_pos], "imaging": imaging_ids[imaging_pos]})
     true_pairs = true_pairs.sort_values("lab", ignore_index=True)
     return LabImagingCohort(lab, imaging, true_pairs)
+
+
+def make_multiparty_identities(
+    n_patients: int = 3000,
+    *,
+    parties: tuple[str, ...] = ("lab", "imaging", "genomics"),
+    presence: float = 0.7,
+    typo_rate: float = 0.2,
+    random_state: int | np.random.Generator | None = None,
+) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+    """Identity tables of several parties holding partly the same patients (for multi-party
+    linkage: :func:`linkage.match_many`, ``vfl.align`` with three or more parties).
+
+    Each patient is in each party's table with probability ``presence``, independently; each
+    party's copy of a patient is perturbed independently, as in
+    :func:`make_lab_imaging_cohort` (``typo_rate``: the share of patients whose identity
+    differs between two copies, roughly). Rows are shuffled and indexed by party-specific
+    record ids (``"LAB000001"``...).
+
+    Returns
+    -------
+    (frames, truth)
+        ``frames`` maps each party to its table (:data:`IDENTITY_COLUMNS`); ``truth`` has one
+        column per party and one row per patient held by at least two parties: the record id
+        in each party's table, NA where the party does not hold the patient.
+    """
+    if len(parties) < 2 or len(set(parties)) != len(parties):
+        raise ValueError(f"parties must be two or more distinct names, got {parties!r}")
+    if not 0.0 < float(presence) <= 1.0:
+        raise ValueError(f"presence must be in (0, 1], got {presence!r}")
+    rng = np.random.default_rng(random_state)
+    people = _people(int(n_patients), rng)
+    held = rng.random((len(people), len(parties))) < presence
+    frames: dict[str, pd.DataFrame] = {}
+    ids: dict[str, pd.Series] = {}
+    for k, party in enumerate(parties):
+        rows = np.flatnonzero(held[:, k])
+        copy = people.iloc[rows].reset_index(drop=True)
+        _perturb_common(copy, copy.copy(), len(copy), typo_rate, rng)
+        order = rng.permutation(len(copy))
+        labels = np.array([f"{party.upper()[:3]}{i + 1:06d}" for i in range(len(copy))])
+        frames[party] = (
+            copy[IDENTITY_COLUMNS].iloc[order].set_axis(pd.Index(labels, name="record_id"))
+        )
+        # the patient at copy position p got label labels[position of p in order]
+        ids[party] = pd.Series(labels[np.argsort(order)], index=rows)
+    truth = pd.DataFrame(ids).reindex(np.arange(len(people)))
+    truth = truth[truth.notna().sum(axis=1) >= 2].reset_index(drop=True)
+    return frames, truth
 
 
 def _zipf_choice(

@@ -136,7 +136,7 @@ def test_bad_input_is_refused_clearly(population: Any) -> None:
     words = encode(frame.iloc[:50], PLAIN, secret=SECRET).words
     with pytest.raises(ValueError, match="table is empty"):
         frequency_attack(words, {})
-    with pytest.raises(ValueError, match="must not be negative.*'bob'"):
+    with pytest.raises(ValueError, match=r"must not be negative.*'bob'"):
         frequency_attack(words, {"anna": 3, "bob": -1})
     with pytest.raises(ValueError, match="finite"):
         frequency_attack(words, {"anna": float("nan")})

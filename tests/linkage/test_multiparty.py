@@ -1,0 +1,102 @@
+"""Three-party linkage: clusters of one record per party, and vfl.align over three parties."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from linkage import Encodings, encode, match, match_many
+from vfl import align
+from vfl.datasets import identity_schema, make_multiparty_identities
+
+SECRET = b"a shared secret of 32 bytes, ok!"
+
+
+def _clusters(frame: pd.DataFrame, parties: list[str]) -> set[tuple[tuple[str, str], ...]]:
+    return {
+        tuple((p, x) for p, x in zip(parties, row, strict=True) if isinstance(x, str))
+        for row in frame[parties].itertuples(index=False)
+    }
+
+
+@pytest.fixture(scope="module")
+def three() -> tuple[dict[str, pd.DataFrame], pd.DataFrame, dict[str, Encodings]]:
+    frames, truth = make_multiparty_identities(2000, typo_rate=0.3, random_state=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        encodings = {p: encode(f, identity_schema(), secret=SECRET) for p, f in frames.items()}
+    return frames, truth, encodings
+
+
+def test_three_party_clusters_equal_the_truth(three) -> None:  # type: ignore[no-untyped-def]
+    frames, truth, encodings = three
+    parties = list(frames)
+    clusters = match_many(encodings)
+    got, want = _clusters(clusters, parties), _clusters(truth, parties)
+    exact = len(got & want)
+    precision, recall = exact / len(got), exact / len(want)
+    assert 2 * precision * recall / (precision + recall) > 0.95  # whole clusters, exactly right
+    # never two records of one party in a cluster, and every record in at most one cluster
+    for p in parties:
+        held = clusters[p].dropna()
+        assert held.is_unique
+    assert (clusters["size"] == clusters[parties].notna().sum(axis=1)).all()
+    assert set(clusters.attrs["pairs"]) == {
+        ("lab", "imaging"),
+        ("lab", "genomics"),
+        ("imaging", "genomics"),
+    }
+
+
+def test_clusters_beat_a_star_on_the_patients_held_by_all(three) -> None:  # type: ignore[no-untyped-def]
+    frames, truth, encodings = three
+    parties = list(frames)
+    full = truth.dropna()
+    want = _clusters(full, parties)
+    clusters = match_many(encodings, min_size=3)
+    assert (clusters["size"] == 3).all()
+    got = _clusters(clusters, parties)
+    # a star: everything linked to the lab, kept where both links exist
+    lab_imaging = match(encodings["lab"], encodings["imaging"]).set_index("a")["b"]
+    lab_genomics = match(encodings["lab"], encodings["genomics"]).set_index("a")["b"]
+    both = lab_imaging.index.intersection(lab_genomics.index)
+    star = {(("lab", a), ("imaging", lab_imaging[a]), ("genomics", lab_genomics[a])) for a in both}
+    assert len(got & want) >= len(star & want)
+    assert len(got & want) / len(want) > 0.93
+
+
+def test_bad_calls_are_refused(three) -> None:  # type: ignore[no-untyped-def]
+    _, _, encodings = three
+    with pytest.raises(ValueError, match="two or more parties"):
+        match_many({"lab": encodings["lab"]})
+    with pytest.raises(ValueError, match="min_size must be between 2 and 3"):
+        match_many(encodings, min_size=4)
+
+
+def test_align_over_three_parties_gives_each_its_own_rows(three) -> None:  # type: ignore[no-untyped-def]
+    frames, truth, _ = three
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = align(
+            {p: f.drop(columns="patient_id") for p, f in frames.items()},
+            method="bloom",
+            schema=identity_schema(),
+            secret=SECRET,
+        )
+    parties = list(frames)
+    rows = pd.DataFrame({p: out[p].attrs["source_rows"] for p in parties})
+    assert all(len(out[p]) == len(rows) for p in parties)
+    # each party got only its own rows (its own record ids), in one common order
+    for p in parties:
+        assert set(rows[p]) <= set(frames[p].index)
+        assert list(out[p].columns) == [c for c in frames[p].columns if c != "patient_id"]
+    got = _clusters(rows, parties)
+    want = _clusters(truth.dropna(), parties)
+    assert len(got & want) / len(want) > 0.93
+    assert len(got & want) / len(got) > 0.94
+    # the same patient on every row: the exact IDs (dropped before linking) agree
+    ids = pd.DataFrame({p: frames[p].loc[rows[p], "patient_id"].to_numpy() for p in parties})
+    assert np.mean(ids.nunique(axis=1) == 1) > 0.94
