@@ -173,7 +173,9 @@ def match(
         compared, how = len(candidates), candidates.method
     estimate = None
     if threshold is None:
-        estimate = auto_threshold(ia, ib, scores, len(a), len(b), floor=low)
+        estimate = auto_threshold(
+            ia, ib, scores, len(a), len(b), floor=low, words_a=a.words, words_b=b.words
+        )
         threshold = estimate.threshold
         logger.info(
             "chose the match threshold %.3f from the scores (estimated precision %.4f, "

@@ -111,6 +111,23 @@ def greedy(
     return out
 
 
+def _draw_order(words: np.ndarray[Any, Any] | None, n: int, draw: int) -> np.ndarray[Any, Any]:
+    """An order of the records for one decoy draw: a fixed-seed shuffle of the records'
+    content hashes (reproducible, and the same whatever order the records come in), or of
+    their positions without the words. A statistical estimate: nothing here is secret."""
+    rng = np.random.default_rng([draw, n])
+    if words is None:
+        return rng.permutation(n)
+    weights = rng.integers(1, 2**63, size=words.shape[1], dtype=np.uint64) | np.uint64(1)
+    with np.errstate(over="ignore"):
+        mixed = (np.asarray(words, dtype=np.uint64) * weights).sum(axis=1, dtype=np.uint64)
+        mixed ^= mixed >> np.uint64(29)
+        mixed *= np.uint64(0xBF58476D1CE4E5B9)
+        mixed ^= mixed >> np.uint64(32)
+    order: np.ndarray[Any, Any] = np.argsort(mixed, kind="stable")
+    return order
+
+
 @dataclass(frozen=True)
 class ThresholdEstimate:
     """The chosen threshold and what the scores alone say about it.
@@ -163,6 +180,8 @@ def auto_threshold(
     *,
     floor: float = 0.5,
     k: int = TOP_K,
+    words_a: np.ndarray[Any, Any] | None = None,
+    words_b: np.ndarray[Any, Any] | None = None,
 ) -> ThresholdEstimate:
     """Choose the threshold that maximises F1 as estimated from the scores alone.
 
@@ -177,6 +196,10 @@ def auto_threshold(
         Lowest threshold considered.
     k : int
         Candidates per record for the greedy solver (:data:`TOP_K`).
+    words_a, words_b : numpy.ndarray, optional
+        The encodings' packed words: decoy records are then drawn by a hash of their content,
+        so that the threshold does not depend on the order in which records arrive (without
+        them, by position).
 
     Raises
     ------
@@ -198,8 +221,7 @@ def auto_threshold(
         )
     grid = np.linspace(floor, 1.0, _GRID)
     links = len(link_scores) - np.searchsorted(link_scores, grid, side="left")
-    rng = np.random.default_rng(0)  # a statistical estimate: reproducible, not secret
-    draws = [(rng.permutation(n_a), rng.permutation(n_b)) for _ in range(_DRAWS)]
+    draws = [(_draw_order(words_a, n_a, d), _draw_order(words_b, n_b, d)) for d in range(_DRAWS)]
     strangers = ~linked  # the draws must hold no true pair: drop every pair linked at the floor
 
     def decoys(matches: float) -> tuple[np.ndarray[Any, Any], int, np.ndarray[Any, Any]]:

@@ -101,16 +101,16 @@ def test_pattern_mining_finds_true_qgram_patterns(population: Any) -> None:
     key = derive_key(SECRET, NAME.key_purpose)
     grams = sorted({g for name in table.index for g in _tokens(str(name).lower(), NAME)})
     true = {g: set(_positions(["\x1f" + g], key, NAME.hash_count, PLAIN.bits)[0]) for g in grams}
-    # most patterns mined are the positions of some q-gram (measured 17 of 19) ...
+    # most patterns mined are the positions of some q-gram (measured 12 of 14) ...
     real = [
         max(len(true[g] & set(found)) for g in grams) >= 0.8 * len(found)
         for found in result.qgram_positions.values()
     ]
     assert np.mean(real) > 0.6
     # ... though telling which q-gram each is, from frequencies alone, is the weak step
-    # (measured 8 of 19 right); the decoded guesses are still well above chance
+    # (measured 6 of 14 right); the decoded guesses are still well above chance
     assert result.n_guesses > 0
-    assert result.reidentified > 0.15  # measured 0.40 (a random guess: about 0.01)
+    assert result.reidentified > 0.15  # measured 0.34; the top name for all: 0.09
 
 
 def test_the_attacker_reads_only_the_filter_bits(population: Any) -> None:
