@@ -19,10 +19,12 @@ Two attacks from the literature:
   many q-grams sets (Kuzu et al.'s length constraint; it separates values of about the same
   frequency). It needs values to repeat as identical filters, so it works on filters that
   encode one field and on any *deterministic* hardening of them: **balancing and XOR-folding
-  do not protect against it** (the same name still gives the same filter; balancing only
-  hides the length, which leaves rank alignment). Salting splits each value's group into one
-  group per salt value; BLIP noise makes identical values give different filters; several
-  fields in one filter make nearly every filter unique.
+  do not protect against it** (the same name still gives the same filter). Balancing does not
+  hide the length either: every filter has the same number of set bits, but the complement's
+  columns are those set in more than half of the filters, and the others count the filter's
+  own bits. Salting splits each value's group into one group per salt value; BLIP noise makes
+  identical values give different filters; several fields in one filter make nearly every
+  filter unique.
 * ``"pattern"`` -- **pattern mining**, a simplified version of Christen, Ranbaduge, Vatsalan
   and Schnell (2018), "Precise and fast cryptanalysis for Bloom filter based privacy-preserving
   record linkage": the q-grams of the public values are taken in order of frequency; for each,
@@ -162,11 +164,10 @@ def frequency_attack(
         The attacked field as the (public) schema declares it; its kind and q-gram size
         decide normalisation and tokens. Default: ``Field("value", "name")``.
     schema : Schema, optional
-        The (public) schema the encodings were made with. When it encodes this one field
-        without balancing, frequency alignment also checks that a group's number of set bits
-        fits the value's number of q-grams (the length constraint of Kuzu et al.), which
-        separates values of about the same frequency; without it groups are aligned by rank
-        alone.
+        The (public) schema the encodings were made with. When it encodes this one field,
+        frequency alignment also checks that a group's number of set bits fits the value's
+        number of q-grams (the length constraint of Kuzu et al.), which separates values of
+        about the same frequency; without it groups are aligned by rank alone.
     weight : int, optional
         Bit positions per token (pattern mining looks for up to this many per q-gram);
         default the field's weight.
@@ -309,10 +310,12 @@ def _truth(truth: Any, n: int, spec: Field) -> np.ndarray[Any, Any]:
 def _expected_popcounts(
     values: np.ndarray[Any, Any], spec: Field, k: int, schema: Schema | None
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None:
-    """Mean and variance of the set bits of each value's filter, when the schema lets the
-    attacker predict them (one field, not balanced), else None."""
-    if schema is None or len(schema.fields) != 1 or schema.balance:
+    """Mean and variance of the set bits of each value's filter (of its first half when
+    balanced), when the schema lets the attacker predict them (one field), else None."""
+    if schema is None or len(schema.fields) != 1:
         return None
+    if schema.balance and (schema.xor_fold or schema.blip_epsilon is not None):
+        return None  # not modelled
     m = schema.bits
     draws = k * np.array([len(set(_tokens(str(v), spec))) for v in values], dtype=float)
     rho = 1.0 - (1.0 - 1.0 / m) ** draws  # chance that a position is set
@@ -356,7 +359,15 @@ def _alignment(
         share = counts / counts.sum()
         size = sizes[group_order].astype(float)[:, None]
         wanted = len(words) * share[None, :]
-        popcount = np.bitwise_count(groups[group_order]).sum(axis=1).astype(float)[:, None]
+        chosen_words = groups[group_order]
+        if np.all(np.bitwise_count(words).sum(axis=1) * 2 == words.shape[1] * 64):
+            # balanced: the filter's own bits are the columns set in fewer than half of the
+            # filters (the complement's are set in more), so its length still shows
+            rare = _unpack(words).mean(axis=0) <= 0.5
+            counted = _unpack(chosen_words)[:, rare].sum(axis=1)
+        else:
+            counted = np.bitwise_count(chosen_words).sum(axis=1)
+        popcount = counted.astype(float)[:, None]
         cost = (size - wanted) ** 2 / (wanted + 1.0) + (popcount - mean) ** 2 / variance
         cost += rng.random(cost.shape) * 1e-9  # random ties
         chosen_groups, chosen_values = linear_sum_assignment(cost)

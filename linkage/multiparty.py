@@ -85,8 +85,8 @@ def match_many(
                 )
             except ValueError as exc:
                 raise ValueError(f"linking {p!r} with {q!r}: {exc}") from None
-            rows_p = encodings[p].index.get_indexer(links["a"])
-            rows_q = encodings[q].index.get_indexer(links["b"])
+            rows_p = encodings[p].index.get_indexer(pd.Index(links["a"]))
+            rows_q = encodings[q].index.get_indexer(pd.Index(links["b"]))
             tied = np.zeros(len(links), dtype=bool)
             tied[links.attrs["ambiguous_links"]] = True
             edges_u.append(rows_p + offset[p])
@@ -135,7 +135,7 @@ def match_many(
             encodings[p].index[mine["row"].to_numpy() - offset[p]], index=mine["root"].to_numpy()
         )
         labels[p] = label.reindex(cluster_roots).array
-    result = pd.DataFrame(labels, columns=parties)
+    result: pd.DataFrame = pd.DataFrame(labels, columns=parties)
     result["size"] = result[parties].notna().sum(axis=1)
     result.attrs.update(
         pairs=pairs,

@@ -8,7 +8,8 @@ links of every threshold, and choosing a threshold is choosing how far down that
 link scores to go.
 
 **What the list holds.** Each link is either a true pair or a *false link*: two records whose
-partners are absent (or lost to others) linked to each other because nothing better was left.
+partners are absent linked to each other because nothing better was left, or a record whose
+partner is present but scored below a stranger (a *swap*: typos).
 F1 at ``t`` is ``2 TP(t) / (L(t) + M)``: ``L(t)`` links above ``t`` (known), ``TP(t)`` of them
 true, ``M`` true pairs in all. :func:`auto_threshold` estimates the false links above every
 ``t`` by **decoys**: it draws, several times, as many records of each side as it believes
@@ -16,7 +17,10 @@ have no partner there (``n_a - M`` and ``n_b - M``), removes the pairs linked at
 that the draws hold strangers only), and solves greedily among them. Decoy links are false
 links made the way real ones are -- by the greedy solver among records without partners, over
 the same candidate pairs -- so their scores follow the false links' distribution, including
-its dependence on how many records lack partners. ``M`` is the fixed point of
+its dependence on how many records lack partners. Swaps are added from two distributions the
+scores show: the best stranger's score (the runner-up of near-certain links) and the partners'
+scores (the estimated true links): a partner scoring ``m`` is lost where the best stranger
+beats it. ``M`` is the fixed point of
 ``M = L(t_m) - FP(t_m; n - M)`` at the score ``t_m`` above which fewer than 30 % of the decoy
 records find a link: high enough that decoys there are reliable, low enough that few true
 pairs score below it. The threshold maximises the estimated F1; the estimated precision,
@@ -241,16 +245,44 @@ def auto_threshold(
             sample = made
         return false / len(draws), max(min(free_a, free_b), 1), sample
 
+    # each link's runner-up: the best other candidate of its a record (a stranger's score,
+    # for a true link)
+    others = ~linked
+    runner_of = np.zeros(n_a)
+    np.maximum.at(runner_of, ia[others], scores[others])
+    runners, linked_scores = runner_of[ia[linked]], scores[linked]
+
+    def swaps(false: np.ndarray[Any, Any], matches: float) -> np.ndarray[Any, Any]:
+        """False links of records *with* a partner, which a stranger outscored: for every
+        ``t``, the expected number whose best stranger scores ``>= t`` and above the partner
+        -- the best stranger's distribution read off the runner-ups of near-certain links,
+        the partners' scores off the estimated true links."""
+        share = false / np.maximum(links, 1)
+        sure = grid[int(np.argmax(share <= 0.01))]
+        best_stranger = np.sort(runners[linked_scores >= sure])
+        if len(best_stranger) < 30:
+            return np.zeros(len(grid))
+        below = np.searchsorted(best_stranger, grid, side="left") / len(best_stranger)
+        density = np.diff(np.append(below, 1.0))
+        partner_lower = np.clip(1 - (links - false) / max(matches, 1.0), 0, 1)
+        expected = density * partner_lower * matches
+        out: np.ndarray[Any, Any] = np.cumsum(expected[::-1])[::-1]
+        return out
+
+    def false_links(matches: float) -> tuple[np.ndarray[Any, Any], int, np.ndarray[Any, Any]]:
+        false, free, sample = decoys(matches)
+        return false + swaps(false, matches), free, sample
+
     matches = 0.9 * float(links[0])
     for _ in range(20):
-        false, free, _ = decoys(matches)
+        false, free, _ = false_links(matches)
         level = int(np.argmax(false <= _RELIABLE_SHARE * free))
         updated = float(np.clip(links[level] - false[level], 0, min(n_a, n_b)))
         done = abs(updated - matches) < 0.5
         matches = updated
         if done:
             break
-    false, _, sample = decoys(matches)
+    false, _, sample = false_links(matches)
     true = np.clip(links - false, 0, None)
     f1 = 2 * true / np.maximum(links + matches, 1e-9)
     best = int(np.argmax(f1))
