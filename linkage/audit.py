@@ -191,7 +191,13 @@ def frequency_attack(
         An empty table, a negative, non-finite or all-zero count, ``truth`` of another
         length than the encodings, an unknown method or bad numeric options.
     TypeError
-        ``encodings`` without ``uint64`` words.
+        ``encodings`` without ``uint64`` words, or a ``field`` or ``schema`` of another type.
+
+    Examples
+    --------
+    >>> result = frequency_attack(encodings, census_counts, truth=frame["given_name"],
+    ...                           schema=schema, field=schema.fields[0])  # doctest: +SKIP
+    >>> result.reidentified, result.precision  # doctest: +SKIP
     """
     words = _words(encodings)
     if method not in METHODS:
