@@ -247,6 +247,9 @@ class BucketBlocking:
         pop_a, pop_b = a.popcounts(), b.popcounts()
         hash_a, hash_b = _filter_hash(a.words), _filter_hash(b.words)
         same_a, same_b = _join([hash_a], [hash_b], n_b)
+        # equal hashes: identical filters (Dice 1, or 0 if empty), bar a 64-bit collision
+        sure = dice_of_pairs(a.words, b.words, pop_a, pop_b, same_a, same_b) >= self.keep
+        same_a, same_b = same_a[sure], same_b[sure]
         found = [same_a * n_b + same_b]
         compared = len(same_a)
         for ka, kb in zip(
@@ -281,7 +284,8 @@ class BucketBlocking:
             for got_a, got_b in pieces:
                 differ = hash_a[got_a] != hash_b[got_b]
                 found.append(got_a[differ].astype(np.int64) * n_b + got_b[differ])
-        flat = np.unique(np.concatenate(found))
+        flat = np.sort(np.concatenate(found))
+        flat = flat[np.concatenate([[True], flat[1:] != flat[:-1]])] if len(flat) else flat
         logger.info(
             "bucket LSH: %d bands of %d bits compared %d pairs, kept %d scoring >= %.2f",
             n_bands,

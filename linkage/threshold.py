@@ -284,6 +284,7 @@ def auto_threshold(
             break
     false, _, sample = false_links(matches)
     true = np.clip(links - false, 0, None)
+    matches = max(matches, float(true.max()))  # never fewer true pairs than true links
     f1 = 2 * true / np.maximum(links + matches, 1e-9)
     best = int(np.argmax(f1))
     return ThresholdEstimate(

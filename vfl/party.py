@@ -408,10 +408,12 @@ def align_rows(run: PartyRun, fed: Federation) -> None:
         )
     if run.aligned is not None:
         logger.info(
-            "party %r: %d common rows (%d linked by a tie)",
+            "party %r: %d common rows (%d linked by a tie); identity values that did not "
+            "parse, per column: %s",
             name,
             len(run.aligned),
             run.aligned.attrs.get("ambiguous_links", 0),
+            run.aligned.attrs.get("invalid_values", {}),
         )
     if run.aligned is None:  # the coordinator learns the count from the label party
         n = JOB.recv(fed, config.active, "rows", CohortSize).rows
@@ -582,6 +584,8 @@ def run_party(
         return {
             "test_rows": int(run.is_test.sum()),
             "ambiguous_links": 0 if aligned is None else aligned.attrs["ambiguous_links"],
+            # this party's own identity values that did not parse (linkage.Field.on_invalid)
+            "invalid_values": {} if aligned is None else aligned.attrs.get("invalid_values", {}),
         }
 
     return _drive(

