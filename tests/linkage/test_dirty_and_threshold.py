@@ -196,3 +196,26 @@ def test_threshold_refuses_too_few_links_and_keeps_candidates_per_record() -> No
     assert kept.all()
     assert top_k_pairs(ib, ia, scores, 3).sum() == 8
     assert top_k_pairs(ia, ia, scores, 3).tolist() == [False] * 5 + [True] * 3
+
+
+def test_score_plot_splits_the_links_into_the_estimated_components() -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from linkage import plot_scores
+
+    lab, imaging, _ = make_lab_imaging_cohort(1500, typo_rate=0.3, random_state=5)
+    links = link(lab, imaging, identity_schema(), secret=SECRET, blocking=None)
+    estimate = links.attrs["estimate"]
+    ax = plot_scores(links)
+    labels = [p.get_label() for p in ax.containers]
+    assert labels == ["estimated false links", "estimated true links"]
+    false_bars, true_bars = ax.containers
+    total = sum(p.get_height() for p in false_bars) + sum(p.get_height() for p in true_bars)
+    assert total == pytest.approx(len(estimate.link_scores))  # every link made at the floor
+    false_total = sum(p.get_height() for p in false_bars)
+    assert 0 < false_total <= estimate.false_links[0] + 1e-6
+    assert any(
+        np.allclose(line.get_xdata(), [links.attrs["threshold"]] * 2) for line in ax.get_lines()
+    )
