@@ -387,7 +387,7 @@ def blocked_end_to_end(n_patients: int) -> None:
         )
 
 
-MILLION_LSH = {"band_bits": 40, "bands": 60}
+MILLION_LSH = {"band_bits": 40, "bands": 30}
 """LSH bands for 1M x 1M: the plan for defaults asks for ~300 bands of ~37 bits there (its
 chance-pair estimate grows with n**2), too many for a few minutes on two cores."""
 

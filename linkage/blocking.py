@@ -252,9 +252,10 @@ class BucketBlocking:
         same_a, same_b = same_a[sure], same_b[sure]
         found = [same_a * n_b + same_b]
         compared = len(same_a)
-        for ka, kb in zip(
-            _band_keys(a.words, positions, r), _band_keys(b.words, positions, r), strict=True
+        for band, (ka, kb) in enumerate(
+            zip(_band_keys(a.words, positions, r), _band_keys(b.words, positions, r), strict=True)
         ):
+            logger.debug("bucket LSH: band %d, %d pairs compared so far", band, compared)
             sa, na, sb, nb, order_a, order_b = _buckets(ka, kb)
             sizes = na * nb
             compared += int(sizes.sum())

@@ -18,7 +18,8 @@ length filter admits, in memory-bounded blocks (``chunk`` records of A against `
 
 No float screen can drop a pair: the bounds are exact rationals compared in float64 with a
 margin, and every kept score is recomputed from the exact intersection. The Dice of two empty
-filters is 0.
+filters is 0. ``VFLINK_NO_TORCH=1`` makes ``backend="auto"`` use NumPy even where torch is
+installed.
 """
 
 from __future__ import annotations
