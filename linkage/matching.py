@@ -171,10 +171,23 @@ def match(
         keep = scores >= low
         ia, ib, scores = candidates.ia[keep], candidates.ib[keep], scores[keep]
         compared, how = len(candidates), candidates.method
+    if method == "greedy":
+        # each record's best candidates, chosen at the floor: the links at any threshold are
+        # then exactly the floor's links above it, which the automatic threshold relies on
+        keep = top_k_pairs(ia, ib, scores, TOP_K)
+        ia, ib, scores = ia[keep], ib[keep], scores[keep]
     estimate = None
     if threshold is None:
         estimate = auto_threshold(
-            ia, ib, scores, len(a), len(b), floor=low, words_a=a.words, words_b=b.words
+            ia,
+            ib,
+            scores,
+            len(a),
+            len(b),
+            floor=low,
+            k=None if method == "greedy" else TOP_K,
+            words_a=a.words,
+            words_b=b.words,
         )
         threshold = estimate.threshold
         logger.info(
@@ -185,10 +198,6 @@ def match(
             estimate.recall,
         )
     keep = scores >= threshold
-    if method == "greedy":
-        # the candidates of each record are chosen at the floor, as the estimate chose them:
-        # the links are then exactly the estimate's links at or above the threshold
-        keep &= top_k_pairs(ia, ib, scores, TOP_K)
     ia, ib, scores = ia[keep], ib[keep], scores[keep]
     chosen = greedy(ia, ib, scores) if method == "greedy" else _optimal(ia, ib, scores)
     chosen = chosen[np.lexsort((ib[chosen], ia[chosen], -scores[chosen]))]

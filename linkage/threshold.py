@@ -48,6 +48,7 @@ TOP_K = 5
 ``TOP_K`` best of its ``a`` record or of its ``b`` record (as anonlink's top-k candidates)."""
 
 _DRAWS = 12
+_DECOY_RECORDS = 20_000
 _RELIABLE_SHARE = 0.3
 _GRID = 401
 
@@ -55,13 +56,15 @@ _GRID = 401
 def top_k_pairs(
     ia: np.ndarray[Any, Any], ib: np.ndarray[Any, Any], scores: np.ndarray[Any, Any], k: int
 ) -> np.ndarray[Any, Any]:
-    """Mask of the pairs among the ``k`` best (by score, ties by position) of their ``a`` record
-    or of their ``b`` record."""
+    """Mask of the pairs among the ``k`` best (by score) of their ``a`` record or of their ``b``
+    record; scores closer than 2^-32 count as a tie, broken arbitrarily."""
     keep = np.zeros(len(scores), dtype=bool)
     if not len(scores):
         return keep
+    # one sort per side on a single key: the record, then the score (best first) in 32 bits
+    worse = np.floor((1.0 - np.clip(scores, 0.0, 1.0)) * (2**32 - 1)).astype(np.int64)
     for side in (ia, ib):
-        order = np.lexsort((-scores, side))
+        order = np.argsort((np.asarray(side, dtype=np.int64) << 32) | worse)
         ordered = side[order]
         starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
         sizes = np.diff(np.append(starts, len(ordered)))
@@ -183,7 +186,7 @@ def auto_threshold(
     n_b: int,
     *,
     floor: float = 0.5,
-    k: int = TOP_K,
+    k: int | None = TOP_K,
     words_a: np.ndarray[Any, Any] | None = None,
     words_b: np.ndarray[Any, Any] | None = None,
 ) -> ThresholdEstimate:
@@ -198,8 +201,9 @@ def auto_threshold(
         Records on each side.
     floor : float
         Lowest threshold considered.
-    k : int
-        Candidates per record for the greedy solver (:data:`TOP_K`).
+    k : int or None
+        Candidates per record for the greedy solver (:data:`TOP_K`); None when the pairs are
+        already each record's best (as :func:`linkage.match` passes them).
     words_a, words_b : numpy.ndarray, optional
         The encodings' packed words: decoy records are then drawn by a hash of their content,
         so that the threshold does not depend on the order in which records arrive (without
@@ -213,8 +217,10 @@ def auto_threshold(
     ia, ib, scores = np.asarray(ia), np.asarray(ib), np.asarray(scores, dtype=float)
     keep = scores >= floor
     ia, ib, scores = ia[keep], ib[keep], scores[keep]
-    keep = top_k_pairs(ia, ib, scores, k)  # as match() solves: each record's k best
-    ia, ib, scores = ia[keep], ib[keep], scores[keep]
+    if k is not None:
+        keep = top_k_pairs(ia, ib, scores, k)  # as match() solves: each record's k best
+        ia, ib, scores = ia[keep], ib[keep], scores[keep]
+    per_record = TOP_K if k is None else k
     linked = np.zeros(len(scores), dtype=bool)
     linked[greedy(ia, ib, scores)] = True
     link_scores = np.sort(scores[linked])
@@ -225,25 +231,33 @@ def auto_threshold(
         )
     grid = np.linspace(floor, 1.0, _GRID)
     links = len(link_scores) - np.searchsorted(link_scores, grid, side="left")
-    draws = [(_draw_order(words_a, n_a, d), _draw_order(words_b, n_b, d)) for d in range(_DRAWS)]
-    strangers = ~linked  # the draws must hold no true pair: drop every pair linked at the floor
+    # the draws must hold no true pair: only pairs not linked at the floor take part
+    s_a, s_b, s_scores = ia[~linked], ib[~linked], scores[~linked]
+    # as many draws as it takes for about _DECOY_RECORDS decoy records in all (noise falls as
+    # records grow), from 2 to _DRAWS
+    free_guess = max(min(n_a, n_b) - int(links[0]), 1)
+    n_draws = int(np.clip(np.ceil(_DECOY_RECORDS / free_guess), 2, _DRAWS))
+    ranks = []  # each stranger pair's records' places in each draw's order
+    for d in range(n_draws):
+        rank_a = np.empty(n_a, dtype=np.int64)
+        rank_b = np.empty(n_b, dtype=np.int64)
+        rank_a[_draw_order(words_a, n_a, d)] = np.arange(n_a)
+        rank_b[_draw_order(words_b, n_b, d)] = np.arange(n_b)
+        ranks.append((rank_a[s_a], rank_b[s_b]))
 
     def decoys(matches: float) -> tuple[np.ndarray[Any, Any], int, np.ndarray[Any, Any]]:
         free_a = round(max(n_a - matches, 0))
         free_b = round(max(n_b - matches, 0))
         false = np.zeros(len(grid))
         sample = np.zeros(0)
-        for perm_a, perm_b in draws:
-            in_a = np.zeros(n_a, dtype=bool)
-            in_b = np.zeros(n_b, dtype=bool)
-            in_a[perm_a[:free_a]] = True
-            in_b[perm_b[:free_b]] = True
-            pairs = np.flatnonzero(in_a[ia] & in_b[ib] & strangers)
-            pairs = pairs[top_k_pairs(ia[pairs], ib[pairs], scores[pairs], k)]
-            made = np.sort(scores[pairs[greedy(ia[pairs], ib[pairs], scores[pairs])]])
+        for rank_a, rank_b in ranks:
+            pairs = np.flatnonzero((rank_a < free_a) & (rank_b < free_b))
+            pairs = pairs[top_k_pairs(s_a[pairs], s_b[pairs], s_scores[pairs], per_record)]
+            made = s_scores[pairs[greedy(s_a[pairs], s_b[pairs], s_scores[pairs])]]
+            made = np.sort(made)
             false += len(made) - np.searchsorted(made, grid, side="left")
             sample = made
-        return false / len(draws), max(min(free_a, free_b), 1), sample
+        return false / len(ranks), max(min(free_a, free_b), 1), sample
 
     # each link's runner-up: the best other candidate of its a record (a stranger's score,
     # for a true link)
@@ -278,7 +292,7 @@ def auto_threshold(
         false, free, _ = false_links(matches)
         level = int(np.argmax(false <= _RELIABLE_SHARE * free))
         updated = float(np.clip(links[level] - false[level], 0, min(n_a, n_b)))
-        done = abs(updated - matches) < 0.5
+        done = abs(updated - matches) < max(0.5, 1e-4 * matches)
         matches = updated
         if done:
             break
