@@ -33,6 +33,7 @@ linkage quality are measured by ``benchmarks/linkage.py``.
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import logging
 import os
@@ -190,9 +191,14 @@ def encode(frame: pd.DataFrame, schema: Schema, *, secret: bytes | str) -> Encod
         )
     show = len(frame) >= PROGRESS_MIN_RECORDS and os.environ.get("VFLINK_PROGRESS", "1") != "0"
     steps = tqdm(total=len(schema.fields) + 1, desc="encoding", leave=False, disable=not show)
-    parsed = {spec.name: _normalised_codes(frame, spec) for spec in schema.fields}
-    values = {name: (codes, uniques) for name, (codes, uniques, _) in parsed.items()}
-    invalid = {name: count for name, (_, _, count) in parsed.items() if count}
+    values: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
+    invalid: dict[str, int] = {}
+    for spec in schema.fields:
+        codes, uniques, count, notice = _normalised_codes(frame, spec)
+        values[spec.name] = (codes, uniques)
+        if count:
+            invalid[spec.name] = count
+            warnings.warn(notice, InvalidValueWarning, stacklevel=2)
     if schema.salt is not None:
         salt_codes, salt_values = _part(values, schema, schema.salt)
     else:
@@ -246,14 +252,16 @@ def encode(frame: pd.DataFrame, schema: Schema, *, secret: bytes | str) -> Encod
 
 def _normalised_codes(
     frame: pd.DataFrame, spec: Field
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int]:
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int, str]:
     """Each row's code into the distinct normalised values of a column (-1: missing), those
-    values, and how many rows held a value that did not parse (see ``Field.on_invalid``)."""
+    values, how many rows held a value that did not parse (see ``Field.on_invalid``), and the
+    warning to give about them (empty if none)."""
     column = frame[spec.name]
     raw_codes, raw_uniques = pd.factorize(column, use_na_sentinel=True)
     raw = pd.Series(raw_uniques, dtype=object)
     normalised, bad = _normalise(raw, spec)
     invalid_rows = 0
+    notice = ""
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
         row = frame.index[int(np.argmax(raw_codes == first))]
@@ -266,23 +274,24 @@ def _normalised_codes(
                 "on_invalid='text' (encode them from their characters) or 'missing'"
             )
         invalid_rows = int(np.isin(raw_codes, np.flatnonzero(bad)).sum())
+        values = np.array([None if pd.isna(v) else v for v in normalised], dtype=object)
         if spec.on_invalid == "text":
-            dirty = [_dirty(str(v), spec) for v in raw[bad]]
-            normalised = normalised.copy()
-            normalised[bad] = dirty
-            handled = "encoded from their characters (on_invalid='text')"
+            values[bad] = [_dirty(str(v), spec) for v in raw[bad]]
+            handled = (
+                "encoded from their characters (on_invalid='text'; placeholders without "
+                "enough digits count as missing)"
+            )
         else:
-            normalised = normalised.mask(pd.Series(bad, index=normalised.index))
+            values[bad] = None
             handled = "treated as missing (on_invalid='missing')"
-        warnings.warn(
+        normalised = pd.Series(values, dtype="string")
+        notice = (
             f"column {spec.name!r}: {invalid_rows} rows ({int(bad.sum())} distinct values) "
-            f"{what}, e.g. row {row!r}: {column[row]!r}; {handled}",
-            InvalidValueWarning,
-            stacklevel=4,
+            f"{what}, e.g. row {row!r}: {column[row]!r}; {handled}"
         )
     norm_codes, uniques = pd.factorize(normalised, use_na_sentinel=True)
     codes = np.where(raw_codes >= 0, np.append(norm_codes, -1)[raw_codes], -1).astype(np.int64)
-    return codes, np.asarray(uniques, dtype=object), invalid_rows
+    return codes, np.asarray(uniques, dtype=object), invalid_rows, notice
 
 
 _DATE_PARTS = {"%Y": r"(?P<Y>\d{4})", "%y": r"(?P<y>\d{2})", "%m": r"(?P<m>\d{1,2})"}
@@ -305,11 +314,17 @@ def _lenient_date(format: str) -> re.Pattern[str] | None:
     return re.compile("".join(pieces))
 
 
-def _dirty(raw: str, spec: Field) -> str:
+def _dirty(raw: str, spec: Field) -> str | None:
     """The normalised form of a value that does not parse: a date's parts as written where
     they fit the format (``1945-04-93``), else ``?`` and its folded letters and digits, which
-    :func:`_tokens` cuts into q-grams."""
+    :func:`_tokens` cuts into q-grams. A placeholder is missing (None) rather than a value
+    every record holding it would share: fewer than 4 digits in a date (not even a year),
+    no digit in a number, or one character repeated (``00000000``, ``99999999``)."""
     text = raw.strip()
+    alnum = re.sub(r"[^a-z0-9]", "", _fold(text))
+    digits = sum(ch.isdigit() for ch in alnum)
+    if digits < (4 if spec.kind == "date" else 1) or len(set(alnum)) <= 1:
+        return None
     if spec.kind == "date":
         pattern = _lenient_date(spec.date_format)
         found = pattern.fullmatch(text) if pattern is not None else None
@@ -323,7 +338,7 @@ def _dirty(raw: str, spec: Field) -> str:
             month, day = parts.get("m", ""), parts.get("d", "")
             if year and month and day:
                 return f"{year}-{int(month):02d}-{int(day):02d}"
-    return "?" + re.sub(r"[^a-z0-9]", "", _fold(text))
+    return "?" + alnum
 
 
 def _normalise(values: pd.Series, spec: Field) -> tuple[pd.Series, np.ndarray[Any, Any]]:
@@ -339,18 +354,31 @@ def _normalise(values: pd.Series, spec: Field) -> tuple[pd.Series, np.ndarray[An
     elif spec.kind == "categorical":
         out = text.str.strip().str.casefold()
     elif spec.kind == "date":
-        stripped = text.str.strip()
+        stripped = values.map(lambda v: _date_text(v, spec.date_format)).astype("string")
+        stripped = stripped.str.strip()
         parsed = pd.to_datetime(stripped, format=spec.date_format, errors="coerce")
         bad = (stripped.notna() & (stripped != "") & parsed.isna()).to_numpy(dtype=bool)
         out = parsed.dt.strftime("%Y-%m-%d").astype("string")
     else:  # number
-        numbers = pd.to_numeric(values, errors="coerce")
-        bad = (values.notna() & numbers.isna()).to_numpy(dtype=bool)
+        blank = text.str.strip().fillna("") == ""
+        given = values.mask(blank.to_numpy(dtype=bool))  # blanks are missing, not invalid
+        numbers = pd.to_numeric(given, errors="coerce")
+        bad = (given.notna() & numbers.isna()).to_numpy(dtype=bool)
         # canonical text, so that 45 from an integer column and 45.0 from a float one agree
         out = numbers.map(
             lambda v: f"{round(float(v), spec.decimals):.{spec.decimals}f}", na_action="ignore"
         ).astype("string")
     return out.mask(out == ""), bad
+
+
+def _date_text(value: Any, date_format: str) -> Any:
+    """A date cell as text in the field's format: dates and timestamps are written in it, and
+    whole numbers lose the ``.0`` a float column gives them (``19450413.0``)."""
+    if isinstance(value, (_dt.date, np.datetime64)):
+        return pd.Timestamp(value).strftime(date_format)
+    if isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer():
+        return str(int(value))
+    return value
 
 
 class CollisionWarning(UserWarning):
@@ -401,7 +429,7 @@ def _tokens(value: str, spec: Field) -> list[str]:
         return ["=" + value]
     if spec.kind in ("name", "text"):
         return _qgrams(value, spec.q_size)
-    if value.startswith("?"):  # a date or number that did not parse: its q-grams
+    if spec.kind in ("date", "number") and value.startswith("?"):  # did not parse: q-grams
         return ["~" + gram for gram in _qgrams(value[1:], 2)]
     if spec.kind == "date":
         year, month, day = value.split("-")

@@ -31,6 +31,10 @@ from linkage.matching import match
 __all__ = ["match_many"]
 
 
+def _pairs(parties: list[str]) -> list[tuple[str, str]]:
+    return [(p, q) for i, p in enumerate(parties) for q in parties[i + 1 :]]
+
+
 def match_many(
     encodings: Mapping[str, Encodings],
     *,
@@ -46,8 +50,9 @@ def match_many(
     encodings : mapping of party name to Encodings
         Two or more parties' encodings, made with the same schema and secret.
     threshold : float, mapping or None
-        One threshold for every pair of parties, a mapping ``{(p, q): t}`` per pair, or None
-        for each pair's automatic threshold (:func:`linkage.match`).
+        One threshold for every pair of parties, a mapping ``{(p, q): t}`` per pair (either
+        order; a pair left out gets its automatic threshold), or None for each pair's
+        automatic threshold (:func:`linkage.match`).
     floor, blocking
         As in :func:`linkage.match`.
     min_size : int
@@ -57,8 +62,9 @@ def match_many(
     Returns
     -------
     pandas.DataFrame
-        One row per cluster, one column per party holding the row label of its record (NA
-        where the party has none), and ``size``. ``attrs["pairs"]`` maps each pair of parties
+        One row per cluster, one column per party holding the row label of its record (None
+        where the party has none; object columns, so integer labels stay integers), and
+        ``size``. ``attrs["pairs"]`` maps each pair of parties
         to its threshold and its number of links; ``attrs["rejected"]`` counts edges not used
         because they would have put two records of one party in a cluster;
         ``attrs["ambiguous"]`` the clusters holding a link that was a tie
@@ -69,6 +75,15 @@ def match_many(
         raise ValueError(f"multi-party linkage needs two or more parties, got {parties}")
     if min_size < 2 or min_size > len(parties):
         raise ValueError(f"min_size must be between 2 and {len(parties)}, got {min_size}")
+    if isinstance(threshold, Mapping):
+        known = {frozenset(pair) for pair in _pairs(parties)}
+        unknown = [pair for pair in threshold if frozenset(pair) not in known]
+        if unknown:
+            raise ValueError(
+                f"thresholds for {unknown}: not pairs of the parties {parties}; key them "
+                "('lab', 'imaging')"
+            )
+        per_pair = {frozenset(pair): t for pair, t in threshold.items()}
     offset = {p: 0 for p in parties}
     total = 0
     for p in parties:
@@ -76,24 +91,23 @@ def match_many(
         total += len(encodings[p])
     edges_u, edges_v, edges_s, edges_tied = [], [], [], []
     pairs: dict[tuple[str, str], dict[str, float]] = {}
-    for i, p in enumerate(parties):
-        for q in parties[i + 1 :]:
-            chosen = threshold.get((p, q)) if isinstance(threshold, Mapping) else threshold
-            try:
-                links = match(
-                    encodings[p], encodings[q], threshold=chosen, floor=floor, blocking=blocking
-                )
-            except ValueError as exc:
-                raise ValueError(f"linking {p!r} with {q!r}: {exc}") from None
-            rows_p = encodings[p].index.get_indexer(pd.Index(links["a"]))
-            rows_q = encodings[q].index.get_indexer(pd.Index(links["b"]))
-            tied = np.zeros(len(links), dtype=bool)
-            tied[links.attrs["ambiguous_links"]] = True
-            edges_u.append(rows_p + offset[p])
-            edges_v.append(rows_q + offset[q])
-            edges_s.append(links["score"].to_numpy(dtype=float))
-            edges_tied.append(tied)
-            pairs[(p, q)] = {"threshold": links.attrs["threshold"], "links": float(len(links))}
+    for p, q in _pairs(parties):
+        chosen = per_pair.get(frozenset((p, q))) if isinstance(threshold, Mapping) else threshold
+        try:
+            links = match(
+                encodings[p], encodings[q], threshold=chosen, floor=floor, blocking=blocking
+            )
+        except ValueError as exc:
+            raise ValueError(f"linking {p!r} with {q!r}: {exc}") from None
+        rows_p = encodings[p].index.get_indexer(pd.Index(links["a"]))
+        rows_q = encodings[q].index.get_indexer(pd.Index(links["b"]))
+        tied = np.zeros(len(links), dtype=bool)
+        tied[links.attrs["ambiguous_links"]] = True
+        edges_u.append(rows_p + offset[p])
+        edges_v.append(rows_q + offset[q])
+        edges_s.append(links["score"].to_numpy(dtype=float))
+        edges_tied.append(tied)
+        pairs[(p, q)] = {"threshold": links.attrs["threshold"], "links": float(len(links))}
     u, v = np.concatenate(edges_u), np.concatenate(edges_v)
     scores, tied_edge = np.concatenate(edges_s), np.concatenate(edges_tied)
     party_of = np.repeat(np.arange(len(parties)), [len(encodings[p]) for p in parties])
@@ -131,10 +145,12 @@ def match_many(
     cluster_roots = np.unique(frame["root"].to_numpy())
     for j, p in enumerate(parties):
         mine = frame[frame["party"] == j]
-        label = pd.Series(
-            encodings[p].index[mine["row"].to_numpy() - offset[p]], index=mine["root"].to_numpy()
-        )
-        labels[p] = label.reindex(cluster_roots).array
+        held = pd.Series(mine["row"].to_numpy() - offset[p], index=mine["root"].to_numpy())
+        position = held.reindex(cluster_roots).to_numpy()
+        found = ~np.isnan(position)
+        column = np.full(len(cluster_roots), None, dtype=object)  # keeps the labels' type
+        column[found] = np.asarray(encodings[p].index, dtype=object)[position[found].astype(int)]
+        labels[p] = column
     result: pd.DataFrame = pd.DataFrame(labels, columns=parties)
     result["size"] = result[parties].notna().sum(axis=1)
     result.attrs.update(

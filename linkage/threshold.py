@@ -36,12 +36,25 @@ threshold (the draws are a statistical estimate, not a secret).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["TOP_K", "ThresholdEstimate", "auto_threshold", "greedy", "top_k_pairs"]
+__all__ = [
+    "TOP_K",
+    "ThresholdEstimate",
+    "ThresholdWarning",
+    "auto_threshold",
+    "greedy",
+    "top_k_pairs",
+]
+
+
+class ThresholdWarning(UserWarning):
+    """The automatic threshold's own estimate says it is unreliable (low precision)."""
+
 
 TOP_K = 5
 """Candidate pairs kept per record for the greedy solver: a pair is solved when it is among the
@@ -49,6 +62,9 @@ TOP_K = 5
 
 _DRAWS = 12
 _DECOY_RECORDS = 20_000
+_CLEAR_MARGIN = 0.05
+UNRELIABLE_PRECISION = 0.9
+"""Below this estimated precision at the chosen threshold, :func:`auto_threshold` warns."""
 _RELIABLE_SHARE = 0.3
 _GRID = 401
 
@@ -103,7 +119,10 @@ def greedy(
         used_b = np.zeros(n_b, dtype=bool)
         used_a[a[taken]] = True
         used_b[b[taken]] = True
+        chain = len(taken) < len(alive) // 100  # rounds would go quadratic: finish below
         alive = alive[~(used_a[a[alive]] | used_b[b[alive]])]
+        if chain:
+            break
     used_a_set: set[int] = set()
     used_b_set: set[int] = set()
     rest = []
@@ -232,7 +251,14 @@ def auto_threshold(
     grid = np.linspace(floor, 1.0, _GRID)
     links = len(link_scores) - np.searchsorted(link_scores, grid, side="left")
     # the draws must hold no true pair: only pairs not linked at the floor take part
-    s_a, s_b, s_scores = ia[~linked], ib[~linked], scores[~linked]
+    # the draws must hold no true pair: a link made at the floor that clearly beats both its
+    # records' other candidates (by _CLEAR_MARGIN) is taken as true and left out of them; the
+    # others stay in, since where few records have partners they are the false links
+    runner_a, runner_b = np.zeros(n_a), np.zeros(n_b)
+    np.maximum.at(runner_a, ia[~linked], scores[~linked])
+    np.maximum.at(runner_b, ib[~linked], scores[~linked])
+    clear = linked & (scores - np.maximum(runner_a[ia], runner_b[ib]) >= _CLEAR_MARGIN)
+    s_a, s_b, s_scores = ia[~clear], ib[~clear], scores[~clear]
     # as many draws as it takes for about _DECOY_RECORDS decoy records in all (noise falls as
     # records grow), from 2 to _DRAWS
     free_guess = max(min(n_a, n_b) - int(links[0]), 1)
@@ -261,10 +287,7 @@ def auto_threshold(
 
     # each link's runner-up: the best other candidate of its a record (a stranger's score,
     # for a true link)
-    others = ~linked
-    runner_of = np.zeros(n_a)
-    np.maximum.at(runner_of, ia[others], scores[others])
-    runners, linked_scores = runner_of[ia[linked]], scores[linked]
+    runners, linked_scores = runner_a[ia[linked]], scores[linked]
 
     def swaps(false: np.ndarray[Any, Any], matches: float) -> np.ndarray[Any, Any]:
         """False links of records *with* a partner, which a stranger outscored: for every
@@ -301,9 +324,20 @@ def auto_threshold(
     matches = max(matches, float(true.max()))  # never fewer true pairs than true links
     f1 = 2 * true / np.maximum(links + matches, 1e-9)
     best = int(np.argmax(f1))
+    precision = float(true[best] / max(links[best], 1))
+    if f1[best] <= 0 or precision < UNRELIABLE_PRECISION:
+        warnings.warn(
+            f"the automatic threshold {grid[best]:.3f} has an estimated precision of "
+            f"{precision:.2f} (about {matches:.0f} true pairs among {n_a} x {n_b} records): "
+            "few records seem to have partners, and the estimate is unreliable there (it takes "
+            "pairs that clearly beat every other candidate for true ones); pass threshold= "
+            "chosen on a labelled sample, or check the overlap",
+            ThresholdWarning,
+            stacklevel=3,
+        )
     return ThresholdEstimate(
         threshold=float(grid[best]),
-        precision=float(true[best] / max(links[best], 1)),
+        precision=precision,
         recall=float(min(true[best] / max(matches, 1e-9), 1.0)),
         f1=float(f1[best]),
         matches=matches,

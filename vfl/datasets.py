@@ -317,7 +317,7 @@ def make_multiparty_identities(
     party's copy of a patient is perturbed independently, as in
     :func:`make_lab_imaging_cohort` (``typo_rate``: the share of patients whose identity
     differs between two copies, roughly). Rows are shuffled and indexed by party-specific
-    record ids (``"LAB000001"``...).
+    record ids (``"LAB000001"``, ``"IMAGING000001"``...).
 
     Returns
     -------
@@ -340,7 +340,7 @@ def make_multiparty_identities(
         copy = people.iloc[rows].reset_index(drop=True)
         _perturb_common(copy, copy.copy(), len(copy), typo_rate, rng)
         order = rng.permutation(len(copy))
-        labels = np.array([f"{party.upper()[:3]}{i + 1:06d}" for i in range(len(copy))])
+        labels = np.array([f"{party.upper()}{i + 1:06d}" for i in range(len(copy))])
         frames[party] = (
             copy[IDENTITY_COLUMNS].iloc[order].set_axis(pd.Index(labels, name="record_id"))
         )

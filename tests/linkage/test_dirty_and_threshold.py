@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from linkage import Field, InvalidValueWarning, Schema, encode, evaluate, link, match
-from linkage.threshold import auto_threshold, greedy, top_k_pairs
+from linkage import Encodings, Field, InvalidValueWarning, Schema, encode, evaluate, link, match
+from linkage.threshold import ThresholdWarning, auto_threshold, greedy, top_k_pairs
 from vfl.datasets import identity_schema, make_lab_imaging_cohort
 
 SECRET = b"a shared secret of 32 bytes, ok!"
@@ -219,3 +219,47 @@ def test_score_plot_splits_the_links_into_the_estimated_components() -> None:
     assert any(
         np.allclose(line.get_xdata(), [links.attrs["threshold"]] * 2) for line in ax.get_lines()
     )
+
+
+def test_columns_with_no_parsable_value_placeholders_and_other_types() -> None:
+    schema = Schema([Field("dob", "date"), Field("name", "name")])
+
+    def encoded(values: list) -> Encodings:  # type: ignore[type-arg]
+        frame = pd.DataFrame({"dob": values, "name": ["ann"] * len(values)})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", InvalidValueWarning)
+            return encode(frame, schema, secret=SECRET)
+
+    assert encoded(["19450493", "1945-O4-13"]).invalid == {"dob": 2}  # every value dirty
+    # a float column (empty cells) and timestamps are dates like their text
+    as_text = encoded(["19450413", None, "19800101"]).words
+    assert (encoded([19450413.0, np.nan, 19800101.0]).words == as_text).all()
+    assert (encoded([19450413, None, 19800101]).words == as_text).all()
+    stamps = list(pd.to_datetime(["1945-04-13", "1980-01-01"]))
+    assert (encoded(stamps).words == as_text[[0, 2]]).all()
+    # placeholders are missing, not a value every record holding them would share
+    missing = encoded([None]).words
+    for placeholder in ("unknown", "00000000", "99999999", "-", "??"):
+        assert (encoded([placeholder]).words == missing).all(), placeholder
+    numbers = Schema([Field("age", "number"), Field("name", "name")])
+    frame = pd.DataFrame({"age": ["", "  ", "45"], "name": ["a", "b", "c"]})
+    assert encode(frame, numbers, secret=SECRET).invalid == {}  # blanks are missing
+    # a categorical value may start with "?" without becoming q-grams
+    categorical = Schema([Field("code", "categorical")])
+    enc = encode(pd.DataFrame({"code": ["?m", "?mf"]}), categorical, secret=SECRET)
+    bits = enc.bit_matrix().astype(bool)
+    assert not (bits[0] & bits[1]).any()
+
+
+def test_the_warning_points_at_the_callers_line() -> None:
+    frame = pd.DataFrame({"dob": ["19450493"], "name": ["ann"]})
+    with pytest.warns(InvalidValueWarning) as caught:
+        encode(frame, Schema([Field("dob", "date"), Field("name", "name")]), secret=SECRET)
+    assert caught[0].filename == __file__
+
+
+def test_low_overlap_is_flagged_as_unreliable() -> None:
+    lab, imaging, _ = make_lab_imaging_cohort(3000, overlap=0.0, typo_rate=0.3, random_state=21)
+    with pytest.warns(ThresholdWarning, match="estimated precision of 0.[0-8]"):
+        links = link(lab, imaging, identity_schema(), secret=SECRET, blocking=None)
+    assert links.attrs["estimated"]["precision"] < 0.9

@@ -100,3 +100,17 @@ def test_align_over_three_parties_gives_each_its_own_rows(three) -> None:  # typ
     # the same patient on every row: the exact IDs (dropped before linking) agree
     ids = pd.DataFrame({p: frames[p].loc[rows[p], "patient_id"].to_numpy() for p in parties})
     assert np.mean(ids.nunique(axis=1) == 1) > 0.94
+
+
+def test_thresholds_per_pair_in_either_order_and_integer_labels_kept(three) -> None:  # type: ignore[no-untyped-def]
+    _, _, encodings = three
+    renumbered = {
+        p: Encodings(pd.RangeIndex(len(e)), e.words, e.fingerprint) for p, e in encodings.items()
+    }
+    clusters = match_many(renumbered, threshold={("imaging", "lab"): 0.99})
+    assert clusters.attrs["pairs"][("lab", "imaging")]["threshold"] == 0.99
+    assert clusters.attrs["pairs"][("lab", "genomics")]["threshold"] < 0.99  # automatic
+    held = clusters["lab"].dropna()
+    assert all(isinstance(x, (int, np.integer)) for x in held)
+    with pytest.raises(ValueError, match="not pairs of the parties"):
+        match_many(renumbered, threshold={("lab", "registry"): 0.9})
