@@ -3,14 +3,18 @@
 Prints, in one run:
 
 * encoding rate, vflink and clkhash (same fields, q-grams and filter length);
-* unblocked Dice comparisons per second, vflink (float32 BLAS screen + exact recount) and
-  anonlink (C++ popcount), at floors 0.5 and 0.8;
-* precision / recall / F1 at vflink's automatic threshold against the best threshold in
-  hindsight, and clkhash + anonlink's best F1;
-* the F1 cost of each hardening option (salt, balance, XOR-fold, BLIP);
+* unblocked Dice comparisons per second, vflink (exact intersections from int8 products with
+  torch, float32 BLAS without, bounds per group of records) and anonlink (C++ popcount), at
+  floors 0.5 and 0.8;
+* the automatic threshold's F1 against the best threshold chosen with the truth, on FEBRL 1-4
+  and on the cohort at typo rates 0.1-0.5, plain, salted and with BLIP noise;
+* the F1 cost of each hardening option (salt, balance, XOR-fold, BLIP) and what the frequency
+  attack re-identifies under each;
 * 100k x 100k linked end to end (encode both + LSH blocking + compare + match) with pair
-  completeness and reduction ratio, and with keyed blocking keys;
-* ECDH-PSI time and bytes for 100k x 100k and 1M x 1M, HMAC join for 1M x 1M;
+  completeness and reduction ratio, and with keyed blocking keys; 1M x 1M stage by stage;
+* three parties linked into clusters, against a star of two-party links;
+* ECDH-PSI time and bytes for 100k x 100k and 1M x 1M, HMAC join for 1M x 1M; unbalanced PSI
+  (10k against 1M, projected to 10M);
 * PSI among 2, 3 and 4 data parties over the in-process federation (``vfl.align``: direct
   for two, the ring with the coordinator's help for more), time and bytes per party.
 

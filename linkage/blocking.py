@@ -96,6 +96,12 @@ class LshBlocking:
     random_state : int, optional
         Which bytes the bands sample (not a secret: any choice works); fresh from the OS when
         None.
+    keep_best : int, optional
+        Keep only each record's ``keep_best`` best candidates (exact Dice; a pair stays when it
+        is among the best of either of its records), pruning every :data:`PRUNE_EVERY` bands:
+        memory then stays near ``keep_best * (n_a + n_b)`` pairs however many bands there are,
+        so that large inputs can afford the many bands a high pair completeness needs. The
+        greedy solver only looks at each record's 5 best candidates anyway.
     """
 
     target_recall: float = 0.9
@@ -103,6 +109,7 @@ class LshBlocking:
     band_bits: int | None = None
     bands: int | None = None
     random_state: int | None = None
+    keep_best: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.target_recall < 1:
@@ -115,6 +122,8 @@ class LshBlocking:
             raise ValueError(f"band_bits must be 1..56, got {self.band_bits}")
         if self.bands is not None and not 1 <= self.bands <= 10_000:
             raise ValueError(f"bands must be 1..10000, got {self.bands}")
+        if self.keep_best is not None and not 1 <= self.keep_best <= 1000:
+            raise ValueError(f"keep_best must be 1..1000, got {self.keep_best}")
 
     def plan(self, a: Encodings, b: Encodings) -> dict[str, Any]:
         """``band_bits`` and ``bands`` for these encodings, with what the model expects:
@@ -185,12 +194,16 @@ class LshBlocking:
         # filters identical on both sides collide in every band: they are joined once, on a
         # hash of the whole filter, and left out of the bands (at 1M x 1M, most true pairs)
         whole = (_filter_hash(a.words), _filter_hash(b.words))
-        ia, ib = _join(
-            itertools.chain([whole[0]], _band_keys(a.words, positions, r)),
-            itertools.chain([whole[1]], _band_keys(b.words, positions, r)),
-            len(b),
-            skip_equal=whole,
-        )
+        keys_a, keys_b = _band_keys(a.words, positions, r), _band_keys(b.words, positions, r)
+        if self.keep_best is None:
+            ia, ib = _join(
+                itertools.chain([whole[0]], keys_a),
+                itertools.chain([whole[1]], keys_b),
+                len(b),
+                skip_equal=whole,
+            )
+        else:
+            ia, ib = _join_pruned(a, b, keys_a, keys_b, whole, n_bands, self.keep_best)
         return Candidates(ia, ib, len(a), len(b), f"lsh({n_bands}x{r})")
 
 
@@ -385,6 +398,42 @@ def block(a: Encodings, b: Encodings, method: Any = "lsh") -> Candidates:
             f"unknown blocking {method!r}: use 'lsh', 'keys', LshBlocking(...) or KeyBlocking(...)"
         )
     return method.candidates(a, b)
+
+
+PRUNE_EVERY = 8
+"""Bands joined between two prunings of :class:`LshBlocking`'s ``keep_best``."""
+
+
+def _join_pruned(
+    a: Encodings,
+    b: Encodings,
+    keys_a: Iterator[np.ndarray[Any, Any]],
+    keys_b: Iterator[np.ndarray[Any, Any]],
+    whole: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]],
+    n_bands: int,
+    keep: int,
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """:func:`_join` a few bands at a time, keeping each record's ``keep`` best candidates."""
+    from linkage.matching import dice_scores
+    from linkage.threshold import top_k_pairs
+
+    none_a = np.zeros(len(a), dtype=np.uint64)  # a band without keys: stands in for `whole`
+    none_b = np.zeros(len(b), dtype=np.uint64)
+    ia = ib = np.zeros(0, dtype=np.int64)
+    for start in range(0, n_bands, PRUNE_EVERY):
+        size = min(PRUNE_EVERY, n_bands - start)
+        first = (whole[0], whole[1]) if start == 0 else (none_a, none_b)
+        new_a, new_b = _join(
+            itertools.chain([first[0]], itertools.islice(keys_a, size)),
+            itertools.chain([first[1]], itertools.islice(keys_b, size)),
+            len(b),
+            skip_equal=whole,
+        )
+        flat = np.unique(np.concatenate([ia * len(b) + ib, new_a * len(b) + new_b]))
+        ia, ib = flat // len(b), flat % len(b)
+        kept = top_k_pairs(ia, ib, dice_scores(a, b, ia, ib), keep)
+        ia, ib = ia[kept], ib[kept]
+    return ia, ib
 
 
 def _band_bytes(n_bands: int, r: int, n_bytes_total: int, rng: np.random.Generator) -> Any:

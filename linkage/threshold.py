@@ -13,8 +13,9 @@ partner is present but scored below a stranger (a *swap*: typos).
 F1 at ``t`` is ``2 TP(t) / (L(t) + M)``: ``L(t)`` links above ``t`` (known), ``TP(t)`` of them
 true, ``M`` true pairs in all. :func:`auto_threshold` estimates the false links above every
 ``t`` by **decoys**: it draws, several times, as many records of each side as it believes
-have no partner there (``n_a - M`` and ``n_b - M``), removes the pairs linked at the floor (so
-that the draws hold strangers only), and solves greedily among them. Decoy links are false
+have no partner there (``n_a - M`` and ``n_b - M``), removes the links made at the floor that
+clearly beat both their records' other candidates (by 0.05: the near-certain true pairs, so
+that the draws hold strangers), and solves greedily among them. Decoy links are false
 links made the way real ones are -- by the greedy solver among records without partners, over
 the same candidate pairs -- so their scores follow the false links' distribution, including
 its dependence on how many records lack partners. Swaps are added from two distributions the
@@ -27,11 +28,22 @@ pairs score below it. The threshold maximises the estimated F1; the estimated pr
 recall and true-pair count come with it (:class:`ThresholdEstimate`).
 
 Measured (``benchmarks/linkage.py``) against the best threshold chosen with the truth: within
-0.002-0.003 of its F1 on FEBRL 1-4 and on the synthetic cohort at typo rates 0.1-0.5, plain,
-salted and with BLIP noise. The estimate assumes true pairs rarely score as low as most false
-links do (below ``t_m``); where they do (extreme corruption) it underestimates ``M`` and errs
-towards a higher threshold. Draws use a fixed seed, so the same scores give the same
-threshold (the draws are a statistical estimate, not a secret).
+0.002 of its F1 on FEBRL 1-4 and on most cohort settings (typo rates 0.1-0.5, plain, salted and
+with BLIP noise; mean gap about 0.001, the largest about 0.006), and within 0.001 at 1M x 1M
+with LSH blocking. Where its F1 curve is sharp, an error of a few false links in the estimate
+moves the argmax by a couple of hundredths.
+
+**Limits.** The decoys need the near-certain true pairs to be true: where few records have
+partners (an overlap of a few percent), the best-scoring stranger pairs (relatives: same
+surname, address and birth year) clearly beat everything else too, are taken for true pairs,
+and the estimate overstates the true pairs and the precision. A :class:`ThresholdWarning`
+flags an estimated precision below :data:`UNRELIABLE_PRECISION`; with a low overlap, choose
+the threshold on a labelled sample. The estimate also assumes true pairs rarely score as
+low as most false links do (below ``t_m``); where they do (extreme corruption) it
+underestimates ``M``, and the estimated recall counts only true pairs that link above the
+floor. Draws use a fixed seed and a hash of each encoding, so the same encodings give the
+same threshold whatever order they come in (the draws are a statistical estimate, not a
+secret).
 """
 
 from __future__ import annotations

@@ -227,3 +227,23 @@ def test_best_and_second_best_scores_against_a_naive_reference() -> None:
         for row in range(10):
             expected = [*sorted(scores[ia == row], reverse=True), 0.0, 0.0]
             assert got[row].tolist() == expected[:2]
+
+
+def test_lsh_keep_best_keeps_each_records_best_candidates(cohort) -> None:  # type: ignore[no-untyped-def]
+    from linkage.matching import dice_scores
+    from linkage.threshold import top_k_pairs
+
+    _, _, truth, a, b = cohort
+    options = {"random_state": 3, "band_bits": 16, "bands": 20}
+    full = block(a, b, LshBlocking(**options))
+    kept = block(a, b, LshBlocking(**options, keep_best=3))
+    as_set = lambda c: set(zip(c.ia.tolist(), c.ib.tolist(), strict=True))  # noqa: E731
+    assert as_set(kept) <= as_set(full)
+    assert len(kept) < 0.5 * len(full)  # most candidates are pruned
+    # every pair among the 3 best of one of its records in the full set survives the pruning
+    best = top_k_pairs(full.ia, full.ib, dice_scores(a, b, full.ia, full.ib), 3)
+    wanted = set(zip(full.ia[best].tolist(), full.ib[best].tolist(), strict=True))
+    assert len(wanted - as_set(kept)) <= 0.002 * len(wanted)  # ties broken either way
+    assert kept.pair_completeness(a, b, truth) >= full.pair_completeness(a, b, truth) - 0.002
+    with pytest.raises(ValueError, match=r"keep_best must be 1\.\.1000"):
+        LshBlocking(keep_best=0)
