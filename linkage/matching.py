@@ -24,7 +24,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from linkage.encoding import Encodings
-from linkage.kernels import dice_all_pairs
+from linkage.kernels import dice_all_pairs, dice_of_pairs
 from linkage.threshold import TOP_K, auto_threshold, greedy, top_k_pairs
 
 __all__ = [
@@ -76,24 +76,6 @@ def dice_pairs(
     return dice_all_pairs(
         a.words, b.words, floor=floor, chunk=chunk, backend=backend, progress=progress
     )
-
-
-def _intersections(
-    words_a: np.ndarray[Any, Any],
-    words_b: np.ndarray[Any, Any],
-    ia: np.ndarray[Any, Any],
-    ib: np.ndarray[Any, Any],
-) -> np.ndarray[Any, Any]:
-    """``|A_i & B_j|`` for the given pairs, exactly, from the packed words (per 64k pairs:
-    gathered, ANDed in place, popcounted and summed without a wider temporary; twice as fast
-    as fancy indexing and ``.sum``)."""
-    out = np.empty(len(ia), dtype=np.float64)
-    for start in range(0, len(ia), 65536):
-        stop = start + 65536
-        both = np.take(words_a, ia[start:stop], axis=0)
-        both &= np.take(words_b, ib[start:stop], axis=0)
-        out[start:stop] = np.add.reduce(np.bitwise_count(both), axis=1, dtype=np.uint64)
-    return out
 
 
 AUTO_BLOCKING_PAIRS = 50_000_000
@@ -239,9 +221,9 @@ def dice_scores(
 ) -> np.ndarray[Any, Any]:
     """Exact Dice scores of the pairs ``(a[ia[k]], b[ib[k]])`` (positions), e.g. candidates."""
     a.check_compatible(b)
-    pop_a, pop_b = a.popcounts(), b.popcounts()
-    denom = (pop_a[ia] + pop_b[ib]).astype(np.float64)
-    scores: np.ndarray[Any, Any] = 2.0 * _intersections(a.words, b.words, ia, ib) / denom
+    scores: np.ndarray[Any, Any] = dice_of_pairs(
+        a.words, b.words, a.popcounts(), b.popcounts(), ia, ib
+    )
     return scores
 
 
