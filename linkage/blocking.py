@@ -386,9 +386,17 @@ class KeyBlocking:
 
 def block(a: Encodings, b: Encodings, method: Any = "lsh") -> Candidates:
     """Candidate pairs by ``method``: ``"lsh"`` (:class:`LshBlocking` defaults), ``"keys"``
-    (:class:`KeyBlocking`), or a configured instance of these or of :class:`BucketBlocking`
-    (for large inputs)."""
+    (:class:`KeyBlocking`), a configured instance of these or of :class:`BucketBlocking`
+    (for large inputs), or :class:`Candidates` found before for the same encodings (reused:
+    ``match(a, b, blocking=candidates)`` solves again without blocking again)."""
     a.check_compatible(b)
+    if isinstance(method, Candidates):
+        if (method.n_a, method.n_b) != (len(a), len(b)):
+            raise ValueError(
+                f"these candidates are for {method.n_a} x {method.n_b} records, not "
+                f"{len(a)} x {len(b)}: block these encodings"
+            )
+        return method
     if method == "lsh":
         method = LshBlocking()
     elif method == "keys":
@@ -413,27 +421,57 @@ def _join_pruned(
     n_bands: int,
     keep: int,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """:func:`_join` a few bands at a time, keeping each record's ``keep`` best candidates."""
-    from linkage.matching import dice_scores
+    """:func:`_join` band by band, keeping each record's ``keep`` best candidates.
+
+    Each band's pairs are scored at once and kept only if they beat the ``keep``-th best
+    score found so far of one of their records (so the many similar strangers of a large
+    input are dropped as they come); every :data:`PRUNE_EVERY` bands the kept pairs are cut
+    to each record's ``keep`` best exactly and the ``keep``-th best scores updated."""
+    from linkage.kernels import dice_of_pairs
     from linkage.threshold import top_k_pairs
 
-    none_a = np.zeros(len(a), dtype=np.uint64)  # a band without keys: stands in for `whole`
-    none_b = np.zeros(len(b), dtype=np.uint64)
+    pop_a, pop_b = a.popcounts(), b.popcounts()
+    bar_a, bar_b = np.zeros(len(a)), np.zeros(len(b))  # each record's keep-th best so far
     ia = ib = np.zeros(0, dtype=np.int64)
-    for start in range(0, n_bands, PRUNE_EVERY):
-        size = min(PRUNE_EVERY, n_bands - start)
-        first = (whole[0], whole[1]) if start == 0 else (none_a, none_b)
-        new_a, new_b = _join(
-            itertools.chain([first[0]], itertools.islice(keys_a, size)),
-            itertools.chain([first[1]], itertools.islice(keys_b, size)),
-            len(b),
-            skip_equal=whole,
-        )
-        flat = np.unique(np.concatenate([ia * len(b) + ib, new_a * len(b) + new_b]))
-        ia, ib = flat // len(b), flat % len(b)
-        kept = top_k_pairs(ia, ib, dice_scores(a, b, ia, ib), keep)
-        ia, ib = ia[kept], ib[kept]
+    scores = np.zeros(0)
+    pending: list[tuple[np.ndarray[Any, Any], ...]] = []
+    bands = itertools.chain([whole], zip(keys_a, keys_b, strict=True))
+    for band, (band_a, band_b) in enumerate(bands):
+        new_a, new_b = _join([band_a], [band_b], len(b))
+        if band > 0:  # identical filters were joined once, by the first (whole-filter) band
+            differ = whole[0][new_a] != whole[1][new_b]
+            new_a, new_b = new_a[differ], new_b[differ]
+        new_s = dice_of_pairs(a.words, b.words, pop_a, pop_b, new_a, new_b)
+        good = (new_s >= bar_a[new_a]) | (new_s >= bar_b[new_b])
+        pending.append((new_a[good], new_b[good], new_s[good]))
+        if band % PRUNE_EVERY == 0 or band == n_bands:
+            all_a = np.concatenate([ia, *(p[0] for p in pending)])
+            all_b = np.concatenate([ib, *(p[1] for p in pending)])
+            all_s = np.concatenate([scores, *(p[2] for p in pending)])
+            pending.clear()
+            _, first = np.unique(all_a * len(b) + all_b, return_index=True)
+            all_a, all_b, all_s = all_a[first], all_b[first], all_s[first]
+            kept = top_k_pairs(all_a, all_b, all_s, keep)
+            ia, ib, scores = all_a[kept], all_b[kept], all_s[kept]
+            bar_a = _kth_best(ia, scores, len(a), keep)
+            bar_b = _kth_best(ib, scores, len(b), keep)
     return ia, ib
+
+
+def _kth_best(
+    rows: np.ndarray[Any, Any], scores: np.ndarray[Any, Any], n: int, k: int
+) -> np.ndarray[Any, Any]:
+    """Each record's ``k``-th best score among the pairs (0 where it has fewer than ``k``)."""
+    out = np.zeros(n)
+    if not len(rows):
+        return out
+    order = np.lexsort((-scores, rows))
+    ordered = rows[order]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    sizes = np.diff(np.append(starts, len(ordered)))
+    full = sizes >= k
+    out[ordered[starts[full]]] = scores[order[starts[full] + k - 1]]
+    return out
 
 
 def _band_bytes(n_bands: int, r: int, n_bytes_total: int, rng: np.random.Generator) -> Any:

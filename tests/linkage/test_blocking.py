@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from linkage import (
+    Encodings,
     KeyBlocking,
     LshBlocking,
     Schema,
@@ -247,3 +248,15 @@ def test_lsh_keep_best_keeps_each_records_best_candidates(cohort) -> None:  # ty
     assert kept.pair_completeness(a, b, truth) >= full.pair_completeness(a, b, truth) - 0.002
     with pytest.raises(ValueError, match=r"keep_best must be 1\.\.1000"):
         LshBlocking(keep_best=0)
+
+
+def test_candidates_found_once_can_be_solved_again(cohort) -> None:  # type: ignore[no-untyped-def]
+    _, _, _, a, b = cohort
+    lsh = LshBlocking(random_state=1)
+    candidates = block(a, b, lsh)
+    again = match(a, b, blocking=candidates, threshold=0.8)
+    fresh = match(a, b, blocking=lsh, threshold=0.8)
+    pd.testing.assert_frame_equal(again, fresh)
+    assert again.attrs["compared"] == len(candidates)
+    with pytest.raises(ValueError, match=r"candidates are for 3200 x 3200 records, not 3200 x 10"):
+        block(a, Encodings(b.index[:10], b.words[:10], b.fingerprint), candidates)
