@@ -152,7 +152,8 @@ def test_automatic_threshold_is_within_reach_of_the_best_on_the_cohort(typo: flo
     auto = match(a, b, blocking=None)
     best = _best_f1(match(a, b, threshold=0.5, blocking=None), truth)
     got = evaluate(auto, truth)
-    assert got["f1"] >= best - 0.004, (got, best, auto.attrs["threshold"])
+    # 0.0002-0.0005 here; over other seeds and settings the gap reaches 0.003 (the benchmark)
+    assert got["f1"] >= best - 0.002, (got, best, auto.attrs["threshold"])
     # the estimates that come with the threshold are close to the truth
     estimated = auto.attrs["estimated"]
     assert abs(estimated["precision"] - got["precision"]) < 0.02
