@@ -262,7 +262,6 @@ def auto_threshold(
         )
     grid = np.linspace(floor, 1.0, _GRID)
     links = len(link_scores) - np.searchsorted(link_scores, grid, side="left")
-    # the draws must hold no true pair: only pairs not linked at the floor take part
     # the draws must hold no true pair: a link made at the floor that clearly beats both its
     # records' other candidates (by _CLEAR_MARGIN) is taken as true and left out of them; the
     # others stay in, since where few records have partners they are the false links

@@ -12,9 +12,9 @@ Two ways, each written once as the code every role runs:
   (:func:`linkage.match`) and three or more into clusters of at most one record per party
   (:func:`linkage.match_many`: every pair of parties is matched and the links joined best
   first, so a patient one party spelled badly still joins through the others), keeps the
-  patients held by every party, and returns
-  to each party only the positions of its own rows in the common order and how many of them
-  were linked by a tie (see ``max_ambiguous``) -- no scores, nothing of the other parties.
+  patients held by every party, and returns to each party only the positions of its own rows
+  in the common order and how many of them were linked by a tie (see ``max_ambiguous``) -- no
+  scores, nothing of the other parties.
 
 Each party ends with its own frame reordered to the common patients, indexed
 ``0 .. n_common - 1`` (``common_row``), its original row labels in
