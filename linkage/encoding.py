@@ -276,7 +276,10 @@ def _normalised_codes(
         invalid_rows = int(np.isin(raw_codes, np.flatnonzero(bad)).sum())
         values = np.array([None if pd.isna(v) else v for v in normalised], dtype=object)
         if spec.on_invalid == "text":
-            values[bad] = [_dirty(str(v), spec) for v in raw[bad]]
+            as_text = raw[bad].map(
+                lambda v: _date_text(v, spec.date_format) if spec.kind == "date" else v
+            )
+            values[bad] = [_dirty(str(v), spec) for v in as_text]
             handled = (
                 "encoded from their characters (on_invalid='text'; placeholders without "
                 "enough digits count as missing)"
