@@ -486,7 +486,7 @@ def _perturb_common(
 
 def _identity(table: pd.DataFrame, row: int) -> tuple[Any, ...]:
     # cell by cell: .loc[row, columns] builds a Series per call, 40x slower at 1M patients
-    values = (table.at[row, column] for column in IDENTITY_COLUMNS[1:])
+    values: list[Any] = [table.at[row, column] for column in IDENTITY_COLUMNS[1:]]
     return tuple(None if pd.isna(v) else v for v in values)
 
 
