@@ -114,3 +114,41 @@ def test_thresholds_per_pair_in_either_order_and_integer_labels_kept(three) -> N
     assert all(isinstance(x, (int, np.integer)) for x in held)
     with pytest.raises(ValueError, match="not pairs of the parties"):
         match_many(renumbered, threshold={("lab", "registry"): 0.9})
+
+
+def test_three_party_linkage_unit_sends_each_party_only_its_own_positions(three) -> None:  # type: ignore[no-untyped-def]
+    from vfl.alignment import align_party
+    from vfl.federation import LocalFederation
+
+    frames, _, _ = three
+    parties = list(frames)
+    roles = {
+        name: (
+            lambda fed, name=name: align_party(
+                fed,
+                frames[name].drop(columns="patient_id"),
+                method="bloom",
+                schema=identity_schema(),
+                secret=SECRET,
+                parties=parties,
+            )
+        )
+        for name in parties
+    }
+    roles["coordinator"] = lambda fed: align_party(fed, None, method="bloom", parties=parties)
+    federation = LocalFederation(record_payloads=True)
+    results = federation.run(roles)
+    sent = [r for r in federation.transcript.records if r.sender == "coordinator"]
+    assert sorted(r.receiver for r in sent) == sorted(parties)  # one message each
+    for record in sent:
+        payload = record.payload()
+        assert record.tag == "align/rows" and set(payload) == {"rows", "ambiguous"}
+        rows = payload["rows"]
+        # positions into the receiver's own (shuffled) encodings, nothing else: no scores,
+        # no other party's rows
+        assert rows.dtype == np.int64 and len(rows) == len(results[record.receiver])
+        assert rows.min() >= 0 and rows.max() < len(frames[record.receiver])
+    for record in federation.transcript.records:
+        if record.sender != "coordinator":
+            assert record.receiver == "coordinator" and record.tag == "align/encodings"
+            assert set(record.payload()) == {"words", "fingerprint"}  # no labels, no identities
