@@ -337,7 +337,7 @@ def load_febrl(k: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
             index_col="rec_id",
             skipinitialspace=True,
             encoding="utf-8",
-            dtype=text,  # type: ignore[arg-type]
+            dtype=text,
         )
         return frame
 
