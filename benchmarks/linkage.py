@@ -68,22 +68,27 @@ SCHEMA = identity_schema()
 COLUMNS = SCHEMA.columns
 
 
-def best_threshold_f1(
-    a: Any, b: Any, truth: pd.DataFrame, blocking: Any = None
-) -> tuple[float, float]:
-    """The best F1 over thresholds 0.500..0.9975 chosen with the truth, and that threshold.
+def f1_by_threshold(links: pd.DataFrame, truth: pd.DataFrame) -> dict[float, float]:
+    """F1 at every threshold 0.500..0.9975 of links made at the floor 0.5.
 
     Greedy links are nested (``linkage.threshold``): the links at ``t`` are the links made at
-    the floor 0.5 that score ``>= t``, so one solve gives every threshold's links."""
-    links = match(a, b, threshold=0.5, blocking=blocking)
+    the floor that score ``>= t``, so one solve gives every threshold's links."""
     true = set(zip(truth.iloc[:, 0], truth.iloc[:, 1], strict=True))
     hit = np.array([(x, y) in true for x, y in zip(links["a"], links["b"], strict=True)])
     scores = links["score"].to_numpy()
-    best = (0.0, 0.0)
-    for threshold in np.arange(0.5, 1.0, 0.0025):
-        above = scores >= threshold
-        best = max(best, (2 * hit[above].sum() / (above.sum() + len(true)), float(threshold)))
-    return best
+    return {
+        float(t): 2 * hit[scores >= t].sum() / ((scores >= t).sum() + len(true))
+        for t in np.arange(0.5, 1.0, 0.0025)
+    }
+
+
+def best_threshold_f1(
+    a: Any, b: Any, truth: pd.DataFrame, blocking: Any = None
+) -> tuple[float, float]:
+    """The best F1 over thresholds chosen with the truth, and that threshold."""
+    f1 = f1_by_threshold(match(a, b, threshold=0.5, blocking=blocking), truth)
+    best_t = max(f1, key=lambda t: f1[t])
+    return f1[best_t], best_t
 
 
 def compare_anonlink(
@@ -417,7 +422,6 @@ def million_end_to_end(quick: bool) -> None:
         f"{len(candidates):,} pairs, pair completeness {completeness:.4f}), compare "
         f"{compare_s:.1f} s"
     )
-    true = set(zip(truth.iloc[:, 0], truth.iloc[:, 1], strict=True))
     for threshold in (0.5, None):
         started = time.perf_counter()
         links = match(a, b, blocking=candidates, threshold=threshold)  # the same candidates
@@ -431,12 +435,7 @@ def million_end_to_end(quick: bool) -> None:
             f"R {quality['recall']:.4f} F1 {quality['f1']:.4f}"
         )
         if threshold is not None:  # greedy links are nested: every threshold from this list
-            hit = np.array([(x, y) in true for x, y in zip(links["a"], links["b"], strict=True)])
-            scores = links["score"].to_numpy()
-            f1 = {
-                float(t): 2 * hit[scores >= t].sum() / ((scores >= t).sum() + len(true))
-                for t in np.arange(0.5, 1.0, 0.0025)
-            }
+            f1 = f1_by_threshold(links, truth)
             best_t = max(f1, key=lambda t: f1[t])
             print(
                 f"  F1 at 0.8 {f1[min(f1, key=lambda t: abs(t - 0.8))]:.4f}; best threshold "

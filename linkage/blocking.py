@@ -462,15 +462,14 @@ def _kth_best(
     rows: np.ndarray[Any, Any], scores: np.ndarray[Any, Any], n: int, k: int
 ) -> np.ndarray[Any, Any]:
     """Each record's ``k``-th best score among the pairs (0 where it has fewer than ``k``)."""
+    from linkage.threshold import ranks_within
+
     out = np.zeros(n)
     if not len(rows):
         return out
-    order = np.lexsort((-scores, rows))
-    ordered = rows[order]
-    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
-    sizes = np.diff(np.append(starts, len(ordered)))
-    full = sizes >= k
-    out[ordered[starts[full]]] = scores[order[starts[full] + k - 1]]
+    order, rank = ranks_within(rows, scores)
+    at_k = order[rank == k - 1]  # only records with at least k pairs have one
+    out[rows[at_k]] = scores[at_k]
     return out
 
 

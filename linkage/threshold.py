@@ -60,6 +60,7 @@ __all__ = [
     "ThresholdWarning",
     "auto_threshold",
     "greedy",
+    "ranks_within",
     "top_k_pairs",
 ]
 
@@ -89,16 +90,24 @@ def top_k_pairs(
     keep = np.zeros(len(scores), dtype=bool)
     if not len(scores):
         return keep
-    # one sort per side on a single key: the record, then the score (best first) in 32 bits
-    worse = np.floor((1.0 - np.clip(scores, 0.0, 1.0)) * (2**32 - 1)).astype(np.int64)
     for side in (ia, ib):
-        order = np.argsort((np.asarray(side, dtype=np.int64) << 32) | worse)
-        ordered = side[order]
-        starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
-        sizes = np.diff(np.append(starts, len(ordered)))
-        rank = np.arange(len(ordered)) - np.repeat(starts, sizes)
+        order, rank = ranks_within(side, scores)
         keep[order[rank < k]] = True
     return keep
+
+
+def ranks_within(
+    records: np.ndarray[Any, Any], scores: np.ndarray[Any, Any]
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """An order of the pairs by record, best score first within each (one integer sort on the
+    record and the score in 32 bits), and each pair's place among its record's pairs in that
+    order (0 for the best)."""
+    worse = np.floor((1.0 - np.clip(scores, 0.0, 1.0)) * (2**32 - 1)).astype(np.int64)
+    order = np.argsort((np.asarray(records, dtype=np.int64) << 32) | worse)
+    ordered = records[order]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    sizes = np.diff(np.append(starts, len(ordered)))
+    return order, np.arange(len(ordered)) - np.repeat(starts, sizes)
 
 
 def greedy(
