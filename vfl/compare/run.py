@@ -1,0 +1,279 @@
+"""Running the schemes, the table and the figure."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from vfl.compare.base import FAMILIES, FULL, QUICK, SCHEMES, Context, SchemeResult, Settings
+from vfl.datasets import ClinicalPopulation, make_population
+
+__all__ = ["Comparison", "compare", "plot_comparison"]
+
+logger = logging.getLogger(__name__)
+
+_MODULES = ("vertical", "split", "transfer", "horizontal")
+
+
+def _load_schemes() -> dict[str, str]:
+    """Import every scheme module; those whose optional dependency (torch: the ``torch``
+    extra) is missing are skipped, with the reason."""
+    skipped: dict[str, str] = {}
+    for name in _MODULES:
+        try:
+            importlib.import_module(f"vfl.compare.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.startswith("vfl"):
+                raise
+            skipped[name] = f"needs {exc.name} (pip install 'vflink[torch]')"
+            logger.warning("comparison: the %s schemes are skipped: %s", name, skipped[name])
+    return skipped
+
+
+class Comparison:
+    """The rows of one :func:`compare` run, with the population and settings they ran on.
+
+    ``str()`` gives the printed table and, below it, what each party learns under each
+    scheme; :meth:`table` the same as a DataFrame; :meth:`plot` the figure.
+    """
+
+    def __init__(
+        self,
+        results: list[SchemeResult],
+        population: ClinicalPopulation,
+        settings: Settings,
+        seed: int,
+        seconds: float,
+    ) -> None:
+        self.results = results
+        self.population = population
+        self.settings = settings
+        self.seed = seed
+        self.seconds = seconds
+        self.skipped: dict[str, str] = {}
+        """Families of schemes not run, with the reason (a missing optional dependency)."""
+
+    def __getitem__(self, scheme: str) -> SchemeResult:
+        for result in self.results:
+            if result.scheme == scheme:
+                return result
+        raise KeyError(f"no row {scheme!r}; rows: {[r.scheme for r in self.results]}")
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def table(self) -> pd.DataFrame:
+        """One row per scheme, indexed by its name: ``family``, ``auc``, ``epsilon`` (None
+        without DP), the worst ``attack`` with its ``attack_success`` and ``attack_chance``,
+        ``privacy_loss`` (0 chance .. 1 total), ``seconds``, ``bytes`` (every party),
+        ``bytes_per_party`` (a dict), ``learns`` and ``notes``."""
+        table: pd.DataFrame = pd.DataFrame([r.as_row() for r in self.results])
+        return table.set_index("scheme")
+
+    def __str__(self) -> str:
+        text = format_table(self.results, self.settings, self.population, self.seconds)
+        if self.skipped:
+            text += "\n\nNot run: " + "; ".join(f"{k} ({v})" for k, v in self.skipped.items())
+        return text
+
+    def plot(self, path: str | Path | None = None) -> Any:
+        """The figure (:func:`plot_comparison`); saved to ``path`` if given."""
+        return plot_comparison(self.results, path)
+
+    def save(self, folder: str | Path, stem: str = "partition_schemes") -> list[Path]:
+        """Write ``<stem>.txt`` (the printed table), ``<stem>.csv`` (:meth:`table`) and
+        ``<stem>.png`` (the figure; skipped without matplotlib) into ``folder`` (created if
+        missing); returns the paths written."""
+        from vfl.files import write_atomically
+
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        written = [out / f"{stem}.txt", out / f"{stem}.csv"]
+        write_atomically(written[0], str(self) + "\n")
+        write_atomically(written[1], self.table().to_csv())
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError:
+            logger.warning("matplotlib is not installed (the plot extra): no figure written")
+            return written
+        figure = self.plot(out / f"{stem}.png")
+        plt.close(figure)
+        return [*written, out / f"{stem}.png"]
+
+
+def compare(
+    *,
+    quick: bool = False,
+    seed: int = 0,
+    population: ClinicalPopulation | None = None,
+    schemes: Iterable[str] | None = None,
+    settings: Settings | None = None,
+    progress: Callable[[SchemeResult], None] | None = None,
+) -> Comparison:
+    """Run every scheme (or those named) on one population and return the rows.
+
+    Parameters
+    ----------
+    quick : bool
+        :data:`~vfl.compare.QUICK` (about a minute on two cores: 1,600 patients, 1024-bit demo
+        keys, short training) instead of :data:`~vfl.compare.FULL` (under five minutes: 4,000
+        patients, 2048-bit keys).
+    seed : int
+        Seed of the population, of every cut and of every model's initialisation and batches.
+        Cryptographic randomness (keys, masks, shares) and DP noise come from the OS and vary
+        between runs by design, so rows with DP vary a little; the others repeat to a few
+        decimals.
+    population : ClinicalPopulation, optional
+        Defaults to ``make_population(settings.n_patients, random_state=seed)``.
+    schemes : iterable of str, optional
+        Scheme names or families (``"vertical"``, ``"split"``...) to run; all by default.
+    settings : Settings, optional
+        Overrides ``quick``.
+    progress : callable, optional
+        Called with each row as it finishes.
+
+    Returns
+    -------
+    Comparison
+
+    Raises
+    ------
+    ValueError
+        An unknown scheme or family (the known ones are listed).
+    """
+    skipped = _load_schemes()
+    chosen = settings if settings is not None else (QUICK if quick else FULL)
+    if population is None:
+        population = make_population(chosen.n_patients, random_state=seed)
+    specs = [s for s in SCHEMES.values() if s.family not in skipped]
+    if schemes is not None:
+        wanted = list(schemes)
+        unknown = [w for w in wanted if w not in SCHEMES and w not in FAMILIES and w not in skipped]
+        if unknown:
+            raise ValueError(
+                f"unknown schemes {unknown}; families: {list(FAMILIES)}; schemes: {list(SCHEMES)}"
+            )
+        specs = [s for s in specs if s.name in wanted or s.family in wanted]
+    specs.sort(key=lambda s: FAMILIES.index(s.family))
+    ctx = Context(population, chosen, seed)
+    began = time.perf_counter()
+    results = []
+    for spec in specs:
+        logger.info("comparison: running %s", spec.name)
+        result = spec.run(ctx)
+        results.append(result)
+        if progress is not None:
+            progress(result)
+    comparison = Comparison(results, population, chosen, seed, time.perf_counter() - began)
+    comparison.skipped = skipped
+    return comparison
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.2f}" if n < 1e9 else f"{n / 1e9:.1f}G"
+
+
+def format_table(
+    results: Sequence[SchemeResult], settings: Settings, population: Any, seconds: float
+) -> str:
+    """The comparison as printed text: the figures, then what each party learns."""
+    name_width = max([len(r.scheme) for r in results] + [6]) + 2
+    head = (
+        f"{'scheme':<{name_width}}{'AUC':>6}{'epsilon':>9}{'privacy loss':>14}  "
+        f"{'worst attack (success / chance)':<46}{'seconds':>8}{'MB sent':>9}"
+    )
+    lines = [
+        f"{population!r}; settings {settings.name!r} ({settings.key_bits}-bit keys); "
+        f"{seconds:.0f} s in all",
+        "",
+        head,
+        "-" * len(head),
+    ]
+    family = None
+    for r in results:
+        if r.family != family and family is not None:
+            lines.append("")
+        family = r.family
+        worst = r.worst_attack
+        attack = "-" if worst is None else f"{worst.audit} {worst.success:.2f} / {worst.chance:.2f}"
+        loss = r.privacy_loss
+        eps = "-" if r.epsilon is None else f"{r.epsilon:.2f}"
+        lines.append(
+            f"{r.scheme:<{name_width}}{r.auc:>6.3f}{eps:>9}"
+            f"{'-' if math.isnan(loss) else f'{loss:.2f}':>14}  {attack:<46}"
+            f"{r.seconds:>8.1f}{_mb(r.total_bytes):>9}"
+        )
+    lines += [
+        "",
+        "privacy loss: the worst attack's advantage over guessing, (success - chance) / "
+        "(1 - chance); centralised = 1 (rows handed over), alone = 0.",
+        "MB sent: every party's messages (centralised: the rows it would hand over).",
+        "",
+        "What each party learns:",
+    ]
+    lines += [f"  {r.scheme}: {r.learns}" for r in results]
+    notes = [f"  {r.scheme}: {r.notes}" for r in results if r.notes]
+    if notes:
+        lines += ["", "Notes:", *notes]
+    return "\n".join(lines)
+
+
+_MARKERS = {
+    "centralised": "s",
+    "alone": "v",
+    "vertical": "o",
+    "split": "D",
+    "transfer": "^",
+    "horizontal": "P",
+}
+
+
+def plot_comparison(results: Sequence[SchemeResult], path: str | Path | None = None) -> Any:
+    """Test AUC against privacy loss, one point per scheme (marker by family, epsilon written
+    beside the DP schemes). Returns the matplotlib figure; saves it to ``path`` if given.
+
+    Raises
+    ------
+    ImportError
+        Without matplotlib (the ``plot`` extra).
+    """
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 6))
+    for family in FAMILIES:
+        rows = [r for r in results if r.family == family and not math.isnan(r.privacy_loss)]
+        if not rows:
+            continue
+        ax.scatter(
+            [r.privacy_loss for r in rows],
+            [r.auc for r in rows],
+            marker=_MARKERS[family],
+            s=60,
+            label=family,
+            alpha=0.8,
+        )
+        for r in rows:
+            label = r.scheme if r.epsilon is None else f"{r.scheme} (ε {r.epsilon:.1f})"
+            ax.annotate(
+                label,
+                (r.privacy_loss, r.auc),
+                fontsize=7,
+                xytext=(4, 3),
+                textcoords="offset points",
+            )
+    ax.set_xlabel("privacy loss: worst attack's advantage over guessing (0 chance, 1 total)")
+    ax.set_ylabel("test AUC (held-out patients)")
+    ax.set_xlim(-0.05, 1.1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=130)
+    return fig
