@@ -1109,7 +1109,8 @@ class ClinicalPopulation:
                 f"patients, got {n_hospitals!r}"
             )
         _check_skews(label_skew, quantity_skew, feature_shift)
-        rng = self._rng("horizontal", int(n_hospitals), label_skew, quantity_skew, feature_shift)
+        # the hospitals' patients do not depend on feature_shift: the same wards, shifted or not
+        rng = self._rng("horizontal", int(n_hospitals), label_skew, quantity_skew)
         n_h = int(n_hospitals)
         sizes = _hospital_sizes(n_h, len(self.train), quantity_skew, rng)
         label = self.frame[LABEL].to_numpy()[self.train]
@@ -1135,7 +1136,12 @@ class ClinicalPopulation:
             for p in parts
         ]
         if feature_shift > 0:
-            shifted = _shift_features([f[HOSPITAL_FEATURES] for f in frames], feature_shift, rng)
+            shift_rng = self._rng(
+                "shift", int(n_hospitals), label_skew, quantity_skew, feature_shift
+            )
+            shifted = _shift_features(
+                [f[HOSPITAL_FEATURES] for f in frames], feature_shift, shift_rng
+            )
             for frame, moved in zip(frames, shifted, strict=True):
                 frame[HOSPITAL_FEATURES] = moved
         cohort: dict[str, pd.DataFrame] = {}

@@ -75,7 +75,8 @@ class Comparison:
         ``privacy_loss`` (0 chance .. 1 total), ``seconds``, ``bytes`` (every party),
         ``bytes_per_party`` (a dict), ``learns`` and ``notes``."""
         table: pd.DataFrame = pd.DataFrame([r.as_row() for r in self.results])
-        return table.set_index("scheme")
+        indexed: pd.DataFrame = table.set_index("scheme")
+        return indexed
 
     def __str__(self) -> str:
         text = format_table(self.results, self.settings, self.population, self.seconds)
