@@ -1043,9 +1043,12 @@ class ClinicalPopulation:
         )
 
     def _rng(self, *key: object) -> np.random.Generator:
+        import numbers
         import zlib
 
-        spawn = [zlib.crc32(repr(key).encode())]
+        # numbers by value (5 and 5.0 give the same cut), None as itself
+        words = [repr(float(k)) if isinstance(k, numbers.Real) else repr(k) for k in key]
+        spawn = [zlib.crc32(" ".join(words).encode())]
         return np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=spawn))
 
     def test_set(self, columns: list[str] | None = None) -> tuple[pd.DataFrame, pd.Series]:

@@ -34,8 +34,10 @@ import torch
 __all__ = [
     "direction_scores",
     "inversion_error",
+    "label_leakage",
     "leakage_auc",
     "norm_scores",
+    "seen_embeddings",
     "split_privacy_audit",
 ]
 
@@ -133,6 +135,38 @@ def _layer_block(model: Any, party: str) -> np.ndarray[Any, Any]:
     return np.array([[float(v) for v in row] for row in total]) * 2.0**-FW
 
 
+def label_leakage(
+    model: Any, party: str, positive: np.ndarray[Any, Any], n_rows: int
+) -> tuple[float, float]:
+    """``(norm AUC, direction AUC)``: the label-leakage attacks of data party ``party`` on the
+    gradients it received in a fit of ``model`` with ``keep_views=True``; ``positive`` is
+    each training row's true label (1 for the positive class), ``n_rows`` the training rows.
+    The direction attack's known row is the first positive row the party scored."""
+    view = model.views_[party]
+    norm_rows, norm = norm_scores(view, n_rows)
+    known = int(norm_rows[np.flatnonzero(positive[norm_rows] == 1)[0]])
+    dir_rows, direction = direction_scores(view, n_rows, known)
+    return leakage_auc(norm_rows, norm, positive), leakage_auc(dir_rows, direction, positive)
+
+
+def seen_embeddings(
+    model: Any, party: str, frame: pd.DataFrame
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``(seen, design)``: what the label party of the fitted ``model`` sees of data party
+    ``party``'s rows ``frame`` (the embeddings after the party's embedding noise, or with a
+    protected layer the layer's output ``z = h W``), and the party's standardised features
+    of those rows (what an inversion tries to recover)."""
+    design = model._design(party, frame)
+    with torch.no_grad():
+        embeddings = model.modules_[party](torch.as_tensor(design, dtype=torch.float32))
+    if model.embedding_noise is not None:
+        embeddings = model.embedding_noise.apply(embeddings)
+    if model.protected_layer is not None:  # what the label party sees: z = h W
+        embeddings = embeddings.double() @ torch.as_tensor(_layer_block(model, party))
+    seen: np.ndarray[Any, Any] = embeddings.numpy()
+    return seen, design
+
+
 def split_privacy_audit(
     parts: Mapping[str, pd.DataFrame],
     y: Any,
@@ -172,18 +206,8 @@ def split_privacy_audit(
         seconds = time.perf_counter() - began
         proba = model.predict_proba(test_parts)[:, -1]
         attacked = model.spec_.senders[0]
-        view = model.views_[attacked]
-        n = len(train)
-        norm_rows, norm = norm_scores(view, n)
-        known = int(norm_rows[np.flatnonzero(positive[norm_rows] == 1)[0]])
-        dir_rows, direction = direction_scores(view, n, known)
-        design = model._design(attacked, fit_parts[attacked])
-        with torch.no_grad():
-            embeddings = model.modules_[attacked](torch.as_tensor(design, dtype=torch.float32))
-        if model.embedding_noise is not None:
-            embeddings = model.embedding_noise.apply(embeddings)
-        if model.protected_layer is not None:  # what the label party sees: z = h W
-            embeddings = embeddings.double() @ torch.as_tensor(_layer_block(model, attacked))
+        norm_auc, direction_auc = label_leakage(model, attacked, positive, len(train))
+        embeddings, design = seen_embeddings(model, attacked, fit_parts[attacked])
         ledger = getattr(model, "privacy_ledger_", None)
         epsilon = None
         if ledger is not None and len(ledger):
@@ -192,10 +216,10 @@ def split_privacy_audit(
             {
                 "defence": name,
                 "test AUC": float(roc_auc_score(labels.iloc[test] == classes[-1], proba)),
-                "norm attack AUC": leakage_auc(norm_rows, norm, positive),
-                "direction attack AUC": leakage_auc(dir_rows, direction, positive),
+                "norm attack AUC": norm_auc,
+                "direction attack AUC": direction_auc,
                 "inversion error": inversion_error(
-                    embeddings.numpy(), design, aux_fraction=aux_fraction, random_state=random_state
+                    embeddings, design, aux_fraction=aux_fraction, random_state=random_state
                 ),
                 "epsilon": epsilon,
                 "seconds": seconds,

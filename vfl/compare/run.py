@@ -247,28 +247,36 @@ def plot_comparison(results: Sequence[SchemeResult], path: str | Path | None = N
     """
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 6))
+    fig, (ax, key) = plt.subplots(1, 2, figsize=(12, 6.5), gridspec_kw={"width_ratios": [3, 2]})
+    numbered = [r for r in results if not math.isnan(r.privacy_loss)]
     for family in FAMILIES:
-        rows = [r for r in results if r.family == family and not math.isnan(r.privacy_loss)]
+        rows = [(i, r) for i, r in enumerate(numbered, 1) if r.family == family]
         if not rows:
             continue
         ax.scatter(
-            [r.privacy_loss for r in rows],
-            [r.auc for r in rows],
+            [r.privacy_loss for _, r in rows],
+            [r.auc for _, r in rows],
             marker=_MARKERS[family],
+            color=f"C{FAMILIES.index(family)}",  # one colour per family, whatever is plotted
             s=60,
             label=family,
             alpha=0.8,
         )
-        for r in rows:
-            label = r.scheme if r.epsilon is None else f"{r.scheme} (ε {r.epsilon:.1f})"
+        for i, r in rows:
             ax.annotate(
-                label,
+                str(i),
                 (r.privacy_loss, r.auc),
                 fontsize=7,
                 xytext=(4, 3),
                 textcoords="offset points",
             )
+    # the key: points crowd where schemes agree, so they carry numbers and the names sit here
+    key.axis("off")
+    entries = [
+        f"{i:>2}  {r.scheme}" + ("" if r.epsilon is None else f"  (ε {r.epsilon:.1f})")
+        for i, r in enumerate(numbered, 1)
+    ]
+    key.text(0, 1, "\n".join(entries), va="top", ha="left", fontsize=8, family="monospace")
     ax.set_xlabel("privacy loss: worst attack's advantage over guessing (0 chance, 1 total)")
     ax.set_ylabel("test AUC (held-out patients)")
     ax.set_xlim(-0.05, 1.1)

@@ -41,7 +41,7 @@ __all__ = [
 N_OVERLAP = 200
 """Patients the hospital and the imaging centre both hold."""
 
-TARGET_LABELS = 50
+TARGET_LABELS = 20
 """Outcomes the imaging centre knows (the few labels transfer is for)."""
 
 LABEL_EPSILON = 2.0

@@ -148,6 +148,7 @@ def test_epsilon_is_the_largest_any_holder_spent() -> None:
     ledger.record(holder="a", data="labels", mechanism="randomized_response", epsilon=1.0)
     ledger.record(holder="b", data="labels", mechanism="randomized_response", epsilon=3.0)
     row = SchemeResult("x", "vertical", 0.7, "-", 1.0, {"a": 1}, ledger=ledger)
+    assert row.epsilon is not None
     assert row.epsilon == pytest.approx(ledger.epsilon(holder="b"), rel=1e-12)
     assert row.epsilon > ledger.epsilon(holder="a")
     assert SchemeResult("y", "vertical", 0.7, "-", 1.0, {"a": 1}).epsilon is None

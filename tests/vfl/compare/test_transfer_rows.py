@@ -51,7 +51,8 @@ def test_rows_have_finite_auc_and_bytes(rows: dict[str, SchemeResult]) -> None:
 
 
 def test_ftl_at_least_the_few_labels_alone(rows: dict[str, SchemeResult]) -> None:
-    # seeded run: FTL 0.829 against 0.776 alone (50 labels, 200 shared patients)
+    # seeded run: FTL 0.849 against 0.825 alone (20 labels, 200 shared patients); seeds 1 and
+    # 2: 0.845 against 0.847, 0.874 against 0.863
     assert rows[FTL].auc >= rows[ALONE].auc - 0.01
 
 
