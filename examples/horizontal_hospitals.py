@@ -15,13 +15,19 @@ differential privacy.
 3. client-level differential privacy, central (:class:`horizontal.ClientDP`: the server adds
    the noise) against local (:class:`horizontal.LocalDP`: every client noises its own update)
    at several epsilons: a table and a privacy-utility plot, and the privacy ledger of one run.
+4. FedAvg and FedProx on the population every scheme of the comparison shares
+   (``examples/partition_schemes.py``, :mod:`vfl.compare`): its five hospitals (label and
+   quantity skew, no feature shift), scaled with a public reference sample, scored on its
+   held-out patients; the AUCs are the comparison's "horizontal FedAvg" and "horizontal
+   FedProx" rows for the same ``--seed`` (``--quick``: the comparison's quick settings).
 
 Every simulated party runs in this process. Seeds are fixed, so everything but the DP runs
 (whose noise comes from the OS's randomness, by design) prints the same numbers every time.
 
 Run::
 
-    python examples/horizontal_hospitals.py [--out vflink-demo] [--dp-repeats 2]
+    python examples/horizontal_hospitals.py [--out vflink-demo] [--dp-repeats 2] \
+        [--seed 0] [--quick]
 
 The plots (``horizontal_convergence.png``, ``horizontal_privacy_utility.png``) go to ``--out``
 (default ``vflink-demo``, which git ignores); their paths are printed. About a minute on two
@@ -59,7 +65,9 @@ from horizontal import (
     iid_split,
     skew_report,
 )
-from vfl.datasets import HOSPITAL_FEATURES, LABEL, make_hospital_cohort
+from vfl.compare import FULL, QUICK, Context
+from vfl.compare import horizontal as comparison
+from vfl.datasets import HOSPITAL_FEATURES, LABEL, make_hospital_cohort, make_population
 
 # The non-IID cohort: Dirichlet concentrations for the prevalences (label skew) and the sizes
 # (quantity skew), and per-hospital calibration offsets of half a standard deviation.
@@ -365,11 +373,36 @@ def privacy_utility(
     )
 
 
+def shared_population(seed: int, quick: bool) -> dict[str, float]:
+    """4. FedAvg and FedProx on the comparison's population and its five hospitals."""
+    settings = QUICK if quick else FULL
+    ctx = Context(make_population(settings.n_patients, random_state=seed), settings, seed)
+    cut = comparison.hospitals(ctx)  # the hospitals, scaled with a public reference sample
+    print(f"{ctx.population}\n{cut.describe()}\n")
+    x_test, y_test = ctx.test_set()
+    results = {}
+    for name, strategy in (("FedAvg", "fedavg"), ("FedProx", FedProx(mu=comparison.FEDPROX_MU))):
+        model = FederatedClassifier(
+            **comparison.OPTIONS,
+            rounds=settings.rounds,
+            strategy=strategy,
+            standardize=False,  # scaled already, with the public reference's statistics
+            random_state=seed,
+        ).fit(cut.scaled)
+        results[name] = auc(model, cut.scale(x_test), y_test)
+        print(f"{name:<32}{results[name]:>16.3f}")
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("vflink-demo"), help="plot folder")
     parser.add_argument(
         "--dp-repeats", type=int, default=2, help="DP runs averaged per epsilon and kind"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="section 4's population seed (0)")
+    parser.add_argument(
+        "--quick", action="store_true", help="section 4 on the comparison's quick settings"
     )
     args = parser.parse_args()
     if args.dp_repeats < 1:
@@ -394,6 +427,11 @@ def main() -> None:
     began = time.perf_counter()
     privacy_utility(train, test, args.out, args.dp_repeats)
     times["privacy"] = time.perf_counter() - began
+
+    print("\n== 4. The population every scheme of the comparison shares")
+    began = time.perf_counter()
+    shared_population(args.seed, args.quick)
+    times["shared population"] = time.perf_counter() - began
 
     print("\ntime per stage: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
 

@@ -133,6 +133,22 @@ def test_vertical_rows_reproduce_the_lab_imaging_example(quick: Comparison, tmp_
     )
 
 
+@pytest.mark.slow
+def test_split_rows_reproduce_the_split_learning_example(quick: Comparison) -> None:
+    figures = example("split_learning").shared_population(SEED, quick=True)
+    assert figures["split NN, no defence"] == pytest.approx(
+        quick["split NN, no defence"].auc, abs=TOLERANCE
+    )
+
+
+@pytest.mark.slow
+def test_horizontal_rows_reproduce_the_hospitals_example(quick: Comparison) -> None:
+    figures = example("horizontal_hospitals").shared_population(SEED, quick=True)
+    # no linkage, no OS randomness: the same numbers
+    assert figures["FedAvg"] == pytest.approx(quick["horizontal FedAvg"].auc, abs=1e-9)
+    assert figures["FedProx"] == pytest.approx(quick["horizontal FedProx"].auc, abs=1e-9)
+
+
 # -- pieces ---------------------------------------------------------------------------------
 
 
