@@ -229,6 +229,8 @@ class SchemeSpec:
     name: str
     family: str
     run: Callable[[Context], SchemeResult]
+    module: str = ""
+    """The module that registered it (``vfl.compare.split``...)."""
 
 
 SCHEMES: dict[str, SchemeSpec] = {}
@@ -252,7 +254,7 @@ def scheme(
             result.scheme, result.family = name, family
             return result
 
-        SCHEMES[name] = SchemeSpec(name, family, bound)
+        SCHEMES[name] = SchemeSpec(name, family, bound, run.__module__)
         return run
 
     return register

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import math
 import time
@@ -19,21 +20,21 @@ __all__ = ["Comparison", "compare", "plot_comparison"]
 
 logger = logging.getLogger(__name__)
 
-_MODULES = ("vertical", "split", "transfer", "horizontal")
+_MODULES = {"vertical": (), "split": ("torch",), "transfer": ("torch",), "horizontal": ("torch",)}
+"""Each family's module and the optional packages its schemes need."""
 
 
 def _load_schemes() -> dict[str, str]:
-    """Import every scheme module; those whose optional dependency (torch: the ``torch``
-    extra) is missing are skipped, with the reason."""
+    """Import every scheme module whose optional dependencies (torch: the ``torch`` extra) are
+    installed; the others' families are skipped, with the reason."""
     skipped: dict[str, str] = {}
-    for name in _MODULES:
-        try:
-            importlib.import_module(f"vfl.compare.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name is None or exc.name.startswith("vfl"):
-                raise
-            skipped[name] = f"needs {exc.name} (pip install 'vflink[torch]')"
+    for name, needs in _MODULES.items():
+        missing = [n for n in needs if importlib.util.find_spec(n) is None]
+        if missing:
+            skipped[name] = f"needs {', '.join(missing)} (pip install 'vflink[torch]')"
             logger.warning("comparison: the %s schemes are skipped: %s", name, skipped[name])
+            continue
+        importlib.import_module(f"vfl.compare.{name}")
     return skipped
 
 
@@ -153,7 +154,7 @@ def compare(
     chosen = settings if settings is not None else (QUICK if quick else FULL)
     if population is None:
         population = make_population(chosen.n_patients, random_state=seed)
-    specs = [s for s in SCHEMES.values() if s.family not in skipped]
+    specs = [s for s in SCHEMES.values() if s.module.rsplit(".", 1)[-1] not in skipped]
     if schemes is not None:
         wanted = list(schemes)
         unknown = [w for w in wanted if w not in SCHEMES and w not in FAMILIES and w not in skipped]
@@ -262,14 +263,13 @@ def plot_comparison(results: Sequence[SchemeResult], path: str | Path | None = N
             label=family,
             alpha=0.8,
         )
-        for i, r in rows:
-            ax.annotate(
-                str(i),
-                (r.privacy_loss, r.auc),
-                fontsize=7,
-                xytext=(4, 3),
-                textcoords="offset points",
-            )
+    # schemes that land on one spot share one label ("6,7")
+    spots: dict[tuple[float, float], list[int]] = {}
+    for i, r in enumerate(numbered, 1):
+        spots.setdefault((round(r.privacy_loss, 2), round(r.auc, 3)), []).append(i)
+    for (x, y), numbers in spots.items():
+        label = ",".join(map(str, numbers))
+        ax.annotate(label, (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
     # the key: points crowd where schemes agree, so they carry numbers and the names sit here
     key.axis("off")
     entries = [

@@ -175,6 +175,21 @@ def test_unknown_scheme_is_a_clear_error() -> None:
         compare(quick=True, schemes=["nope"])
 
 
+def test_without_torch_its_schemes_are_skipped_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vfl.compare.run as run
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        run.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "torch" else real(name, *a),
+    )
+    result = compare(quick=True, schemes=["alone"])
+    assert [r.scheme for r in result.results] == ["imaging centre alone"]
+    assert set(result.skipped) == {"split", "transfer", "horizontal"}
+    assert "Not run: split (needs torch" in str(result)
+
+
 def test_cli_runs_the_chosen_schemes(tmp_path: Path, capsys: Any) -> None:
     status = cli(
         ["compare", "--quick", "--schemes", "centralised", "alone", "--out", str(tmp_path)]
