@@ -967,9 +967,25 @@ def make_transfer_pair(
 
     source, source_people = table(source_rows, [lab], "S")
     target, target_people = table(target_rows, [lab[shared], imaging], "T")
-    source_labels = pd.Series(outcome[source_people], index=source.index, name=LABEL)
+    return _transfer_pair(
+        source, source_people, target, target_people, outcome, shared, int(target_labels), rng
+    )
+
+
+def _transfer_pair(
+    source: pd.DataFrame,
+    source_people: np.ndarray[Any, Any],
+    target: pd.DataFrame,
+    target_people: np.ndarray[Any, Any],
+    outcome: np.ndarray[Any, Any],
+    shared: list[str],
+    target_labels: int,
+    rng: np.random.Generator,
+) -> TransferPair:
+    """The pair of tables, with the outcomes (``outcome[person]``), ``target_labels`` of the
+    target's labelled at random and the rows of the people in both."""
     truth = pd.Series(outcome[target_people], index=target.index, name=LABEL)
-    labelled = _labelled_rows(truth.to_numpy(), int(target_labels), rng)
+    labelled = _labelled_rows(truth.to_numpy(), target_labels, rng)
     where = {person: label for label, person in zip(source.index, source_people, strict=True)}
     pairs = [
         (where[person], label)
@@ -981,7 +997,7 @@ def make_transfer_pair(
     )
     return TransferPair(
         source=source,
-        source_labels=source_labels,
+        source_labels=pd.Series(outcome[source_people], index=source.index, name=LABEL),
         target=target,
         target_labels=truth.iloc[labelled],
         target_truth=truth,
@@ -1204,25 +1220,8 @@ class ClinicalPopulation:
         source, source_people = table(source_rows, LAB_FEATURES, "S")
         target, target_people = table(target_rows, [*shared, *IMAGING_FEATURES], "T")
         outcome = frame[LABEL].to_numpy()
-        truth = pd.Series(outcome[target_people], index=target.index, name=LABEL)
-        labelled = _labelled_rows(truth.to_numpy(), int(target_labels), rng)
-        where = dict(zip(source_people, source.index, strict=True))
-        pairs = [
-            (where[p], label)
-            for label, p in zip(target.index, target_people, strict=True)
-            if p in where
-        ]
-        overlap = pd.DataFrame(pairs, columns=["source", "target"]).sort_values(
-            "source", ignore_index=True
-        )
-        return TransferPair(
-            source=source,
-            source_labels=pd.Series(outcome[source_people], index=source.index, name=LABEL),
-            target=target,
-            target_labels=truth.iloc[labelled],
-            target_truth=truth,
-            overlap=overlap,
-            shared_columns=list(shared),
+        return _transfer_pair(
+            source, source_people, target, target_people, outcome, shared, target_labels, rng
         )
 
 

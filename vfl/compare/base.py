@@ -157,6 +157,16 @@ class SchemeResult:
     def delta(self) -> float | None:
         return None if self.ledger is None else float(self.ledger.delta)
 
+    def attack(self, audit: str) -> Attack:
+        """The one attack whose audit name starts with ``audit`` (``KeyError`` otherwise)."""
+        found = [a for a in self.attacks if a.audit.startswith(audit)]
+        if len(found) != 1:
+            raise KeyError(
+                f"{self.scheme}: {len(found)} attacks match {audit!r}; attacks: "
+                f"{[a.audit for a in self.attacks]}"
+            )
+        return found[0]
+
     @property
     def worst_attack(self) -> Attack | None:
         """The attack with the largest advantage (None if none ran)."""

@@ -26,7 +26,7 @@ import pandas as pd
 from sklearn.metrics import roc_auc_score
 
 from vfl.compare.base import Attack, Context, SchemeResult, scheme, timed
-from vfl.compare.vertical import plain_model
+from vfl.compare.vertical import alone
 from vfl.datasets import TransferPair
 
 __all__ = [
@@ -163,20 +163,11 @@ def imaging_few_labels_alone(ctx: Context) -> SchemeResult:
     columns: logistic regression, as the transfer example's baseline."""
     pair = transfer_cut(ctx)
     _, target = _features(pair)
-    x_test, y_test = ctx.test_set(target_columns(pair))
-    with timed() as t:
-        model = plain_model("lr", ctx.seed).fit(
-            target.loc[pair.target_labels.index], pair.target_labels
-        )
-        auc = float(roc_auc_score(y_test, model.predict_proba(x_test)[:, 1]))
-    return SchemeResult(
-        "",
-        "",
-        auc=auc,
-        learns="nothing is shared",
-        seconds=t[0],
-        bytes_per_party=dict.fromkeys(TRANSFER_PARTIES, 0),
-        exposure=0.0,
-        notes=f"{len(pair.target_labels)} labelled patients of {len(pair.target)}, imaging "
-        "and shared lab columns",
+    return alone(
+        ctx,
+        target.loc[pair.target_labels.index],
+        pair.target_labels,
+        TRANSFER_PARTIES,
+        f"{len(pair.target_labels)} labelled patients of {len(pair.target)}, imaging and "
+        "shared lab columns",
     )

@@ -23,7 +23,15 @@ from sklearn.preprocessing import StandardScaler
 from vfl.compare.base import Attack, Context, SchemeResult, scheme, timed
 from vfl.datasets import IMAGING_FEATURES, LAB_FEATURES, LABEL, identity_schema
 
-__all__ = ["LINKED_PARTIES", "Linked", "linked", "plain_model", "rows_bytes"]
+__all__ = [
+    "LINKED_PARTIES",
+    "Linked",
+    "alone",
+    "linked",
+    "linked_test",
+    "plain_model",
+    "rows_bytes",
+]
 
 LINKED_PARTIES = ("imaging", "lab")
 """The vertical parties: the imaging centre holds the diagnosis, the lab network does not."""
@@ -127,9 +135,24 @@ def imaging_alone(ctx: Context) -> SchemeResult:
     """The label holder on its own rows and columns; the lab network, without labels, cannot
     train alone."""
     cut = linked(ctx)
-    x_test, y_test = ctx.test_set(IMAGING_FEATURES)
+    return alone(
+        ctx,
+        cut.imaging[IMAGING_FEATURES],
+        cut.imaging[LABEL],
+        LINKED_PARTIES,
+        f"{len(cut.imaging)} patients, imaging columns; the lab has no labels",
+    )
+
+
+def alone(
+    ctx: Context, x: pd.DataFrame, y: pd.Series, parties: tuple[str, ...], notes: str
+) -> SchemeResult:
+    """A label holder's row on its own: :func:`plain_model`'s logistic regression on its
+    rows ``x`` (whose columns it is scored with on the held-out patients) and labels ``y``;
+    nothing is sent by any of ``parties``."""
+    x_test, y_test = ctx.test_set([str(c) for c in x.columns])
     with timed() as t:
-        model = plain_model("lr", ctx.seed).fit(cut.imaging[IMAGING_FEATURES], cut.imaging[LABEL])
+        model = plain_model("lr", ctx.seed).fit(x, y)
         auc = float(roc_auc_score(y_test, model.predict_proba(x_test)[:, 1]))
     return SchemeResult(
         "",
@@ -137,9 +160,9 @@ def imaging_alone(ctx: Context) -> SchemeResult:
         auc=auc,
         learns="nothing is shared",
         seconds=t[0],
-        bytes_per_party={"imaging": 0, "lab": 0},
+        bytes_per_party=dict.fromkeys(parties, 0),
         exposure=0.0,
-        notes=f"{len(cut.imaging)} patients, imaging columns; the lab has no labels",
+        notes=notes,
     )
 
 

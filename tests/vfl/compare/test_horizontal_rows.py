@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import vfl.compare.horizontal as horizontal_rows
-from vfl.compare.base import QUICK, SCHEMES, Attack, Context, SchemeResult
-from vfl.datasets import make_population
+from vfl.compare.base import QUICK, SCHEMES, Context, SchemeResult
 
 FEDAVG = "horizontal FedAvg"
 FEDPROX = "horizontal FedProx"
@@ -22,18 +21,8 @@ NAMES = (*FEDERATED, ALONE)
 
 
 @pytest.fixture(scope="module")
-def ctx() -> Context:
-    return Context(make_population(QUICK.n_patients, random_state=0), QUICK, 0)
-
-
-@pytest.fixture(scope="module")
 def rows(ctx: Context) -> dict[str, SchemeResult]:
     return {name: SCHEMES[name].run(ctx) for name in NAMES}
-
-
-def attack(row: SchemeResult, audit: str) -> Attack:
-    (found,) = [a for a in row.attacks if a.audit.startswith(audit)]
-    return found
 
 
 def test_registered_in_their_families() -> None:
@@ -82,11 +71,11 @@ def test_dp_rows_report_the_ledgers_epsilon(rows: dict[str, SchemeResult]) -> No
 
 def test_attacks_are_in_their_measures(rows: dict[str, SchemeResult]) -> None:
     for name in FEDERATED:
-        membership = attack(rows[name], "membership")
+        membership = rows[name].attack("membership")
         assert membership.chance == 0.5 and 0.0 <= membership.success <= 1.0, name
         # logistic regression on hundreds of rows per hospital memorises little
         assert abs(membership.success - 0.5) < 0.1, (name, membership.success)
-        inversion = attack(rows[name], "gradient inversion")
+        inversion = rows[name].attack("gradient inversion")
         assert inversion.chance == 0.0 and 0.0 <= inversion.success <= 1.0, name
 
 
@@ -100,6 +89,6 @@ def test_secure_aggregation_hides_the_updates_the_inversion_needs(
         tags = {r.tag for r in rows[name].details["model"].transcript_.records}
         assert not any(t.startswith("fed/update/") for t in tags), name
         assert rows[name].details["inversion_guesses"] == rounds, name
-    plain = attack(rows[FEDAVG], "gradient inversion").success
+    plain = rows[FEDAVG].attack("gradient inversion").success
     for name in (SECURE, SECURE_DP):
-        assert attack(rows[name], "gradient inversion").success <= plain, name
+        assert rows[name].attack("gradient inversion").success <= plain, name

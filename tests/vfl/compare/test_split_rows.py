@@ -7,8 +7,7 @@ import math
 import pytest
 
 import vfl.compare.split as split_rows
-from vfl.compare.base import QUICK, SCHEMES, Attack, Context, SchemeResult
-from vfl.datasets import make_population
+from vfl.compare.base import QUICK, SCHEMES, Context, SchemeResult
 
 NONE = "split NN, no defence"
 NORM = "split NN, norm matching"
@@ -19,18 +18,8 @@ NAMES = (NONE, NORM, LABEL_DP, NOISE, PROTECTED)
 
 
 @pytest.fixture(scope="module")
-def ctx() -> Context:
-    return Context(make_population(QUICK.n_patients, random_state=0), QUICK, 0)
-
-
-@pytest.fixture(scope="module")
 def rows(ctx: Context) -> dict[str, SchemeResult]:
     return {name: SCHEMES[name].run(ctx) for name in NAMES}
-
-
-def attack(row: SchemeResult, audit: str) -> Attack:
-    (found,) = [a for a in row.attacks if a.audit == audit]
-    return found
 
 
 def test_registered_in_the_split_family() -> None:
@@ -59,7 +48,7 @@ def test_without_a_defence_the_lab_learns_the_labels(rows: dict[str, SchemeResul
     # seeded QUICK runs: direction attack 0.85-0.98, norm attack 0.53-0.79 (the linkage's
     # fresh secret moves the linked rows a little from run to run)
     row = rows[NONE]
-    best = max(attack(row, f"split-label-{kind}").success for kind in ("direction", "norm"))
+    best = max(row.attack(f"split-label-{kind}").success for kind in ("direction", "norm"))
     assert best > 0.75
     assert row.ledger is None and row.epsilon is None
 
@@ -81,9 +70,9 @@ def test_label_dp_row_reports_its_ledger(rows: dict[str, SchemeResult]) -> None:
 def test_embedding_noise_stops_the_inversion(rows: dict[str, SchemeResult]) -> None:
     # seeded QUICK run: 0.77-0.79 of the lab features' variance recovered without a defence,
     # none (clipped at 0) through the noise
-    plain = attack(rows[NONE], "split-inversion").success
+    plain = rows[NONE].attack("split-inversion").success
     assert plain > 0.5
-    assert attack(rows[NOISE], "split-inversion").success < plain - 0.3
+    assert rows[NOISE].attack("split-inversion").success < plain - 0.3
 
 
 def test_protected_layer_hides_the_embedding_not_what_its_output_reveals(
@@ -93,8 +82,8 @@ def test_protected_layer_hides_the_embedding_not_what_its_output_reveals(
     # a decoder from z to the features as it could from h". Seeded QUICK runs: 0.78-0.79
     # recovered from z against 0.77-0.79 from h (W is drawn from the OS's randomness).
     row = rows[PROTECTED]
-    plain = attack(rows[NONE], "split-inversion").success
-    protected = attack(row, "split-inversion").success
+    plain = rows[NONE].attack("split-inversion").success
+    protected = row.attack("split-inversion").success
     assert abs(protected - plain) < 0.1
     model = row.details["model"]
     rows_used, epochs = split_rows.protected_budget(QUICK)

@@ -8,17 +8,11 @@ import pytest
 
 import vfl.compare.transfer as transfer_rows
 from vfl.compare.base import QUICK, SCHEMES, Context, SchemeResult
-from vfl.datasets import make_population
 
 FTL = "federated transfer (FTL)"
 FTL_DP = "federated transfer (FTL) + DP"
 ALONE = "imaging centre alone (few labels)"
 NAMES = (FTL, FTL_DP, ALONE)
-
-
-@pytest.fixture(scope="module")
-def ctx() -> Context:
-    return Context(make_population(QUICK.n_patients, random_state=0), QUICK, 0)
 
 
 @pytest.fixture(scope="module")
