@@ -32,7 +32,7 @@ def test_train_and_test_patients_split_the_population(population: ClinicalPopula
     assert set(y.unique()) == {0, 1}
     assert x.index.is_unique
     pooled_x, pooled_y = population.pooled()
-    assert len(pooled_x) == 1500
+    assert len(pooled_x) == len(pooled_y) == 1500
     assert not set(pooled_x.index) & set(x.index)
 
 
