@@ -24,9 +24,10 @@ assumption; honest-but-curious parties). Secret scalars come from the OS and nev
 across runs; each party sends its points in a secret random order, so that positions reveal
 nothing about how its table is sorted. Cost: ``n_own + n_other`` X25519 operations per party
 (about 20,000 per second on one core here, through ``cryptography``'s OpenSSL binding, the
-same rate as ``openssl speed``); batches of :data:`PARALLEL_MIN_POINTS` or more are spread
-over worker processes of the same party (``workers``, default all cores), which receive the
-party's scalar through a pipe and nothing else.
+same rate as ``openssl speed``); batches of :data:`linkage.workers.PARALLEL_MIN_POINTS` or
+more are spread over worker processes of the same party (``workers``, default all cores), which
+receive the party's scalar through a pipe and nothing else, or over the party's own executor
+(a Dask client, :mod:`linkage.workers`).
 
 **Keyed-hash join** (:func:`hmac_tokens`): for parties who already share a secret key, each
 sends ``HMAC-SHA256(key, id)`` and the tokens are intersected. It is fast (a million IDs a
@@ -43,17 +44,10 @@ second) but weaker:
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import hmac
-import multiprocessing
-import os
 import secrets
-import threading
-import warnings
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import gmpy2
@@ -61,6 +55,8 @@ import numpy as np
 import pandas as pd
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+from linkage.workers import Workers, check_workers, map_chunks
 
 __all__ = [
     "EcdhPsiParty",
@@ -72,7 +68,6 @@ __all__ = [
 
 _DOMAIN = b"vflink/psi/x25519/v1"
 _POINT_BYTES = 32
-PARALLEL_MIN_POINTS = 20_000
 """Points from which blinding and re-blinding use worker processes."""
 
 
@@ -155,14 +150,17 @@ class EcdhPsiParty:
 
     Parameters
     ----------
-    workers : int, optional
-        Processes for large batches (default: all cores); 1 keeps everything in this process.
+    workers : int or executor, optional
+        Processes for large batches (default: all cores); 1 keeps everything in this process;
+        or the party's own executor (:mod:`linkage.workers`: a ``dask.distributed.Client``, a
+        :class:`concurrent.futures.Executor`).
     """
 
-    def __init__(self, *, workers: int | None = None) -> None:
+    def __init__(self, *, workers: Workers = None) -> None:
         self._secret = X25519PrivateKey.generate()
         self._order: list[int] = []
-        self.workers = max(1, workers if workers is not None else os.cpu_count() or 1)
+        check_workers(workers)  # a bad argument fails here, not at the first batch
+        self.workers: Workers = workers
 
     def blind(self, ids: Sequence[str]) -> list[bytes]:
         """``[secret] H(id)`` for each (already normalised) ID, as 32-byte points, in a secret
@@ -196,48 +194,8 @@ class EcdhPsiParty:
             serialization.PrivateFormat.Raw,
             serialization.NoEncryption(),
         )
-        if self.workers == 1 or len(items) < PARALLEL_MIN_POINTS:
-            return step(raw, items, 0)  # type: ignore[no-any-return]
-        size = -(-len(items) // (4 * self.workers))  # a few chunks per worker
-        starts = range(0, len(items), size)
-        try:
-            parts = _pool(self.workers).map(
-                step, [raw] * len(starts), [items[i : i + size] for i in starts], starts
-            )
-            return [point for part in parts for point in part]
-        except BrokenProcessPool:
-            _POOLS.pop(self.workers, None)
-            warnings.warn(
-                "PSI worker processes failed (a script that starts processes needs "
-                "`if __name__ == '__main__':`, or a worker died); continuing in this process",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            return step(raw, items, 0)  # type: ignore[no-any-return]
-
-
-_POOLS: dict[int, ProcessPoolExecutor] = {}
-_POOL_PID = os.getpid()
-_POOL_LOCK = threading.Lock()
-
-
-def _pool(workers: int) -> ProcessPoolExecutor:
-    """A process pool kept for the life of the process (starting one costs about a second),
-    never shared with a forked child. Workers get the party's scalar with each task and keep
-    nothing between tasks."""
-    global _POOL_PID
-    with _POOL_LOCK:  # two parties' threads may ask at once
-        if os.getpid() != _POOL_PID:  # a forked child must not use its parent's pools
-            _POOLS.clear()
-            _POOL_PID = os.getpid()
-        if workers not in _POOLS:
-            methods = multiprocessing.get_all_start_methods()
-            start = "forkserver" if "forkserver" in methods else "spawn"
-            _POOLS[workers] = ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context(start)
-            )
-            atexit.register(_POOLS[workers].shutdown, wait=False, cancel_futures=True)
-        return _POOLS[workers]
+        parts = map_chunks(step, raw, items, self.workers)
+        return [point for part in parts for point in part]
 
 
 def _blind_chunk(raw: bytes, ids: list[str], offset: int) -> list[bytes]:
@@ -282,7 +240,7 @@ def psi_intersection(
     *,
     method: str = "ecdh",
     key: bytes | None = None,
-    workers: int | None = None,
+    workers: Workers = None,
 ) -> pd.DataFrame:
     """Run both sides of a PSI in this process (for simulations and tests).
 

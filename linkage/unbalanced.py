@@ -27,7 +27,7 @@ and ``H2`` is a domain-separated BLAKE2b; points travel as their 32-byte x-coord
 **Costs.** Offline, per server ID: one hash to the curve (two BLAKE2b and Legendre symbols on
 average), one point decompression, one P-256 scalar multiplication and one BLAKE2b -- about
 85 microseconds on one idle core of a 2-core test machine, so 10 million IDs take about 7
-minutes on two idle cores (batches of :data:`linkage.psi.PARALLEL_MIN_POINTS` or more are
+minutes on two idle cores (batches of :data:`linkage.workers.PARALLEL_MIN_POINTS` or more are
 spread over the same worker processes as ECDH PSI). Online, per client ID: the client one
 hash to the curve and two scalar multiplications, the server one; nothing in the online phase
 depends on the server's set size except the membership lookup, a binary search in the sorted
@@ -85,9 +85,7 @@ import os
 import secrets
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,8 +97,8 @@ import pandas as pd
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from linkage import psi as _psi
 from linkage.psi import _labels_and_values, normalize_ids
+from linkage.workers import Workers, check_workers, map_chunks
 
 __all__ = [
     "DIGEST_BYTES",
@@ -203,39 +201,19 @@ def _evaluate_chunk(scalar: bytes, points: list[bytes], offset: int, who: str) -
     return out
 
 
-def _run(step: Callable[..., Any], scalar: int, items: list[Any], workers: int, *extra: Any) -> Any:
-    """``step`` over ``items`` in this process or, for large batches, over the worker processes
-    of :mod:`linkage.psi` (the same pool, threshold and fallback as ECDH PSI). Returns the list
-    of per-chunk results, in order; workers get the scalar with each task and keep nothing."""
-    raw = scalar.to_bytes(32, "big")
-    if workers == 1 or len(items) < _psi.PARALLEL_MIN_POINTS:
-        return [step(raw, items, 0, *extra)]
-    size = min(-(-len(items) // (4 * workers)), _MAX_CHUNK)  # a few chunks per worker at least
-    starts = range(0, len(items), size)
-    count = len(starts)
-    try:
-        return list(
-            _psi._pool(workers).map(
-                step,
-                [raw] * count,
-                [items[i : i + size] for i in starts],
-                starts,
-                *[[value] * count for value in extra],
-            )
-        )
-    except BrokenProcessPool:
-        _psi._POOLS.pop(workers, None)
-        warnings.warn(
-            "PSI worker processes failed (a script that starts processes needs "
-            "`if __name__ == '__main__':`, or a worker died); continuing in this process",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return [step(raw, items, 0, *extra)]
+def _run(
+    step: Callable[..., Any], scalar: int, items: list[Any], workers: Workers, *extra: Any
+) -> Any:
+    """``step`` over ``items`` in this process, on worker processes or on the party's executor
+    (:func:`linkage.workers.map_chunks`); the list of per-chunk results, in order."""
+    return map_chunks(
+        step, scalar.to_bytes(32, "big"), items, workers, *extra, max_chunk=_MAX_CHUNK
+    )
 
 
-def _workers(workers: int | None) -> int:
-    return max(1, workers if workers is not None else os.cpu_count() or 1)
+def _workers(workers: Workers) -> Workers:
+    check_workers(workers)  # a bad argument fails here, not at the first batch
+    return workers
 
 
 def _check_points(points: Sequence[bytes], who: str) -> list[bytes]:
@@ -413,8 +391,9 @@ class UnbalancedPsiServer:
         this and ``max_items``, and rotate the key when a client's budget is spent.
     max_items : int, optional
         Points one query may hold (e.g. the clinic's size); no limit if omitted.
-    workers : int, optional
-        Processes for large batches (default: all cores); 1 keeps everything in this process.
+    workers : int or executor, optional
+        Processes for large batches (default: all cores); 1 keeps everything in this process;
+        or the party's own executor (:mod:`linkage.workers`).
     """
 
     def __init__(
@@ -424,7 +403,7 @@ class UnbalancedPsiServer:
         digest_bytes: int = DIGEST_BYTES,
         max_queries: int | None = None,
         max_items: int | None = None,
-        workers: int | None = None,
+        workers: Workers = None,
     ) -> None:
         if key is None:
             key = ec.derive_private_key(secrets.randbelow(_N - 1) + 1, _CURVE)
@@ -595,11 +574,12 @@ class UnbalancedPsiClient:
 
     Parameters
     ----------
-    workers : int, optional
-        Processes for large batches (default: all cores); 1 keeps everything in this process.
+    workers : int or executor, optional
+        Processes for large batches (default: all cores); 1 keeps everything in this process;
+        or the party's own executor (:mod:`linkage.workers`).
     """
 
-    def __init__(self, *, workers: int | None = None) -> None:
+    def __init__(self, *, workers: Workers = None) -> None:
         self.workers = _workers(workers)
         self._scalar: int | None = None
         self._ids: list[str] = []
@@ -708,7 +688,7 @@ def unbalanced_psi(
     ids_large: Any,
     *,
     digest_bytes: int = DIGEST_BYTES,
-    workers: int | None = None,
+    workers: Workers = None,
 ) -> pd.DataFrame:
     """Run both sides of unbalanced PSI in this process (for simulations and tests).
 

@@ -100,9 +100,9 @@ def test_hmac_tokens_depend_on_the_key() -> None:
 
 
 def test_worker_processes_give_the_same_intersection(monkeypatch: pytest.MonkeyPatch) -> None:
-    import linkage.psi
+    import linkage.workers
 
-    monkeypatch.setattr(linkage.psi, "PARALLEL_MIN_POINTS", 10)
+    monkeypatch.setattr(linkage.workers, "PARALLEL_MIN_POINTS", 10)
     a, b, common = random_sets(300, 250, 0.5, seed=9)
     pairs = psi_intersection(a, b, method="ecdh", workers=2)
     assert set(a[pairs["a"]]) == common

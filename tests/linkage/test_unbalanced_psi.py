@@ -197,9 +197,9 @@ def test_damaged_or_foreign_files_are_refused(tmp_path: Path) -> None:
 
 
 def test_worker_processes_give_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
-    import linkage.psi
+    import linkage.workers
 
-    monkeypatch.setattr(linkage.psi, "PARALLEL_MIN_POINTS", 10)
+    monkeypatch.setattr(linkage.workers, "PARALLEL_MIN_POINTS", 10)
     small, large, common = random_sets(60, 400, 25, seed=4)
     pairs = unbalanced_psi(small, large, workers=2)
     assert set(small[pairs["a"]]) == common

@@ -127,7 +127,7 @@ class _Obfuscator:
                 self._table = FixedBaseTable(self.h_s, self.modulus, self.bits)
             return self._table
 
-    def draw(self, count: int, workers: int = 1) -> list[Any]:
+    def draw(self, count: int, workers: parallel.Workers = 1) -> list[Any]:
         out: list[Any] = []
         while self._pool and len(out) < count:
             try:
@@ -135,8 +135,9 @@ class _Obfuscator:
             except IndexError:  # emptied by another thread
                 break
         missing = count - len(out)
-        if missing >= _PARALLEL_MIN and workers > 1:
-            chunks = parallel.split(range(missing), workers)
+        slots = parallel.check_workers(workers)
+        if missing >= _PARALLEL_MIN and slots > 1:
+            chunks = parallel.split(range(missing), slots)
             args = [(self.h_s, self.modulus, self.bits, len(c)) for c in chunks]
             for part in parallel.map_processes(parallel.random_powers_worker, args, workers):
                 out += part
@@ -237,7 +238,7 @@ class PaillierPublicKey:
     # -- encryption ------------------------------------------------------------------------
 
     def encrypt(
-        self, values: Any, *, precision: float | None = None, workers: int | None = None
+        self, values: Any, *, precision: float | None = None, workers: parallel.Workers = None
     ) -> EncryptedVector:
         """Encrypt a numpy array (or anything ``np.asarray`` takes) into an EncryptedVector.
 
@@ -278,16 +279,18 @@ class PaillierPublicKey:
     ) -> EncryptedVector:
         return EncryptedVector(self, ciphertexts, exponent, shape=shape, fresh=True)
 
-    def raw_encrypt(self, plaintexts: list[int], *, workers: int | None = None) -> list[Any]:
+    def raw_encrypt(self, plaintexts: list[int], *, workers: parallel.Workers = None) -> list[Any]:
         """Ciphertexts of integers in ``[0, n)``: ``(1 + m n) * h_s**a mod n**2``."""
         n, nsquare = self.n, self.nsquare
-        obfuscators = self._obfuscator.draw(len(plaintexts), parallel.check_workers(workers))
+        parallel.check_workers(workers)  # a bad argument fails here, before any work
+        obfuscators = self._obfuscator.draw(len(plaintexts), workers)
         return [(1 + n * m) * r % nsquare for m, r in zip(plaintexts, obfuscators, strict=True)]
 
-    def obfuscators(self, count: int, *, workers: int | None = None) -> list[Any]:
+    def obfuscators(self, count: int, *, workers: parallel.Workers = None) -> list[Any]:
         """``count`` fresh random obfuscators ``h_s**a mod n**2`` (from the pool when filled;
         ``workers`` processes share the rest)."""
-        return self._obfuscator.draw(count, parallel.check_workers(workers))
+        parallel.check_workers(workers)
+        return self._obfuscator.draw(count, workers)
 
     def full_obfuscators(self, count: int) -> list[Any]:
         """``count`` values ``h_s**a`` with ``a`` uniform on ``FULL_EXPONENT_BITS`` more bits
@@ -412,14 +415,14 @@ class PaillierPrivateKey:
 
     # -- decryption -----------------------------------------------------------------------------
 
-    def raw_decrypt(self, ciphertexts: list[Any], *, workers: int | None = None) -> list[Any]:
+    def raw_decrypt(self, ciphertexts: list[Any], *, workers: parallel.Workers = None) -> list[Any]:
         """Plaintext integers in ``[0, n)`` of raw ciphertexts (CRT, batched in C).
 
         With 2 or more workers the ``p`` and ``q`` halves run in two threads (gmpy2 releases
         the interpreter lock in ``powmod_base_list``).
         """
         p, q, psq, qsq = self.p, self.q, self.psquare, self.qsquare
-        n_workers = 2 if parallel.check_workers(workers) > 1 and len(ciphertexts) > 1 else 1
+        n_workers = 2 if parallel.local_workers(workers) > 1 and len(ciphertexts) > 1 else 1
         xp, xq = parallel.map_threads(
             gmpy2.powmod_base_list,
             [
@@ -435,7 +438,7 @@ class PaillierPrivateKey:
         ]
 
     def decrypt(
-        self, vector: EncryptedVector, *, workers: int | None = None
+        self, vector: EncryptedVector, *, workers: parallel.Workers = None
     ) -> np.ndarray[Any, Any]:
         """Decrypt an EncryptedVector to a float64 array of its shape.
 
@@ -461,7 +464,7 @@ class PaillierPrivateKey:
         )
 
     def decrypt_packed(
-        self, vector: EncryptedVector, layout: Any, *, workers: int | None = None
+        self, vector: EncryptedVector, layout: Any, *, workers: parallel.Workers = None
     ) -> list[int]:
         """Decrypt packed ciphertexts (see :mod:`vfl.crypto.packing`) into their masked slots.
 
@@ -490,7 +493,7 @@ class PaillierPrivateKey:
     # -- encryption by the owner (CRT) ------------------------------------------------------------
 
     def encrypt(
-        self, values: Any, *, precision: float | None = None, workers: int | None = None
+        self, values: Any, *, precision: float | None = None, workers: parallel.Workers = None
     ) -> EncryptedVector:
         """Encrypt like :meth:`PaillierPublicKey.encrypt`, computed modulo ``p**2`` and ``q**2``."""
         pk = self.public_key
@@ -498,7 +501,7 @@ class PaillierPrivateKey:
         plain = fixedpoint.encode(arr, exponent, int(pk.n), int(pk.max_int), "value")
         return pk._wrap(self.raw_encrypt(plain, workers=workers), exponent, arr.shape)
 
-    def raw_encrypt(self, plaintexts: list[int], *, workers: int | None = None) -> list[Any]:
+    def raw_encrypt(self, plaintexts: list[int], *, workers: parallel.Workers = None) -> list[Any]:
         """Ciphertexts of integers in ``[0, n)``, computed by CRT.
 
         With 2 or more workers the ``p**2`` and ``q**2`` halves run in two processes.
@@ -506,7 +509,7 @@ class PaillierPrivateKey:
         n, psq, qsq = self.public_key.n, self.psquare, self.qsquare
         inv = self.qsquare_inv_mod_psquare
         count = len(plaintexts)
-        if parallel.check_workers(workers) > 1 and count >= _PARALLEL_MIN:
+        if parallel.local_workers(workers) > 1 and count >= _PARALLEL_MIN:
             rp, rq = parallel.map_processes(
                 parallel.random_powers_worker,
                 [(o.h_s, o.modulus, o.bits, count) for o in (self._obf_p, self._obf_q)],

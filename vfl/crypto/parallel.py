@@ -15,6 +15,16 @@ integers and int64 arrays with this process (through the standard
 library's process pool); nothing crosses a party boundary here. ``workers=1`` (the default
 everywhere) runs in the calling thread. Small batches stay in the caller, where starting
 workers would cost more than it saves.
+
+Beyond one machine, ``workers`` may instead be an executor the party already runs: a
+``dask.distributed.Client`` (the ``dask`` extra) connected to the party's own cluster, or any
+:class:`concurrent.futures.Executor`. The public-key work that splits (encryption's random
+powers, re-randomisation, ``matrix @ ciphertexts``) is then submitted to it in as many chunks
+as it has worker threads; Dask tasks are submitted as impure (``pure=False``), since two
+chunks of random powers have the same arguments and must not share one result. Private-key
+work (CRT encryption, decryption) never leaves this process: its halves run on this machine's
+own threads and processes, so no cluster worker ever holds a key's factors. Results do not
+depend on where they ran: the same plaintexts decrypt from the same ciphertext arithmetic.
 """
 
 from __future__ import annotations
@@ -33,7 +43,18 @@ import numpy as np
 
 from vfl.crypto.kernels import FixedBaseTable, multiexp_big, multiexp_rows
 
-__all__ = ["default_workers", "map_processes", "map_threads", "set_default_workers", "split"]
+__all__ = [
+    "Workers",
+    "check_workers",
+    "default_workers",
+    "executor_slots",
+    "is_executor",
+    "local_workers",
+    "map_processes",
+    "map_threads",
+    "set_default_workers",
+    "split",
+]
 
 T = TypeVar("T")
 
@@ -54,13 +75,51 @@ def default_workers() -> int:
     return _DEFAULT_WORKERS
 
 
-def check_workers(workers: int | None) -> int:
-    """Validate a ``workers`` argument (None means the default)."""
+Workers = int | Executor | Any | None
+"""A ``workers`` argument: a count of this machine's processes (None: the default), or an
+executor (a ``dask.distributed.Client`` or any :class:`concurrent.futures.Executor`)."""
+
+
+def is_executor(workers: Any) -> bool:
+    """Whether ``workers`` is an executor (anything with ``submit``) rather than a count."""
+    return not isinstance(workers, (int, type(None))) and callable(getattr(workers, "submit", None))
+
+
+def _is_dask(executor: Any) -> bool:
+    return type(executor).__module__.split(".")[0] == "distributed"
+
+
+def executor_slots(executor: Any) -> int:
+    """How many tasks ``executor`` runs at once: a Dask client's worker threads (at the time
+    of asking), a pool's ``max_workers``, else this machine's cores."""
+    if _is_dask(executor):
+        try:
+            return max(1, int(sum(executor.nthreads().values())))
+        except Exception as exc:  # an unreachable scheduler: say so, not deep inside later
+            raise ValueError(f"the Dask client cannot reach its scheduler: {exc}") from exc
+    slots = getattr(executor, "_max_workers", None)
+    return max(1, int(slots) if isinstance(slots, int) else os.cpu_count() or 1)
+
+
+def check_workers(workers: Workers) -> int:
+    """Validate a ``workers`` argument and return how many tasks may run at once (None means
+    the default; an executor, its slots)."""
     if workers is None:
         return _DEFAULT_WORKERS
-    if not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    if is_executor(workers):
+        return executor_slots(workers)
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ValueError(
+            f"workers must be a positive integer or an executor (a dask.distributed.Client, a "
+            f"concurrent.futures.Executor), got {workers!r}"
+        )
     return min(workers, os.cpu_count() or 1, 64)
+
+
+def local_workers(workers: Workers) -> int:
+    """The count of this machine's workers for private-key work, which never goes to an
+    executor: an executor counts as 2 (the two halves of a CRT computation)."""
+    return 2 if is_executor(workers) else check_workers(workers)
 
 
 def split(items: Sequence[T], parts: int) -> list[Sequence[T]]:
@@ -149,8 +208,11 @@ def _map(
     pool: Callable[[int], Executor],
     fn: Callable[..., T],
     argument_tuples: Sequence[tuple[Any, ...]],
-    workers: int,
+    workers: Workers,
 ) -> list[T]:
+    if is_executor(workers):
+        return _map_executor(workers, fn, argument_tuples)
+    workers = check_workers(workers)
     if workers <= 1 or len(argument_tuples) <= 1:
         return [fn(*args) for args in argument_tuples]
     executor = pool(workers)
@@ -162,17 +224,40 @@ def _map(
     return [f.result() for f in futures]
 
 
-def map_processes(
-    fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]], workers: int
+def _map_executor(
+    executor: Any, fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]]
 ) -> list[T]:
-    """``[fn(*args) for args in argument_tuples]`` on ``workers`` processes (in order)."""
+    """Submit every task to ``executor`` and gather the results in order. Dask tasks are
+    impure (chunks of random powers have equal arguments and must not be merged); a task
+    that fails, or whose workers all died past Dask's retries, raises here with its cause."""
+    if _is_dask(executor):
+        futures = [executor.submit(fn, *args, pure=False) for args in argument_tuples]
+    else:
+        futures = [executor.submit(fn, *args) for args in argument_tuples]
+    try:
+        return [f.result() for f in futures]
+    except Exception as exc:
+        for f in futures:
+            f.cancel()
+        raise RuntimeError(
+            f"a task of {getattr(fn, '__name__', fn)} failed on the executor "
+            f"{type(executor).__name__}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def map_processes(
+    fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]], workers: Workers
+) -> list[T]:
+    """``[fn(*args) for args in argument_tuples]`` on ``workers`` processes, or on the
+    executor ``workers`` is (in order)."""
     return _map(_process_pool, fn, argument_tuples, workers)
 
 
 def map_threads(
     fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]], workers: int
 ) -> list[T]:
-    """Like :func:`map_processes`, on threads (for work that releases the interpreter lock)."""
+    """Like :func:`map_processes`, on this machine's threads (for work that releases the
+    interpreter lock; never an executor)."""
     return _map(_thread_pool, fn, argument_tuples, workers)
 
 

@@ -273,7 +273,7 @@ class EncryptedVector:
 
     # -- randomness, wire, phe -------------------------------------------------------------------
 
-    def obfuscate(self, *, workers: int | None = None) -> EncryptedVector:
+    def obfuscate(self, *, workers: parallel.Workers = None) -> EncryptedVector:
         """Re-randomise every ciphertext (same plaintexts, fresh randomness); ``workers``
         processes share the obfuscators' exponentiations for long vectors."""
         nsq = self.public_key.nsquare
@@ -360,7 +360,7 @@ def matvec(
     vector: EncryptedVector,
     *,
     precision_bits: int = fixedpoint.DEFAULT_PRECISION_BITS,
-    workers: int | None = None,
+    workers: parallel.Workers = None,
 ) -> EncryptedVector:
     """``matrix @ vector`` for a plaintext ``(m, n)`` matrix and an encrypted length-``n`` vector.
 
@@ -390,7 +390,11 @@ def matvec(
         args = [
             (vector.ciphertexts, chunk, nsq) for chunk in parallel.split(signed_rows, n_workers)
         ]
-        parts = parallel.map_processes(parallel.multiexp_rows_worker, args, n_workers)
+        parts = parallel.map_processes(
+            parallel.multiexp_rows_worker,
+            args,
+            workers if parallel.is_executor(workers) else n_workers,
+        )
         products = [c for part in parts for c in part]
     else:
         products = multiexp_rows(

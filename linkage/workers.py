@@ -1,0 +1,152 @@
+"""Where a party's PSI work runs: this process, its own worker processes, or an executor.
+
+ECDH PSI's blinding and the unbalanced PSI's OPRF evaluations are one elliptic-curve
+multiplication per item, independent of each other: :func:`map_chunks` cuts a batch into
+chunks and runs them
+
+* in this process, for ``workers=1`` or a batch under :data:`PARALLEL_MIN_POINTS` (starting
+  workers would cost more than it saves);
+* on a pool of this machine's worker processes (``workers=N``; ``forkserver`` start, kept for
+  the life of the process, never shared with a forked child);
+* on an executor the party already runs: a ``dask.distributed.Client`` connected to its own
+  cluster (the ``dask`` extra), or any :class:`concurrent.futures.Executor`.
+
+Each task carries the party's secret scalar with its chunk (workers keep nothing between
+tasks), so an executor must be the party's own: nothing here crosses an institution's
+boundary. Dask tasks are submitted impure (``pure=False``) and gathered in order; a task that
+fails past Dask's retries raises :class:`RuntimeError` naming the step. If this machine's own
+pool breaks (a script that starts processes without ``if __name__ == "__main__":``, or a
+killed worker), the batch runs in this process with a :class:`RuntimeWarning`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+__all__ = ["PARALLEL_MIN_POINTS", "Workers", "check_workers", "is_executor", "map_chunks"]
+
+PARALLEL_MIN_POINTS = 20_000
+"""Batches smaller than this run in the calling process."""
+
+Workers = int | Any | None
+"""A ``workers`` argument: a count of this machine's processes (None: all cores), or an
+executor (a ``dask.distributed.Client`` or any :class:`concurrent.futures.Executor`)."""
+
+
+def is_executor(workers: Any) -> bool:
+    """Whether ``workers`` is an executor (anything with ``submit``) rather than a count."""
+    return not isinstance(workers, (int, type(None))) and callable(getattr(workers, "submit", None))
+
+
+def _is_dask(executor: Any) -> bool:
+    return type(executor).__module__.split(".")[0] == "distributed"
+
+
+def check_workers(workers: Workers) -> int:
+    """How many tasks may run at once: ``workers`` processes (None: every core), or an
+    executor's slots (a Dask client's worker threads, a pool's ``max_workers``).
+
+    Raises
+    ------
+    ValueError
+        Neither a positive integer nor an executor.
+    """
+    if workers is None:
+        return os.cpu_count() or 1
+    if is_executor(workers):
+        executor: Any = workers
+        if _is_dask(executor):
+            return max(1, int(sum(executor.nthreads().values())))
+        slots = getattr(executor, "_max_workers", None)
+        return max(1, int(slots) if isinstance(slots, int) else os.cpu_count() or 1)
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ValueError(
+            f"workers must be a positive integer or an executor (a dask.distributed.Client, a "
+            f"concurrent.futures.Executor), got {workers!r}"
+        )
+    return workers
+
+
+def map_chunks(
+    step: Callable[..., Any],
+    secret: bytes,
+    items: Sequence[Any],
+    workers: Workers,
+    *constants: Any,
+    max_chunk: int | None = None,
+) -> list[Any]:
+    """``[step(secret, chunk, offset, *constants) for each chunk of items]``, in order.
+
+    One chunk (the whole batch, offset 0) in this process for one worker or a small batch;
+    otherwise a few chunks per worker (at most ``max_chunk`` items each) on ``workers``."""
+    slots = check_workers(workers)
+    if (slots == 1 and not is_executor(workers)) or len(items) < PARALLEL_MIN_POINTS:
+        return [step(secret, items, 0, *constants)]
+    size = -(-len(items) // (4 * slots))  # a few chunks per worker
+    if max_chunk is not None:
+        size = min(size, max_chunk)
+    starts = range(0, len(items), size)
+    tasks = [(secret, items[i : i + size], i, *constants) for i in starts]
+    if is_executor(workers):
+        return _on_executor(workers, step, tasks)
+    try:
+        return list(_pool(slots).map(step, *zip(*tasks, strict=True)))
+    except BrokenProcessPool:
+        with _POOL_LOCK:
+            _POOLS.pop(slots, None)
+        warnings.warn(
+            "PSI worker processes failed (a script that starts processes needs "
+            "`if __name__ == '__main__':`, or a worker died); continuing in this process",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return [step(secret, items, 0, *constants)]
+
+
+def _on_executor(
+    executor: Any, step: Callable[..., Any], tasks: list[tuple[Any, ...]]
+) -> list[Any]:
+    if _is_dask(executor):
+        futures = [executor.submit(step, *task, pure=False) for task in tasks]
+    else:
+        futures = [executor.submit(step, *task) for task in tasks]
+    try:
+        return [f.result() for f in futures]
+    except Exception as exc:
+        for f in futures:
+            f.cancel()
+        raise RuntimeError(
+            f"a task of {getattr(step, '__name__', step)} failed on the executor "
+            f"{type(executor).__name__}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+_POOLS: dict[int, ProcessPoolExecutor] = {}
+_POOL_PID = os.getpid()
+_POOL_LOCK = threading.Lock()
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool kept for the life of the process (starting one costs about a second),
+    never shared with a forked child."""
+    global _POOL_PID
+    with _POOL_LOCK:  # two parties' threads may ask at once
+        if os.getpid() != _POOL_PID:  # a forked child must not use its parent's pools
+            _POOLS.clear()
+            _POOL_PID = os.getpid()
+        if workers not in _POOLS:
+            methods = multiprocessing.get_all_start_methods()
+            start = "forkserver" if "forkserver" in methods else "spawn"
+            _POOLS[workers] = ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context(start)
+            )
+            atexit.register(_POOLS[workers].shutdown, wait=False, cancel_futures=True)
+        return _POOLS[workers]

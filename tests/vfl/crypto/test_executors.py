@@ -1,0 +1,127 @@
+"""A party's Paillier work on an executor it already runs: a Dask cluster, or any
+concurrent.futures executor (vfl.crypto.parallel)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vfl.crypto import PaillierPrivateKey, PaillierPublicKey, matvec, parallel
+
+Keys = tuple[PaillierPublicKey, PaillierPrivateKey]
+
+distributed = pytest.importorskip("distributed")  # the dask extra; make installs it
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+@pytest.mark.slow
+def test_dask_gives_the_same_plaintexts_and_products_as_two_workers(
+    keypair: Keys, client: Any
+) -> None:
+    public, private = keypair
+    x = np.random.default_rng(0).standard_normal(600)
+    on_dask = public.encrypt(x, workers=client)
+    np.testing.assert_allclose(private.decrypt(on_dask, workers=client), x, atol=1e-9)
+    # matrix @ ciphertexts is deterministic: the same ciphertexts, bit for bit
+    X = np.random.default_rng(1).standard_normal((600, 12))
+    here = matvec(X.T, on_dask, workers=2)
+    there = matvec(X.T, on_dask, workers=client)
+    assert here.ciphertexts == there.ciphertexts
+    assert here.exponent == there.exponent
+    np.testing.assert_allclose(private.decrypt(there), X.T @ x, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_dask_chunks_never_share_their_randomness(keypair: Keys, client: Any) -> None:
+    # every chunk of random powers has the same arguments: a pure Dask task would compute
+    # one and hand it to all, and equal plaintexts would give equal ciphertexts
+    public, private = keypair
+    zeros = public.raw_encrypt([0] * 400, workers=client)
+    assert len(set(zeros)) == 400
+    fresh = public.obfuscators(400, workers=client)
+    assert len(set(fresh)) == 400
+    vec = public.encrypt(np.ones(300), workers=client)
+    again = vec.obfuscate(workers=client)
+    assert not set(again.ciphertexts) & set(vec.ciphertexts)
+    np.testing.assert_allclose(private.decrypt(again), np.ones(300), atol=1e-9)
+
+
+@pytest.mark.slow
+def test_any_concurrent_futures_executor_works(keypair: Keys) -> None:
+    public, private = keypair
+    x = np.linspace(-3, 3, 300)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        assert parallel.check_workers(pool) == 2
+        vec = public.encrypt(x, workers=pool)
+        np.testing.assert_allclose(private.decrypt(vec, workers=pool), x, atol=1e-9)
+        np.testing.assert_allclose(
+            private.decrypt(matvec(np.eye(300)[:5], vec, workers=pool)), x[:5], atol=1e-6
+        )
+
+
+def _die_the_first_time(marker: str, value: int) -> int:
+    if not os.path.exists(marker):
+        Path(marker).write_text("died once")
+        os._exit(1)  # the worker process dies mid-task
+    return value * 2
+
+
+def _always_die(value: int) -> int:
+    os._exit(1)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_task_is_retried_by_dask(client: Any, tmp_path: Path) -> None:
+    marker = str(tmp_path / "died")
+    out = parallel.map_processes(_die_the_first_time, [(marker, 1), (marker, 2)], client)
+    assert out == [2, 4]
+    assert Path(marker).exists()  # a worker did die
+
+
+@pytest.mark.slow
+def test_workers_dying_every_time_fail_with_a_clear_error(client: Any) -> None:
+    with pytest.raises(RuntimeError, match="_always_die failed on the executor Client"):
+        parallel.map_processes(_always_die, [(1,), (2,)], client)
+
+
+def test_a_bad_workers_argument_is_named() -> None:
+    with pytest.raises(ValueError, match="a positive integer or an executor"):
+        parallel.check_workers("two")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="a positive integer or an executor"):
+        parallel.check_workers(0)
+    assert not parallel.is_executor(2) and not parallel.is_executor(None)
+
+
+@pytest.mark.slow
+def test_psi_on_dask_finds_the_same_pairs(client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pandas as pd
+
+    import linkage.workers
+    from linkage import psi_intersection, unbalanced_psi
+
+    monkeypatch.setattr(linkage.workers, "PARALLEL_MIN_POINTS", 10)  # chunks even for 300 IDs
+    a = pd.Series([f"ID{i}" for i in range(300)])
+    b = pd.Series([f"ID{i}" for i in range(150, 400)])
+    here = psi_intersection(a, b, method="ecdh", workers=1)
+    there = psi_intersection(a, b, method="ecdh", workers=client)
+    assert set(zip(here["a"], here["b"], strict=True)) == set(
+        zip(there["a"], there["b"], strict=True)
+    )
+    assert len(there) == 150
+    unbalanced = unbalanced_psi(a, b, workers=client)
+    assert len(unbalanced) == 150
