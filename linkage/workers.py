@@ -115,11 +115,11 @@ def _on_executor(
     executor: Any, step: Callable[..., Any], tasks: list[tuple[Any, ...]]
 ) -> list[Any]:
     if _is_dask(executor):
-        futures = [executor.submit(step, *task, pure=False) for task in tasks]
+        futures = [executor.submit(_unpack, _Packed(step, task), pure=False) for task in tasks]
     else:
         futures = [executor.submit(step, *task) for task in tasks]
     try:
-        return [f.result() for f in futures]
+        results = [f.result() for f in futures]
     except Exception as exc:
         for f in futures:
             f.cancel()
@@ -127,6 +127,31 @@ def _on_executor(
             f"a task of {getattr(step, '__name__', step)} failed on the executor "
             f"{type(executor).__name__}: {type(exc).__name__}: {exc}"
         ) from exc
+    return [r.args[0] if isinstance(r, _Packed) else r for r in results]
+
+
+class _Packed:
+    """A task's function and arguments as one opaque object: Dask walks list and tuple
+    arguments item by item looking for tasks and futures, which for a chunk of thousands of
+    IDs or ciphertexts cost more than the work (measured: 0.2 s per 5,000-ID chunk)."""
+
+    __slots__ = ("args", "fn")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn = fn
+        self.args = args
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self.fn, self.args)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.fn, self.args = state
+
+
+def _unpack(packed: _Packed) -> _Packed:
+    """Run the packed task; the result comes back packed too (Dask would otherwise serialise
+    a returned list item by item, as many frames as items): its ``args[0]``."""
+    return _Packed(_unpack, (packed.fn(*packed.args),))
 
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}

@@ -231,11 +231,13 @@ def _map_executor(
     impure (chunks of random powers have equal arguments and must not be merged); a task
     that fails, or whose workers all died past Dask's retries, raises here with its cause."""
     if _is_dask(executor):
-        futures = [executor.submit(fn, *args, pure=False) for args in argument_tuples]
+        futures = [
+            executor.submit(_unpack, _Packed(fn, args), pure=False) for args in argument_tuples
+        ]
     else:
         futures = [executor.submit(fn, *args) for args in argument_tuples]
     try:
-        return [f.result() for f in futures]
+        results = [f.result() for f in futures]
     except Exception as exc:
         for f in futures:
             f.cancel()
@@ -243,6 +245,31 @@ def _map_executor(
             f"a task of {getattr(fn, '__name__', fn)} failed on the executor "
             f"{type(executor).__name__}: {type(exc).__name__}: {exc}"
         ) from exc
+    return [r.args[0] if isinstance(r, _Packed) else r for r in results]
+
+
+class _Packed:
+    """A task's function and arguments as one opaque object: Dask walks list and tuple
+    arguments item by item looking for tasks and futures, which for a chunk of thousands of
+    IDs or ciphertexts cost more than the work (measured: 0.2 s per 5,000-ID chunk)."""
+
+    __slots__ = ("args", "fn")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn = fn
+        self.args = args
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self.fn, self.args)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.fn, self.args = state
+
+
+def _unpack(packed: _Packed) -> _Packed:
+    """Run the packed task; the result comes back packed too (Dask would otherwise serialise
+    a returned list item by item, as many frames as items): its ``args[0]``."""
+    return _Packed(_unpack, (packed.fn(*packed.args),))
 
 
 def map_processes(
