@@ -195,6 +195,7 @@ def align_party(
     ledger: Any = None,
     order_key: bytes | str | None = None,
     max_ambiguous: float = 0.01,
+    workers: Any = None,
 ) -> Any:
     """This party's role in aligning (deployment).
 
@@ -231,6 +232,9 @@ def align_party(
         score, so that which one was linked is arbitrary: usually one identity entered twice
         in a table). The count reaches every data party as ``frame.attrs["ambiguous_links"]``
         (always 0 with PSI, whose IDs are unique).
+    workers : int or executor, optional
+        Where this party's PSI blinding runs (:class:`linkage.EcdhPsiParty`): its own worker
+        processes (default: all cores) or its own executor (a Dask client of its cluster).
 
     Returns
     -------
@@ -251,7 +255,7 @@ def align_party(
         if id_column is None or id_column not in frame.columns:
             raise ValueError(f"party {me!r}: PSI alignment needs its frame and its id_column")
         ids = linkage.normalize_ids(frame[id_column], what=f"party {me!r}'s {id_column}")
-        party = linkage.EcdhPsiParty()
+        party = linkage.EcdhPsiParty(workers=workers)
         if len(parties) == 2:
             rows = _psi_direct(federation, party, ids, next(p for p in parties if p != me))
         else:

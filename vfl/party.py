@@ -296,6 +296,7 @@ class PartyRun:
     predicted: np.ndarray[Any, Any] | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     predict: bool = False  # scoring new rows with saved parts: no label column needed
+    workers: Any = None  # this party's own Dask client, when the config names its scheduler
 
     @property
     def data_parties(self) -> list[str]:
@@ -405,6 +406,7 @@ def align_rows(run: PartyRun, fed: Federation) -> None:
             id_column=job["id_column"],
             parties=run.data_parties,
             linkage_unit=config.coordinator or "coordinator",
+            workers=run.workers,
         )
     if run.aligned is not None:
         logger.info(
@@ -601,6 +603,37 @@ def run_party(
     )
 
 
+def _connect_scheduler(config: FederationConfig, name: str) -> Any:
+    """A client of the party's own Dask scheduler when the config names one (None otherwise);
+    a clear error when the ``dask`` extra is missing or the scheduler does not answer."""
+    address = config.party(name).scheduler
+    if address is None:
+        return None
+    try:
+        import distributed
+    except ImportError:
+        raise ValueError(
+            f"party {name!r}: the config names its Dask scheduler {address!r}, but Dask is not "
+            "installed here: pip install 'vflink[dask]'"
+        ) from None
+    connect: Any = distributed.Client  # (untyped)
+    try:
+        client: Any = connect(address, timeout=config.connect_timeout)
+    except (OSError, TimeoutError) as exc:
+        raise ValueError(
+            f"party {name!r}: cannot reach its Dask scheduler {address!r} within "
+            f"{config.connect_timeout:g} s ({exc}); start it (dask scheduler) or fix the "
+            "address in the config"
+        ) from None
+    logger.info(
+        "party %r: heavy work on the Dask scheduler %s (%d worker threads)",
+        name,
+        address,
+        sum(client.nthreads().values()),
+    )
+    return client
+
+
 def _drive(
     config: FederationConfig,
     name: str,
@@ -617,18 +650,26 @@ def _drive(
     then the summary and the outputs, written only when every stage succeeded."""
     try:
         run = prepare()
+        run.workers = _connect_scheduler(config, name)
     except ValueError as exc:  # refused our own input: tell the peers why, then stop
         _stop_peers(config, name, cert, key, str(exc))
         raise
-    with config.federation(name, cert=cert, key=key) as fed:
-        try:
-            for stage in stages:
-                stage(run, fed)
-        except (ValueError, FederationError) as exc:  # say why, so that peers end at once
-            # (waiting a few seconds for a peer that is still starting: not the whole connect
-            # timeout, which a peer that died without a word would make this party wait out)
-            fed.close(reason=str(exc), patience=min(config.connect_timeout, 5.0))
-            raise
+    if run.workers is not None and "workers" in run.estimator.get_params():
+        run.estimator.set_params(workers=run.workers)
+    try:
+        with config.federation(name, cert=cert, key=key) as fed:
+            try:
+                for stage in stages:
+                    stage(run, fed)
+            except (ValueError, FederationError) as exc:  # say why, so that peers end at once
+                # (waiting a few seconds for a peer that is still starting: not the whole
+                # connect timeout, which a peer that died without a word would make this
+                # party wait out)
+                fed.close(reason=str(exc), patience=min(config.connect_timeout, 5.0))
+                raise
+    finally:
+        if run.workers is not None:
+            run.workers.close()
     summary: dict[str, Any] = {"party": name, "role": run.role, "rows": run.rows}
     summary.update(summarize(run), seconds=run.seconds)
     files = publish(run, summary)

@@ -434,3 +434,57 @@ def test_three_data_parties_align_by_psi_with_the_coordinators_help(tmp_path: Pa
     assert set(aligned["lab"]) == triple
     log = (tmp_path / "imaging.log").read_text()
     assert float(log.split("test AUC ")[1].split(";")[0]) > 0.6
+
+
+@pytest.mark.network
+def test_each_party_runs_its_heavy_work_on_its_own_dask_cluster(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")  # the dask extra; make installs it
+    clusters = {
+        name: distributed.LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None
+        )
+        for name in ("lab", "imaging")
+    }
+    try:
+        config = write_config(tmp_path)
+        text = config.read_text()
+        for name, cluster in clusters.items():
+            own = f'key = "certs/{name}.key"\n'
+            text = text.replace(own, own + f'scheduler = "{cluster.scheduler_address}"\n')
+        config.write_text(text)
+        assert FederationConfig.load(config).party("lab").scheduler == (
+            clusters["lab"].scheduler_address
+        )
+        procs = {n: start(tmp_path, config, n) for n in ("coordinator", "lab", "imaging")}
+        for name, proc in procs.items():
+            assert proc.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
+        for name, cluster in clusters.items():
+            log = (tmp_path / f"{name}.log").read_text()
+            assert f"heavy work on the Dask scheduler {cluster.scheduler_address}" in log
+            # tasks did run there: the matrix products and encryptions of that party
+            prefixes = cluster.scheduler.task_prefixes
+            assert "unpack" in prefixes, f"{name}: no task reached its cluster"
+        log = (tmp_path / "imaging.log").read_text()
+        assert float(log.split("test AUC ")[1].split(";")[0]) > 0.6
+    finally:
+        for cluster in clusters.values():
+            cluster.close()
+
+
+def test_a_dask_scheduler_that_does_not_answer_is_named(tmp_path: Path) -> None:
+    from vfl.party import _connect_scheduler
+
+    pytest.importorskip("distributed")
+    config = write_config(tmp_path)
+    (port,) = free_ports(1)
+    text = config.read_text().replace(
+        'key = "certs/lab.key"\n', f'key = "certs/lab.key"\nscheduler = "tcp://127.0.0.1:{port}"\n'
+    )
+    text = text.replace("connect_timeout = 60", "connect_timeout = 2")
+    config.write_text(text)
+    with pytest.raises(ValueError, match="party 'lab': cannot reach its Dask scheduler"):
+        _connect_scheduler(FederationConfig.load(config), "lab")
+    bad = text.replace(f'scheduler = "tcp://127.0.0.1:{port}"', "scheduler = 8786")
+    config.write_text(bad)
+    with pytest.raises(ValueError, match="party 'lab': scheduler must be the address"):
+        FederationConfig.load(config)

@@ -218,8 +218,14 @@ def format_table(
         "(1 - chance); centralised = 1 (rows handed over), alone = 0.",
         "MB sent: every party's messages (centralised: the rows it would hand over).",
         "",
-        "What each party learns:",
+        "MB sent by each party:",
     ]
+    lines += [
+        f"  {r.scheme}: "
+        + (", ".join(f"{p} {_mb(b)}" for p, b in r.bytes_per_party.items()) or "-")
+        for r in results
+    ]
+    lines += ["", "What each party learns:"]
     lines += [f"  {r.scheme}: {r.learns}" for r in results]
     notes = [f"  {r.scheme}: {r.notes}" for r in results if r.notes]
     if notes:

@@ -26,8 +26,12 @@ Example (``examples/deploy/federation.toml``)::
     ...
 
 Roles: ``"active"`` (holds the labels; exactly one), ``"passive"``, ``"coordinator"`` (at most
-one). Relative paths are taken from the config file's folder. A party's own ``cert``/``key``
-may be left out of the shared file and given on the command line instead.
+one). A party may name ``scheduler = "tcp://host:8786"``, the address of its own Dask
+scheduler (the ``dask`` extra): ``vflink party`` then runs that party's PSI blinding,
+encryption and ``matrix @ ciphertexts`` on its cluster. Each institution names its own;
+nothing crosses institutions but the federation's messages. Relative paths are taken from the
+config file's folder. A party's own ``cert``/``key`` may be left out of the shared file and
+given on the command line instead.
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ class PartyConfig:
     cert: Path | None
     key: Path | None
     columns: list[str] | None = None
+    scheduler: str | None = None
+    """The address of this party's own Dask scheduler (``tcp://host:8786``; the ``dask``
+    extra), where ``vflink party`` runs this party's heavy work; None: its own processes."""
 
 
 @dataclass
@@ -121,7 +128,9 @@ class FederationConfig:
                 )
             if name in parties:
                 raise ValueError(f"{where}: party {name!r} is listed twice")
-            extra = sorted(set(entry) - {"name", "role", "address", "cert", "key", "columns"})
+            extra = sorted(
+                set(entry) - {"name", "role", "address", "cert", "key", "columns", "scheduler"}
+            )
             if extra:
                 raise ValueError(f"{where}: party {name!r} has unknown keys {extra}")
             role = entry.get("role")
@@ -145,6 +154,12 @@ class FederationConfig:
                 not isinstance(columns, list) or not all(isinstance(c, str) for c in columns)
             ):
                 raise ValueError(f"{where}: party {name!r}: columns must be a list of names")
+            scheduler = entry.get("scheduler")
+            if scheduler is not None and (not isinstance(scheduler, str) or not scheduler):
+                raise ValueError(
+                    f"{where}: party {name!r}: scheduler must be the address of its own Dask "
+                    f"scheduler, e.g. 'tcp://10.0.0.7:8786', got {scheduler!r}"
+                )
             parties[name] = PartyConfig(
                 name,
                 role,
@@ -152,6 +167,7 @@ class FederationConfig:
                 _path(base, entry.get("cert"), f"{where}: party {name!r} cert"),
                 _path(base, entry.get("key"), f"{where}: party {name!r} key"),
                 columns,
+                scheduler,
             )
         roles = [p.role for p in parties.values()]
         if roles.count("active") != 1:

@@ -65,7 +65,7 @@ class VerticalLinearModel(FederatedEstimator):
         preprocess: Any = None,
         warm_start: bool = False,
         coordinator: str = "coordinator",
-        workers: int | None = None,
+        workers: Any = None,
         timeout: float = 600.0,
         insecure: bool = False,
         label_epsilon: float | None = None,
@@ -193,9 +193,10 @@ class VerticalLinearModel(FederatedEstimator):
         out: PartyPreprocessor = clone(template).set_params(party=party)
         return out
 
-    def _workers(self) -> int:
+    def _workers(self) -> Any:
         # worker processes pay off on large batches; on small ones the parties' threads
-        # already keep the cores busy and the inter-process traffic costs more than it saves
+        # already keep the cores busy and the inter-process traffic costs more than it saves;
+        # an executor (a Dask client) is used as given
         default = min(os.cpu_count() or 1, 4) if self.batch_size >= 512 else 1
         return self.workers if self.workers is not None else default
 

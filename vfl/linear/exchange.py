@@ -240,7 +240,7 @@ class GradientExchange:
         batch_size: int,
         coordinator: str | None,
         policy: KeyPolicy,
-        workers: int,
+        workers: Any,
         keep_view: bool = False,
         noise: dict[str, float] | None = None,
     ) -> None:

@@ -83,9 +83,12 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
         Continue from the fitted weights on the next ``fit``.
     coordinator : str
         Name of the coordinator party (``protocol="coordinator"``).
-    workers : int, optional
+    workers : int or executor, optional
         Processes for encryption (default: all cores, up to 4, for batches of 512 rows or
-        more; one process below).
+        more; one process below); or this party's own executor, such as a
+        ``dask.distributed.Client`` of its cluster (the ``dask`` extra): the public-key work
+        (encryption, ``matrix @ ciphertexts``) runs there, the private-key work stays in this
+        process (:mod:`vfl.crypto.parallel`).
     timeout : float
         Seconds any party waits for a message before failing.
     insecure : bool

@@ -69,7 +69,7 @@ class FitSpec:
     optimizer: str
     alpha: float
     policy: KeyPolicy
-    workers: int
+    workers: Any  # a count of this party's processes, or its own executor (a Dask client)
     random_state: int | None
     keep_views: bool = False
     shared: bool = False

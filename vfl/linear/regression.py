@@ -64,7 +64,7 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
         preprocess: Any = None,
         warm_start: bool = False,
         coordinator: str = "coordinator",
-        workers: int | None = None,
+        workers: Any = None,
         timeout: float = 600.0,
         insecure: bool = False,
     ) -> None:

@@ -32,7 +32,7 @@ class ScoreSpec:
     data_parties: tuple[str, ...]
     coordinator: str | None
     policy: KeyPolicy
-    workers: int
+    workers: Any
 
 
 class ScoreRole:

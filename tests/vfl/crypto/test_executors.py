@@ -125,3 +125,39 @@ def test_psi_on_dask_finds_the_same_pairs(client: Any, monkeypatch: pytest.Monke
     assert len(there) == 150
     unbalanced = unbalanced_psi(a, b, workers=client)
     assert len(unbalanced) == 150
+
+
+@pytest.mark.slow
+def test_vertical_lr_on_dask_learns_the_same_model_as_on_two_workers(client: Any) -> None:
+    import warnings
+
+    from vfl.crypto import SecurityWarning
+    from vfl.datasets import IMAGING_FEATURES, LAB_FEATURES, LABEL, make_lab_imaging_cohort
+    from vfl.linear import VerticalLogisticRegression
+
+    lab, imaging, truth = make_lab_imaging_cohort(700, overlap=0.9, random_state=4)
+    parts = {
+        "imaging": imaging.loc[truth["imaging"], IMAGING_FEATURES].reset_index(drop=True),
+        "lab": lab.loc[truth["lab"], LAB_FEATURES].reset_index(drop=True),
+    }
+    y = imaging.loc[truth["imaging"], LABEL].reset_index(drop=True)
+    models = {}
+    for protocol in ("coordinator", "shared"):
+        for label, workers in (("two", 2), ("dask", client)):
+            model = VerticalLogisticRegression(
+                protocol=protocol,
+                key_bits=1024,
+                insecure=True,
+                max_iter=2,
+                tol=None,
+                batch_size=256,
+                random_state=0,
+                workers=workers,
+            )
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SecurityWarning)
+                model.fit(parts, y, label_party="imaging")
+            models[protocol, label] = model.predict_proba(parts)[:, 1]
+    # exact gradients: the same model to the last bit; secret shares: up to their rounding
+    np.testing.assert_array_equal(models["coordinator", "two"], models["coordinator", "dask"])
+    np.testing.assert_allclose(models["shared", "two"], models["shared", "dask"], atol=1e-6)
