@@ -26,7 +26,7 @@ import multiprocessing
 import os
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -77,14 +77,15 @@ def check_workers(workers: Workers) -> int:
 
 def map_chunks(
     step: Callable[..., Any],
-    secret: bytes,
-    items: Sequence[Any],
+    secret: bytes | str,
+    items: Any,
     workers: Workers,
     *constants: Any,
     max_chunk: int | None = None,
 ) -> list[Any]:
     """``[step(secret, chunk, offset, *constants) for each chunk of items]``, in order.
 
+    ``items`` is anything with ``len`` and positional slices (a list, a DataFrame's rows).
     One chunk (the whole batch, offset 0) in this process for one worker or a small batch;
     otherwise a few chunks per worker (at most ``max_chunk`` items each) on ``workers``."""
     slots = check_workers(workers)
@@ -94,7 +95,8 @@ def map_chunks(
     if max_chunk is not None:
         size = min(size, max_chunk)
     starts = range(0, len(items), size)
-    tasks = [(secret, items[i : i + size], i, *constants) for i in starts]
+    rows = items.iloc if hasattr(items, "iloc") else items  # a frame's rows by position
+    tasks = [(secret, rows[i : i + size], i, *constants) for i in starts]
     if is_executor(workers):
         return _on_executor(workers, step, tasks)
     try:

@@ -161,3 +161,24 @@ def test_vertical_lr_on_dask_learns_the_same_model_as_on_two_workers(client: Any
     # exact gradients: the same model to the last bit; secret shares: up to their rounding
     np.testing.assert_array_equal(models["coordinator", "two"], models["coordinator", "dask"])
     np.testing.assert_allclose(models["shared", "two"], models["shared", "dask"], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_bloom_encoding_on_dask_gives_the_same_bits(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import linkage
+    import linkage.workers
+    from vfl.datasets import identity_schema, make_lab_imaging_cohort
+
+    monkeypatch.setattr(linkage.workers, "PARALLEL_MIN_POINTS", 100)
+    lab, _, _ = make_lab_imaging_cohort(1500, random_state=5)
+    lab.loc[lab.index[:7], "date_of_birth"] = "1945-13-45"  # 7 dates that do not parse
+    schema = identity_schema()
+    here = linkage.encode(lab, schema, secret="a shared secret of 32 bytes!!")
+    for workers in (2, client):
+        with pytest.warns(linkage.InvalidValueWarning, match="7 values of column 'date_of_birth'"):
+            there = linkage.encode(lab, schema, secret="a shared secret of 32 bytes!!", workers=workers)
+        assert (there.words == here.words).all() and (there.index == here.index).all()
+        assert (there.block_keys == here.block_keys).all()
+        assert there.fingerprint == here.fingerprint and there.invalid == here.invalid
