@@ -13,6 +13,13 @@ the ratio of the two-process rate to the Dask rate (the goal: at most 1.15). Bef
 every path runs once (pools and fixed-base tables built), so the figures are steady-state
 rates; the one-off start costs are printed apart.
 
+Then the projection to a 10-million-row party on 16, 64 and 256 worker cores: each
+workload's items for 10M rows (one packed ciphertext per row to encrypt, 24 terms per row of
+``X.T @ ciphertexts`` per epoch, two curve multiplications per ID for PSI, one encoding per
+record) over the one-worker rate times the cores times the parallel efficiency measured
+between one and two workers (``rate_2 / (2 rate_1)``, capped at 1) and Dask's measured cost.
+It assumes that efficiency holds beyond two cores, which one machine cannot check.
+
 Run::
 
     python benchmarks/scale.py [--quick]
@@ -79,6 +86,8 @@ def main() -> None:
     print(f"Dask LocalCluster (2 worker processes) started in {time.perf_counter() - began:.1f} s")
     vec = public.encrypt(x)
 
+    ten_million = 10_000_000
+    per_row = [1, 24, 2, 1]  # items per row of each workload below
     workloads: dict[str, tuple[int, Callable[[Any], object]]] = {
         f"encryption ({n_enc:,} values)": (
             n_enc,
@@ -101,6 +110,7 @@ def main() -> None:
         f"\n{'items per second':<34}{'1 worker':>11}{'2 workers':>11}{'Dask x2':>11}"
         f"{'2 / 1':>8}{'Dask cost':>11}"
     )
+    measured: list[tuple[str, dict[str, float]]] = []
     for name, (count, run) in workloads.items():
         rates = {}
         for label, workers in (("1", 1), ("2", 2), ("dask", client)):
@@ -110,12 +120,23 @@ def main() -> None:
             rates[label] = count / best_seconds(lambda r=run, w=workers: r(w), repeats)
             if label == "dask":
                 rates["warm"] = warm
+        measured.append((name, rates))
         print(
             f"{name:<34}{rates['1']:>11,.0f}{rates['2']:>11,.0f}{rates['dask']:>11,.0f}"
             f"{rates['2'] / rates['1']:>7.2f}x{rates['2'] / rates['dask']:>10.2f}x"
         )
     client.close()
     cluster.close()
+    print("\nprojected for 10M rows (minutes), on Dask with this many worker cores:")
+    print(f"{'':<34}{'16':>9}{'64':>9}{'256':>9}")
+    for (name, rates), items in zip(measured, per_row, strict=True):
+        efficiency = min(1.0, rates["2"] / (2 * rates["1"]))
+        dask_cost = rates["2"] / rates["dask"]
+        cells = "".join(
+            f"{ten_million * items / (rates['1'] * cores * efficiency) * dask_cost / 60:>9.1f}"
+            for cores in (16, 64, 256)
+        )
+        print(f"{name.split(' (')[0]:<34}{cells}")
     print(
         f"\nDask cost: the two-process rate over the Dask rate (goal <= 1.15); load average "
         f"{os.getloadavg()[0]:.2f} at the end"
