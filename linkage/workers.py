@@ -26,12 +26,20 @@ import multiprocessing
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-__all__ = ["PARALLEL_MIN_POINTS", "Workers", "check_workers", "is_executor", "map_chunks"]
+__all__ = [
+    "PARALLEL_MIN_POINTS",
+    "Workers",
+    "check_workers",
+    "executor_slots",
+    "is_executor",
+    "map_chunks",
+    "run_on_executor",
+]
 
 PARALLEL_MIN_POINTS = 20_000
 """Batches smaller than this run in the calling process."""
@@ -50,6 +58,24 @@ def _is_dask(executor: Any) -> bool:
     return type(executor).__module__.split(".")[0] == "distributed"
 
 
+def executor_slots(executor: Any) -> int:
+    """How many tasks ``executor`` runs at once: a Dask client's worker threads (at the time
+    of asking), a pool's ``max_workers``, else this machine's cores.
+
+    Raises
+    ------
+    ValueError
+        A Dask client that cannot reach its scheduler.
+    """
+    if _is_dask(executor):
+        try:
+            return max(1, int(sum(executor.nthreads().values())))
+        except Exception as exc:  # say so here, not deep inside a later call
+            raise ValueError(f"the Dask client cannot reach its scheduler: {exc}") from exc
+    slots = getattr(executor, "_max_workers", None)
+    return max(1, int(slots) if isinstance(slots, int) else os.cpu_count() or 1)
+
+
 def check_workers(workers: Workers) -> int:
     """How many tasks may run at once: ``workers`` processes (None: every core), or an
     executor's slots (a Dask client's worker threads, a pool's ``max_workers``).
@@ -62,11 +88,7 @@ def check_workers(workers: Workers) -> int:
     if workers is None:
         return os.cpu_count() or 1
     if is_executor(workers):
-        executor: Any = workers
-        if _is_dask(executor):
-            return max(1, int(sum(executor.nthreads().values())))
-        slots = getattr(executor, "_max_workers", None)
-        return max(1, int(slots) if isinstance(slots, int) else os.cpu_count() or 1)
+        return executor_slots(workers)
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ValueError(
             f"workers must be a positive integer or an executor (a dask.distributed.Client, a "
@@ -98,7 +120,7 @@ def map_chunks(
     rows = items.iloc if hasattr(items, "iloc") else items  # a frame's rows by position
     tasks = [(secret, rows[i : i + size], i, *constants) for i in starts]
     if is_executor(workers):
-        return _on_executor(workers, step, tasks)
+        return run_on_executor(workers, step, tasks)
     try:
         return list(_pool(slots).map(step, *zip(*tasks, strict=True)))
     except BrokenProcessPool:
@@ -113,9 +135,16 @@ def map_chunks(
         return [step(secret, items, 0, *constants)]
 
 
-def _on_executor(
-    executor: Any, step: Callable[..., Any], tasks: list[tuple[Any, ...]]
+def run_on_executor(
+    executor: Any, step: Callable[..., Any], tasks: Sequence[tuple[Any, ...]]
 ) -> list[Any]:
+    """``[step(*task) for task in tasks]`` on ``executor``, in order (the one place vflink
+    submits work to an executor: PSI, Bloom encoding and :mod:`vfl.crypto.parallel`).
+
+    Dask tasks are impure (two chunks of random powers have equal arguments and must not be
+    merged into one result) and carry their arguments and result as one object each. A task
+    that fails, or whose workers all died past Dask's retries, raises :class:`RuntimeError`
+    naming the step and the cause; the others are cancelled."""
     if _is_dask(executor):
         futures = [executor.submit(_unpack, _Packed(step, task), pure=False) for task in tasks]
     else:

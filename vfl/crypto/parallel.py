@@ -20,7 +20,8 @@ Beyond one machine, ``workers`` may instead be an executor the party already run
 ``dask.distributed.Client`` (the ``dask`` extra) connected to the party's own cluster, or any
 :class:`concurrent.futures.Executor`. The public-key work that splits (encryption's random
 powers, re-randomisation, ``matrix @ ciphertexts``) is then submitted to it in as many chunks
-as it has worker threads; Dask tasks are submitted as impure (``pure=False``), since two
+as it has worker threads, through :func:`linkage.workers.run_on_executor` (imported then, so
+that ``import vfl.crypto`` stays light); Dask tasks are impure (``pure=False``), since two
 chunks of random powers have the same arguments and must not share one result. Private-key
 work (CRT encryption, decryption) never leaves this process: its halves run on this machine's
 own threads and processes, so no cluster worker ever holds a key's factors. Results do not
@@ -85,20 +86,12 @@ def is_executor(workers: Any) -> bool:
     return not isinstance(workers, (int, type(None))) and callable(getattr(workers, "submit", None))
 
 
-def _is_dask(executor: Any) -> bool:
-    return type(executor).__module__.split(".")[0] == "distributed"
-
-
 def executor_slots(executor: Any) -> int:
-    """How many tasks ``executor`` runs at once: a Dask client's worker threads (at the time
-    of asking), a pool's ``max_workers``, else this machine's cores."""
-    if _is_dask(executor):
-        try:
-            return max(1, int(sum(executor.nthreads().values())))
-        except Exception as exc:  # an unreachable scheduler: say so, not deep inside later
-            raise ValueError(f"the Dask client cannot reach its scheduler: {exc}") from exc
-    slots = getattr(executor, "_max_workers", None)
-    return max(1, int(slots) if isinstance(slots, int) else os.cpu_count() or 1)
+    """How many tasks ``executor`` runs at once (:func:`linkage.workers.executor_slots`,
+    imported only when an executor is used: ``import vfl.crypto`` stays light)."""
+    from linkage.workers import executor_slots as slots
+
+    return slots(executor)
 
 
 def check_workers(workers: Workers) -> int:
@@ -227,49 +220,9 @@ def _map(
 def _map_executor(
     executor: Any, fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]]
 ) -> list[T]:
-    """Submit every task to ``executor`` and gather the results in order. Dask tasks are
-    impure (chunks of random powers have equal arguments and must not be merged); a task
-    that fails, or whose workers all died past Dask's retries, raises here with its cause."""
-    if _is_dask(executor):
-        futures = [
-            executor.submit(_unpack, _Packed(fn, args), pure=False) for args in argument_tuples
-        ]
-    else:
-        futures = [executor.submit(fn, *args) for args in argument_tuples]
-    try:
-        results = [f.result() for f in futures]
-    except Exception as exc:
-        for f in futures:
-            f.cancel()
-        raise RuntimeError(
-            f"a task of {getattr(fn, '__name__', fn)} failed on the executor "
-            f"{type(executor).__name__}: {type(exc).__name__}: {exc}"
-        ) from exc
-    return [r.args[0] if isinstance(r, _Packed) else r for r in results]
+    from linkage.workers import run_on_executor
 
-
-class _Packed:
-    """A task's function and arguments as one opaque object: Dask walks list and tuple
-    arguments item by item looking for tasks and futures, which for a chunk of thousands of
-    IDs or ciphertexts cost more than the work (measured: 0.2 s per 5,000-ID chunk)."""
-
-    __slots__ = ("args", "fn")
-
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        self.fn = fn
-        self.args = args
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        return (self.fn, self.args)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.fn, self.args = state
-
-
-def _unpack(packed: _Packed) -> _Packed:
-    """Run the packed task; the result comes back packed too (Dask would otherwise serialise
-    a returned list item by item, as many frames as items): its ``args[0]``."""
-    return _Packed(_unpack, (packed.fn(*packed.args),))
+    return run_on_executor(executor, fn, argument_tuples)
 
 
 def map_processes(
