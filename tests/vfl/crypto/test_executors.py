@@ -18,6 +18,8 @@ Keys = tuple[PaillierPublicKey, PaillierPrivateKey]
 
 distributed = pytest.importorskip("distributed")  # the dask extra; make installs it
 
+SECRET = "a shared secret of 32 bytes!!"
+
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Any]:
@@ -69,9 +71,11 @@ def test_any_concurrent_futures_executor_works(keypair: Keys) -> None:
         assert parallel.check_workers(pool) == 2
         vec = public.encrypt(x, workers=pool)
         np.testing.assert_allclose(private.decrypt(vec, workers=pool), x, atol=1e-9)
-        np.testing.assert_allclose(
-            private.decrypt(matvec(np.eye(300)[:5], vec, workers=pool)), x[:5], atol=1e-6
-        )
+        A = np.random.default_rng(2).standard_normal((20, 300))  # 6,000 terms: split
+        assert A.size >= 4096
+        on_pool = matvec(A, vec, workers=pool)
+        assert on_pool.ciphertexts == matvec(A, vec, workers=1).ciphertexts
+        np.testing.assert_allclose(private.decrypt(on_pool), A @ x, atol=1e-4)  # 24-bit rows
 
 
 def _die_the_first_time(marker: str, value: int) -> int:
@@ -175,10 +179,10 @@ def test_bloom_encoding_on_dask_gives_the_same_bits(
     lab, _, _ = make_lab_imaging_cohort(1500, random_state=5)
     lab.loc[lab.index[:7], "date_of_birth"] = "1945-13-45"  # 7 dates that do not parse
     schema = identity_schema()
-    here = linkage.encode(lab, schema, secret="a shared secret of 32 bytes!!")
+    here = linkage.encode(lab, schema, secret=SECRET)
     for workers in (2, client):
         with pytest.warns(linkage.InvalidValueWarning, match="7 values of column 'date_of_birth'"):
-            there = linkage.encode(lab, schema, secret="a shared secret of 32 bytes!!", workers=workers)
+            there = linkage.encode(lab, schema, secret=SECRET, workers=workers)
         assert (there.words == here.words).all() and (there.index == here.index).all()
         assert (there.block_keys == here.block_keys).all()
         assert there.fingerprint == here.fingerprint and there.invalid == here.invalid

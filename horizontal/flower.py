@@ -1,0 +1,638 @@
+"""The horizontal path on Flower's engine (the optional extra ``flower``: ``pip install
+'vflink[flower]'``).
+
+A deployment that outgrows vflink's own gRPC federation can run the same training on
+Flower's SuperLink and SuperNodes: vflink's strategies (FedAvg, FedProx, FedSGD, FedAvgM,
+FedAdam), its client-level DP (:class:`~horizontal.privacy.ClientDP`, spends recorded in a
+vflink :class:`~vfl.privacy.PrivacyLedger`) and its robust aggregation run as a Flower
+``Strategy``, and its clients as a Flower ``ClientApp``::
+
+    # the Flower app's module, named in its pyproject.toml's [tool.flwr.app.components]
+    from horizontal import FederatedClassifier
+    from horizontal.flower import client_app, server_app
+
+    model = FederatedClassifier(module="linear", rounds=20, random_state=0)
+    server = server_app(model, min_nodes=2)  # serverapp = "module:server"
+    client = client_app(model, load)  # clientapp = "module:client"
+
+``load(context)`` returns this node's ``(name, X, y)`` (from its ``node_config``, say
+``partition-id``); the names seed the clients' batch orders as in vflink's own federation,
+so on the same data, names and ``random_state`` the Flower path trains the same model.
+
+Nothing is re-implemented: the client's round is :meth:`horizontal.training.ClientRole`'s
+(local SGD, FedProx's proximal term, DP's clipping), the setup's pooled scaling is
+:class:`~horizontal.training.ServerRole`'s, and the aggregation is vflink's kernels
+(:func:`~horizontal.aggregate.weighted_mean`, ``ClientDP.server_mean``, the robust rules)
+followed by the strategy's ``server_step``. vflink's messages (the client's profile, the
+scaling) travel inside Flower's records in vflink's wire format; the model travels as one
+flat parameter vector (``ArrayRecord`` key ``"weights"``; the clients answer with their
+update ``"delta"`` and ``"num-examples"``).
+
+The protocol: one ``query`` round (each node's profile: its name, rows, and unless the
+scaling is told, its column sums and labels), then ``rounds`` ``train`` rounds. The server's
+fitted estimator (``predict_proba`` works) is :meth:`VflinkStrategy.fitted`;
+:func:`server_app` saves it to the run config's ``model-path`` when given.
+
+Not (yet) on Flower: Scaffold (its clients keep a control variate across rounds), secure
+aggregation, compression, and :class:`~horizontal.privacy.LocalDP` /
+:class:`~horizontal.privacy.RecordDP` (their spends are recorded at the clients): refused
+with a ValueError.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+try:
+    from flwr.app import (
+        Array,
+        ArrayRecord,
+        ConfigRecord,
+        Context,
+        Message,
+        MessageType,
+        MetricRecord,
+        RecordDict,
+    )
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import Strategy as _FlowerStrategy
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError(
+        "horizontal.flower needs Flower (flwr >= 1.20): pip install 'vflink[flower]'"
+    ) from exc
+
+from horizontal.aggregate import l2_norms, weighted_mean
+from horizontal.model import build_module, flatten
+from horizontal.training import (
+    FED,
+    ClientRole,
+    FitResult,
+    FitSpec,
+    Profile,
+    RoundRecord,
+    Scaling,
+    ServerRole,
+    Task,
+    Update,
+    _check_diverged,
+)
+from vfl.federation import wire
+from vfl.federation.base import Federation, FederationTimeoutError
+
+__all__ = [
+    "VflinkStrategy",
+    "as_flower_strategy",
+    "client_app",
+    "client_train",
+    "run_server",
+    "server_app",
+]
+
+logger = logging.getLogger("vflink.horizontal.flower")
+
+Vector = np.ndarray[Any, Any]
+EstimatorLike = Any  # a horizontal FederatedClassifier / FederatedRegressor (configuration)
+Loader = Callable[[Context], tuple[str, Any, Any]]
+
+WEIGHTS = "weights"
+DELTA = "delta"
+EXAMPLES = "num-examples"
+
+
+# -- vflink's roles, one protocol step at a time -------------------------------------------------
+
+
+class _Mailbox(Federation):
+    """An in-memory endpoint that lets one of vflink's roles run a single protocol step on
+    messages Flower carried: what the step receives is put in its inbox first, what it sends
+    lands in ``outbox``. Nothing waits: a missing message fails at once."""
+
+    def __init__(self, name: str, peers: Iterable[str]) -> None:
+        super().__init__(name, peers)
+        self.inbox: dict[tuple[str, str], list[bytes]] = {}
+        self.outbox: list[tuple[str, str, bytes]] = []
+
+    def put(self, frm: str, tag: str, data: bytes) -> None:
+        self.inbox.setdefault((frm, tag), []).append(data)
+
+    def sent(self, tag: str) -> bytes:
+        for _, sent_tag, data in self.outbox:
+            if sent_tag == tag:
+                return data
+        raise LookupError(f"{self.name!r} sent no {tag!r}")
+
+    def _send_bytes(self, to: str, tag: str, data: bytes) -> None:
+        self.outbox.append((to, tag, data))
+
+    def _recv_bytes(
+        self, frm: str, tag: str, deadline: float, *, explicit_timeout: bool = False
+    ) -> bytes:
+        queue = self.inbox.get((frm, tag))
+        if not queue:
+            raise FederationTimeoutError(f"{self.name!r}: no {tag!r} from {frm!r} in this step")
+        return queue.pop(0)
+
+
+def _encode(message: Any) -> bytes:
+    return wire.encode(message.to_payload())
+
+
+def _check_supported(spec: FitSpec) -> None:
+    """Refuse what the Flower path does not run (see the module docstring)."""
+    problems = []
+    if spec.strategy.local.scaffold:
+        problems.append("Scaffold (its clients keep a control variate across rounds)")
+    if spec.secure_aggregation is not None:
+        problems.append("secure aggregation")
+    if spec.compression is not None:
+        problems.append("compression")
+    privacy = spec.privacy
+    if privacy is not None and not (privacy.client_level and hasattr(privacy, "noise_share")):
+        problems.append(f"{type(privacy).__name__} (only ClientDP's central noise)")
+    if problems:
+        raise ValueError(f"not supported on Flower's engine yet: {', '.join(problems)}")
+
+
+def _client_spec(estimator: EstimatorLike, name: str, clients: Sequence[str] | None) -> FitSpec:
+    """The client's copy of the agreed plan (every client's name once the server sent them;
+    at the query step only its own)."""
+    from sklearn.base import clone
+
+    if clients is None:
+        estimator = clone(estimator).set_params(min_clients=None)
+        clients = [name]
+    spec: FitSpec = estimator.fit_spec(list(clients))
+    return spec
+
+
+def client_profile(estimator: EstimatorLike, name: str, x: Any, y: Any) -> bytes:
+    """This client's :class:`~horizontal.training.Profile` in vflink's wire format, as
+    :class:`~horizontal.training.ClientRole` builds it at setup."""
+    from horizontal.estimator import _client_data
+
+    values, labels, columns = _client_data({name: (x, y)}, None)[name]
+    spec = _client_spec(estimator, name, None)
+    mailbox = _Mailbox(name, [spec.server])
+    d = values.shape[1]  # the setup step waits for a scaling: a placeholder ends it
+    mailbox.put(spec.server, FED.tag("scaling"), _encode(Scaling(np.zeros(d), np.ones(d), [])))
+    ClientRole(spec, values, labels, columns)._setup(mailbox)
+    return mailbox.sent(FED.tag("profile"))
+
+
+def client_train(
+    estimator: EstimatorLike,
+    name: str,
+    x: Any,
+    y: Any,
+    *,
+    weights: Vector,
+    round_: int,
+    clients: Sequence[str],
+    scaling: Scaling,
+    clip: float | None = None,
+) -> Update:
+    """One round of this client's local training from the global ``weights``: vflink's
+    :meth:`ClientRole._round <horizontal.training.ClientRole>` (local SGD, FedProx, DP's
+    clipping), returning its :class:`~horizontal.training.Update`."""
+    from horizontal.estimator import _client_data
+
+    values, labels, columns = _client_data({name: (x, y)}, None)[name]
+    spec = _client_spec(estimator, name, clients)
+    _check_supported(spec)
+    role = ClientRole(spec, values, labels, columns)
+    xt = torch.as_tensor((values - scaling.mean) / scaling.scale, dtype=torch.float32)
+    yt = role._targets(scaling)
+    outputs = len(scaling.classes) if spec.task == "classification" else 1
+    module = build_module(spec.module, xt.shape[1], outputs, spec.hidden, spec.random_state)
+    loss_fn: Any = nn.CrossEntropyLoss() if spec.task == "classification" else nn.MSELoss()
+    task = Task(round=round_, weights=np.asarray(weights, dtype=np.float32), clip=clip)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as vflink's simulation trains: the same arithmetic
+    try:
+        _, reply = role._round(_Mailbox(name, [spec.server]), module, xt, yt, loss_fn, task, None)
+    finally:
+        torch.set_num_threads(threads)
+    if not isinstance(reply, Update):  # pragma: no cover - secure aggregation is refused
+        raise TypeError("expected a model update")
+    return reply
+
+
+# -- the client app ----------------------------------------------------------------------------
+
+
+def client_app(
+    estimator: EstimatorLike | Callable[[Context], EstimatorLike], load: Loader
+) -> ClientApp:
+    """A Flower ``ClientApp`` running vflink's client role on this node's rows.
+
+    Parameters
+    ----------
+    estimator : FederatedClassifier or FederatedRegressor, or callable
+        The configuration (the same as the server's), or ``estimator(context)`` building it
+        (from the run config, say).
+    load : callable
+        ``load(context) -> (name, X, y)``: this node's client name (it seeds the batch
+        order, as in vflink's own federation) and rows.
+    """
+    app = ClientApp()
+
+    def configured(context: Context) -> EstimatorLike:
+        return estimator(context) if callable(estimator) else estimator
+
+    @app.query()  # type: ignore[untyped-decorator,unused-ignore]
+    def query(msg: Message, context: Context) -> Message:
+        name, x, y = load(context)
+        profile = client_profile(configured(context), name, x, y)
+        reply = ConfigRecord({"client": name, "profile": profile})
+        return Message(RecordDict({"config": reply}), reply_to=msg)
+
+    @app.train()  # type: ignore[untyped-decorator,unused-ignore]
+    def train(msg: Message, context: Context) -> Message:
+        name, x, y = load(context)
+        config = msg.content.config_records["config"]
+        scaling = Scaling.from_payload(wire.decode(_bytes(config["scaling"])), "the server")
+        clip = config.get("clip")
+        update = client_train(
+            configured(context),
+            name,
+            x,
+            y,
+            weights=msg.content.array_records["arrays"][WEIGHTS].numpy(),
+            round_=int(_number(config["round"])),
+            clients=[str(c) for c in _list(config["clients"])],
+            scaling=scaling,
+            clip=None if clip is None else float(_number(clip)),
+        )
+        out = ConfigRecord({"client": name, "round": update.round})
+        if update.unclipped is not None:
+            out["unclipped"] = bool(update.unclipped)
+        content = RecordDict(
+            {
+                "arrays": ArrayRecord({DELTA: Array(np.asarray(update.delta))}),
+                "metrics": MetricRecord({EXAMPLES: int(update.samples)}),
+                "config": out,
+            }
+        )
+        return Message(content, reply_to=msg)
+
+    return app
+
+
+def _bytes(value: Any) -> bytes:
+    if not isinstance(value, bytes):
+        raise ValueError(f"expected bytes, got {type(value).__name__}")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list, got {value!r}")
+    return value
+
+
+# -- the server strategy -------------------------------------------------------------------------
+
+
+class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
+    """vflink's server as a Flower ``Strategy``: client sampling, vflink's aggregation
+    (weighted mean, ClientDP's noisy mean with its ledger, a robust rule) and the strategy's
+    server step. Build it with :func:`as_flower_strategy`; :meth:`begin` (which
+    :func:`run_server` calls after the query round) names the clients and their nodes.
+
+    Its replies are those of :func:`client_app` (``ArrayRecord`` ``"delta"``, ``MetricRecord``
+    ``"num-examples"``, ``ConfigRecord`` ``"client"``)."""
+
+    def __init__(self, estimator: EstimatorLike, *, ledger: Any = None) -> None:
+        self.estimator = estimator
+        self.ledger = estimator._ledger(ledger)
+        self.spec: FitSpec | None = None
+        self.nodes: dict[str, int] = {}
+        self.sizes: dict[str, int] | None = None
+        self.scaling: Scaling | None = None
+        self.n_features = 0
+        self.history: list[RoundRecord] = []
+        self.state: dict[str, Any] = {}
+        self.weights: Vector | None = None
+        self._sampled: list[str] = []
+        self._began = 0.0
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def begin(
+        self,
+        clients: Sequence[str],
+        *,
+        nodes: Mapping[str, int] | None = None,
+        profiles: Mapping[str, bytes] | None = None,
+    ) -> Vector | None:
+        """Agree the plan for ``clients`` (sent to ``nodes``, Flower node ids by name); with
+        the clients' ``profiles`` (wire bytes of :func:`client_profile`), pool the scaling
+        as :class:`~horizontal.training.ServerRole` does and return the initial weights."""
+        spec = self.estimator.fit_spec(list(clients), ledger=self.ledger)
+        _check_supported(spec)
+        self.spec = spec
+        self.nodes = dict(nodes or {})
+        self.sampler = np.random.default_rng(spec.random_state)
+        privacy = spec.privacy
+        self.clip = privacy.initial_clip if privacy is not None and privacy.client_level else None
+        if profiles is None:
+            return None
+        mailbox = _Mailbox(spec.server, spec.clients)
+        for client in spec.clients:
+            mailbox.put(client, FED.tag("profile"), profiles[client])
+        role = ServerRole(spec)
+        self.scaling, columns, self.sizes = role._setup(mailbox, list(spec.clients))
+        self.n_features = len(columns)
+        outputs = len(self.scaling.classes) if spec.task == "classification" else 1
+        module = build_module(spec.module, len(columns), outputs, spec.hidden, spec.random_state)
+        self.weights = flatten(module)
+        return self.weights
+
+    def _spec(self) -> FitSpec:
+        if self.spec is None:
+            raise RuntimeError("the strategy has no clients yet: call begin(clients) first")
+        return self.spec
+
+    # -- Flower's Strategy -------------------------------------------------------------------
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        spec = self._spec()
+        self._began = time.perf_counter()
+        self.weights = np.asarray(arrays[WEIGHTS].numpy(), dtype=np.float64)
+        self._sampled = ServerRole(spec)._sample(self.sampler, list(spec.clients))
+        task = ConfigRecord(dict(config))
+        task["round"] = server_round - 1
+        task["clients"] = list(spec.clients)
+        if self.scaling is not None:
+            task["scaling"] = _encode(self.scaling)
+        if self.clip is not None:
+            task["clip"] = float(self.clip)
+        content = RecordDict(
+            {
+                "arrays": ArrayRecord({WEIGHTS: Array(self.weights.astype(np.float32))}),
+                "config": task,
+            }
+        )
+        missing = [c for c in self._sampled if c not in self.nodes]
+        if missing:
+            raise RuntimeError(f"no Flower node for the clients {missing}")
+        return [
+            Message(content, self.nodes[c], MessageType.TRAIN, group_id=str(server_round))
+            for c in self._sampled
+        ]
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        spec = self._spec()
+        if self.weights is None:
+            raise RuntimeError("aggregate_train before configure_train")
+        round_ = server_round - 1
+        updates = self.read_updates(replies, round_)
+        need = ServerRole(spec)._needed(len(self._sampled))
+        if len(updates) < need:
+            raise FederationTimeoutError(
+                f"round {server_round}: {len(updates)} of the {len(self._sampled)} sampled "
+                f"clients replied, fewer than min_clients={need}"
+            )
+        self.weights, record = self.aggregate(updates, self.weights, round_)
+        record.seconds = time.perf_counter() - self._began if self._began else 0.0
+        logger.info(
+            "round %d: %d of %d sampled clients replied, drift %.4f",
+            server_round,
+            record.replied,
+            record.sampled,
+            record.drift,
+        )
+        metrics = MetricRecord({"replied": record.replied, "drift": record.drift})
+        return ArrayRecord({WEIGHTS: Array(self.weights)}), metrics
+
+    def read_updates(self, replies: Iterable[Message], round_: int) -> dict[str, Update]:
+        """The replies as vflink updates, by client in the plan's order (replies with an
+        error are dropped, as vflink drops clients that fail)."""
+        spec = self._spec()
+        found: dict[str, Update] = {}
+        for msg in replies:
+            if msg.has_error():
+                logger.warning("a client failed in round %d: %s", round_ + 1, msg.error.reason)
+                continue
+            config = msg.content.config_records["config"]
+            client = str(config["client"])
+            if client not in spec.clients:
+                raise ValueError(f"a reply from {client!r}, not a client of this fit")
+            unclipped = config.get("unclipped")
+            found[client] = Update(
+                round=int(_number(config.get("round", round_))),
+                delta=msg.content.array_records["arrays"][DELTA].numpy().astype(np.float32),
+                samples=int(_number(msg.content.metric_records["metrics"][EXAMPLES])),
+                unclipped=None if unclipped is None else bool(unclipped),
+            )
+        return {c: found[c] for c in spec.clients if c in found}
+
+    def aggregate(
+        self, updates: Mapping[str, Update], weights: Vector, round_: int
+    ) -> tuple[Vector, RoundRecord]:
+        """One round of vflink's server: the next global weights from the replies' updates
+        (vflink's kernels, then the strategy's server step) and the round's record; DP's
+        spend goes to the ledger."""
+        spec = self._spec()
+        for client, update in updates.items():
+            if update.round != round_ or update.delta.shape != weights.shape:
+                Update.refuse(client, "delta", f"is not round {round_}'s {weights.size} values")
+            if self.sizes is not None and update.samples != self.sizes[client]:
+                Update.refuse(client, "samples", f"is not its {self.sizes[client]} setup rows")
+        deltas = (
+            np.vstack([u.delta for u in updates.values()]).astype(np.float64)
+            if updates
+            else np.zeros((0, weights.size))
+        )
+        norms = l2_norms(deltas) if len(deltas) else np.zeros(0)
+        privacy = spec.privacy
+        clip = self.clip
+        if privacy is not None and privacy.client_level:
+            bits = [u.unclipped for u in updates.values()]
+            mean_delta, self.clip = privacy.server_mean(
+                deltas, bits, clip, len(spec.clients), weights, spec
+            )
+        elif spec.robust is not None and len(deltas):
+            mean_delta = spec.robust.aggregate(deltas, [u.samples for u in updates.values()])
+        else:
+            mean_delta = weighted_mean(deltas, [u.samples for u in updates.values()])
+        new = spec.strategy.server_step(weights, mean_delta, self.state, control_step=None)
+        _check_diverged(new, round_)
+        record = RoundRecord(
+            round=round_ + 1,
+            sampled=len(self._sampled) if self._sampled else len(updates),
+            replied=len(updates),
+            seconds=0.0,
+            drift=float(norms.mean()) if len(norms) else 0.0,
+            max_drift=float(norms.max()) if len(norms) else 0.0,
+            clip=clip,
+        )
+        if privacy is not None:
+            record.epsilon = privacy.record_round(spec, round_, len(spec.clients))
+        self.history.append(record)
+        return new, record
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        return []  # vflink's rounds have no client-side evaluation
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        return None
+
+    def summary(self) -> None:
+        spec = self.spec
+        logger.info(
+            "vflink strategy %s, privacy %s, robust %s",
+            type(spec.strategy).__name__ if spec else self.estimator.strategy,
+            type(spec.privacy).__name__ if spec and spec.privacy else None,
+            spec.robust if spec else None,
+        )
+
+    # -- the result ------------------------------------------------------------------------------
+
+    def fitted(self, weights: Vector | None = None) -> EstimatorLike:
+        """The estimator fitted with the final global weights (``predict_proba`` works),
+        its ``history_``, and under DP its ``privacy_ledger_`` and ``epsilon_``."""
+        spec = self._spec()
+        final = self.weights if weights is None else np.asarray(weights, dtype=np.float64)
+        if final is None or self.scaling is None:
+            raise RuntimeError("no global model yet: run the rounds first")
+        model = self.estimator
+        model._collect(FitResult(final, list(self.history), self.scaling, self.n_features), spec)
+        if self.ledger is not None and spec.privacy is not None:
+            from horizontal.privacy import largest_epsilon
+
+            model.epsilon_ = largest_epsilon(self.ledger, spec.clients)
+        if spec.task == "classification" and model.classes is not None:
+            originals = {str(c): c for c in model.classes}
+            model.classes_ = np.array([originals[c] for c in model._class_names])
+        return model
+
+
+def as_flower_strategy(
+    strategy: Any = "fedavg",
+    *,
+    privacy: Any = None,
+    aggregator: Any = None,
+    estimator: EstimatorLike = None,
+    ledger: Any = None,
+    **params: Any,
+) -> VflinkStrategy:
+    """A vflink strategy (``"fedavg"``, ``FedProx(mu)``, ...) with its optional
+    :class:`~horizontal.privacy.ClientDP` and robust ``aggregator`` as a Flower
+    ``Strategy`` (:class:`VflinkStrategy`). ``params`` are the other
+    :class:`~horizontal.FederatedClassifier` hyperparameters (``rounds``,
+    ``client_fraction``, ``random_state``, ...), or pass the whole configuration as
+    ``estimator``. DP's spend is recorded in ``ledger`` (a new
+    :class:`~vfl.privacy.PrivacyLedger` by default: ``strategy.ledger``)."""
+    if estimator is None:
+        from horizontal.estimator import FederatedClassifier
+
+        estimator = FederatedClassifier(
+            strategy=strategy, privacy=privacy, robust_aggregation=aggregator, **params
+        )
+    return VflinkStrategy(estimator, ledger=ledger)
+
+
+# -- the server app ----------------------------------------------------------------------------
+
+
+def run_server(
+    grid: Grid,
+    estimator: EstimatorLike,
+    *,
+    min_nodes: int,
+    timeout: float = 600.0,
+    ledger: Any = None,
+) -> EstimatorLike:
+    """vflink's server on Flower's ``grid``: wait for ``min_nodes`` nodes, ask each for its
+    profile (a ``query`` round), pool the scaling, run the rounds with
+    :class:`VflinkStrategy` and return the fitted estimator."""
+    deadline = time.monotonic() + timeout
+    while len(node_ids := sorted(grid.get_node_ids())) < min_nodes:
+        if time.monotonic() > deadline:
+            raise FederationTimeoutError(
+                f"{len(node_ids)} of {min_nodes} Flower nodes connected in {timeout:g} s"
+            )
+        logger.info("waiting for nodes: %d of %d connected", len(node_ids), min_nodes)
+        time.sleep(1.0)
+    asks = [
+        Message(RecordDict({"config": ConfigRecord({"step": "profile"})}), node, MessageType.QUERY)
+        for node in node_ids
+    ]
+    nodes: dict[str, int] = {}
+    profiles: dict[str, bytes] = {}
+    for reply in grid.send_and_receive(asks, timeout=max(1.0, deadline - time.monotonic())):
+        if reply.has_error():
+            raise RuntimeError(f"node {reply.metadata.src_node_id}: {reply.error.reason}")
+        config = reply.content.config_records["config"]
+        name = str(config["client"])
+        if name in nodes:
+            raise ValueError(f"two nodes call themselves {name!r}")
+        nodes[name] = reply.metadata.src_node_id
+        profiles[name] = _bytes(config["profile"])
+    clients = sorted(nodes)
+    if len(clients) < min_nodes:
+        raise FederationTimeoutError(f"{len(clients)} of {min_nodes} nodes sent their profile")
+    for client in clients:  # each profile checked as vflink's own server checks it
+        Profile.from_payload(wire.decode(profiles[client]), client)
+    strategy = VflinkStrategy(estimator, ledger=ledger)
+    initial = strategy.begin(clients, nodes=nodes, profiles=profiles)
+    assert initial is not None
+    logger.info("vflink on Flower: clients %s", clients)
+    result = strategy.start(
+        grid,
+        ArrayRecord({WEIGHTS: Array(initial)}),
+        num_rounds=int(estimator.rounds),
+        timeout=max(1.0, deadline - time.monotonic()),
+    )
+    final = result.arrays[WEIGHTS].numpy() if result.arrays is not None else initial
+    return strategy.fitted(final)
+
+
+def server_app(
+    estimator: EstimatorLike | Callable[[Context], EstimatorLike],
+    *,
+    min_nodes: int,
+    timeout: float = 600.0,
+    on_fit: Callable[[EstimatorLike, Context], None] | None = None,
+) -> ServerApp:
+    """A Flower ``ServerApp`` training ``estimator``'s configuration (or
+    ``estimator(context)``'s) with :func:`run_server` on ``min_nodes`` nodes. The fitted
+    estimator goes to ``on_fit(model, context)``, and is saved (vflink's format, with the
+    privacy ledger beside it) to the run config's ``model-path`` when set."""
+    app = ServerApp()
+
+    @app.main()  # type: ignore[untyped-decorator,unused-ignore]
+    def main(grid: Grid, context: Context) -> None:
+        configured = estimator(context) if callable(estimator) else estimator
+        model = run_server(grid, configured, min_nodes=min_nodes, timeout=timeout)
+        path = context.run_config.get("model-path")
+        if path:
+            written = model.save(str(path))
+            logger.info("the fitted model: %s", written)
+        if on_fit is not None:
+            on_fit(model, context)
+
+    return app
