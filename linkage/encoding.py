@@ -201,6 +201,13 @@ def encode(
         )
     if workers != 1 and len(frame) >= _workers.PARALLEL_MIN_POINTS:
         return _encode_in_chunks(frame, schema, secret, workers)
+    return _encode(frame, schema, secret, warn=True)
+
+
+def _encode(frame: pd.DataFrame, schema: Schema, secret: bytes | str, *, warn: bool) -> Encodings:
+    """:func:`encode` of a checked frame; ``warn=False`` (a chunk in a worker) gives no
+    warning and touches no warning filter, which other threads share: the caller warns once
+    per column from :attr:`Encodings.invalid`."""
     show = len(frame) >= PROGRESS_MIN_RECORDS and os.environ.get("VFLINK_PROGRESS", "1") != "0"
     steps = tqdm(total=len(schema.fields) + 1, desc="encoding", leave=False, disable=not show)
     values: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
@@ -210,7 +217,8 @@ def encode(
         values[spec.name] = (codes, uniques)
         if count:
             invalid[spec.name] = count
-            warnings.warn(notice, InvalidValueWarning, stacklevel=2)
+            if warn:
+                warnings.warn(notice, InvalidValueWarning, stacklevel=3)
     if schema.salt is not None:
         salt_codes, salt_values = _part(values, schema, schema.salt)
     else:
@@ -234,7 +242,8 @@ def encode(
             [salt + "\x1f" + token for token in _tokens(str(uniques[v]), spec)]
             for salt, v in zip(salts.tolist(), (combos % len(uniques)).tolist(), strict=True)
         ]
-        _warn_collisions(spec, uniques)
+        if warn:
+            _warn_collisions(spec, uniques)
         key = derive_key(secret, spec.key_purpose)
         filters = _filters(token_lists, key, spec.hash_count, schema.bits)
         words[present] |= filters[combo_codes]
@@ -263,11 +272,9 @@ def encode(
 
 
 def _encode_chunk(secret: bytes | str, chunk: pd.DataFrame, offset: int, schema: Schema) -> Any:
-    """In a worker: one chunk's encodings, its warnings kept back (the caller gives them once
-    per column, from the counts)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return encode(chunk, schema, secret=secret)
+    """In a worker: one chunk's encodings, without warnings (the caller gives them once per
+    column, from the counts)."""
+    return _encode(chunk, schema, secret, warn=False)
 
 
 def _encode_in_chunks(
@@ -458,7 +465,7 @@ def _warn_collisions(spec: Field, uniques: Any) -> None:
             f"another (e.g. {first!r} and {second!r}) and get identical encodings in this "
             "field; if it is an identifier, declare it kind='id' (compared whole)",
             CollisionWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
 
 

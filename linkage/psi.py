@@ -68,7 +68,6 @@ __all__ = [
 
 _DOMAIN = b"vflink/psi/x25519/v1"
 _POINT_BYTES = 32
-"""Points from which blinding and re-blinding use worker processes."""
 
 
 def normalize_ids(ids: Iterable[Any], *, what: str = "ids") -> list[str]:

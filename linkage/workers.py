@@ -65,13 +65,19 @@ def executor_slots(executor: Any) -> int:
     Raises
     ------
     ValueError
-        A Dask client that cannot reach its scheduler.
+        A Dask client that cannot reach its scheduler, or whose cluster has no worker.
     """
     if _is_dask(executor):
         try:
-            return max(1, int(sum(executor.nthreads().values())))
+            threads = int(sum(executor.nthreads().values()))
         except Exception as exc:  # say so here, not deep inside a later call
             raise ValueError(f"the Dask client cannot reach its scheduler: {exc}") from exc
+        if threads == 0:  # tasks would wait for a worker forever
+            raise ValueError(
+                "the Dask cluster has no workers: start some (dask worker <scheduler address>) "
+                "or pass workers=<a count of this machine's processes>"
+            )
+        return threads
     slots = getattr(executor, "_max_workers", None)
     return max(1, int(slots) if isinstance(slots, int) else os.cpu_count() or 1)
 
@@ -94,7 +100,7 @@ def check_workers(workers: Workers) -> int:
             f"workers must be a positive integer or an executor (a dask.distributed.Client, a "
             f"concurrent.futures.Executor), got {workers!r}"
         )
-    return workers
+    return min(workers, os.cpu_count() or 1, 64)  # this machine's processes: at most its cores
 
 
 def map_chunks(

@@ -488,3 +488,27 @@ def test_a_dask_scheduler_that_does_not_answer_is_named(tmp_path: Path) -> None:
     config.write_text(bad)
     with pytest.raises(ValueError, match="party 'lab': scheduler must be the address"):
         FederationConfig.load(config)
+    # another host over plain TCP would carry the party's secrets in the clear: refused
+    config.write_text(text.replace("tcp://127.0.0.1", "tcp://10.0.0.7"))
+    with pytest.raises(ValueError, match=r"party 'lab': .* over plain TCP.*use tls://"):
+        _connect_scheduler(FederationConfig.load(config), "lab")
+
+
+def test_a_dask_scheduler_without_workers_is_named_not_waited_for(tmp_path: Path) -> None:
+    from vfl.party import _connect_scheduler
+
+    distributed = pytest.importorskip("distributed")
+    config = write_config(tmp_path)
+    with distributed.LocalCluster(n_workers=0, dashboard_address=None) as cluster:
+        text = config.read_text().replace(
+            'key = "certs/lab.key"\n',
+            f'key = "certs/lab.key"\nscheduler = "{cluster.scheduler_address}"\n',
+        )
+        config.write_text(text.replace("connect_timeout = 60", "connect_timeout = 2"))
+        with pytest.raises(ValueError, match=r"party 'lab': its Dask scheduler .* has no worker"):
+            _connect_scheduler(FederationConfig.load(config), "lab")
+        with distributed.Client(cluster) as client:
+            from vfl.crypto import parallel
+
+            with pytest.raises(ValueError, match="the Dask cluster has no workers"):
+                parallel.check_workers(client)
