@@ -196,7 +196,7 @@ def _split_nn(ctx: Context, defence: str) -> SchemeResult:
     if note:
         notes.append(note)
     ledger = getattr(model, "privacy_ledger_", None)
-    return SchemeResult(
+    result = SchemeResult(
         "",
         "",
         auc=auc,
@@ -208,6 +208,7 @@ def _split_nn(ctx: Context, defence: str) -> SchemeResult:
         notes="; ".join(notes),
         details={"model": model, "inversion_error": error},
     )
+    return cut.add_to(result)
 
 
 for _defence_name, _name in (

@@ -23,9 +23,15 @@ powers, re-randomisation, ``matrix @ ciphertexts``) is then submitted to it in a
 as it has worker threads, through :func:`linkage.workers.run_on_executor` (imported then, so
 that ``import vfl.crypto`` stays light); Dask tasks are impure (``pure=False``), since two
 chunks of random powers have the same arguments and must not share one result. Private-key
-work (CRT encryption, decryption) never leaves this process: its halves run on this machine's
-own threads and processes, so no cluster worker ever holds a key's factors. Results do not
-depend on where they ran: the same plaintexts decrypt from the same ciphertext arithmetic.
+work (CRT encryption, decryption) stays in this process: no cluster worker holds a key's
+factors. Results do not depend on where they ran: the same ciphertext arithmetic.
+
+.. warning::
+   The cluster must be inside the party's own trust boundary. What it computes is as
+   sensitive as the data: an encryption's random power decrypts that ciphertext without the
+   key (``c * r**-1 = 1 + m n``), and the party's feature rows and, in the secret-shared
+   protocol, its shares travel as exponents. ``vflink party`` reaches another host's
+   scheduler only over ``tls://`` (:func:`vfl.party._connect_scheduler`).
 """
 
 from __future__ import annotations

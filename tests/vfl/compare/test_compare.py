@@ -90,6 +90,10 @@ def test_dp_rows_report_their_ledgers_epsilon(quick: Comparison) -> None:
         assert row.epsilon == pytest.approx(spent, rel=1e-12)
         assert quick.table().loc[row.scheme, "epsilon"] == pytest.approx(spent, rel=1e-12)
         assert 0 < spent < 20
+    # each asks for its budget: label DP at 2 (vertical, split, transfer), client DP at 4
+    assert quick["vertical LR, coordinator + label DP"].epsilon == pytest.approx(2.0, rel=0.01)
+    assert quick["split NN, label DP"].epsilon == pytest.approx(2.0, rel=0.01)
+    assert quick["horizontal FedAvg + central DP"].epsilon == pytest.approx(4.0, rel=0.01)
     for row in quick.results:
         if "DP" not in row.scheme and "noise" not in row.scheme:
             assert row.epsilon is None, row.scheme
@@ -100,8 +104,11 @@ def test_attacks_tell_leaky_protocols_from_protected_ones(quick: Comparison) -> 
     # exact gradients leak labels to the lab; secret shares do not
     assert quick["vertical LR, coordinator"].privacy_loss > 0.1
     assert quick["vertical LR, secret-shared"].privacy_loss < 0.05
-    # the lab's label-leakage attack on a split network without defence beats chance
-    assert quick["split NN, no defence"].privacy_loss > quick["split NN, label DP"].privacy_loss
+    # the lab reads the labels off a split network's gradients; the imaging centre inverts
+    # the lab's embeddings unless they are noised
+    assert quick["split NN, no defence"].attack("split-label-direction").advantage > 0.5
+    plain = quick["split NN, no defence"].attack("split-inversion").advantage
+    assert quick["split NN, embedding noise"].attack("split-inversion").advantage < plain - 0.3
 
 
 @pytest.mark.slow

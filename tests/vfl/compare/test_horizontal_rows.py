@@ -89,6 +89,8 @@ def test_secure_aggregation_hides_the_updates_the_inversion_needs(
         tags = {r.tag for r in rows[name].details["model"].transcript_.records}
         assert not any(t.startswith("fed/update/") for t in tags), name
         assert rows[name].details["inversion_guesses"] == rounds, name
-    plain = rows[FEDAVG].attack("gradient inversion").success
-    for name in (SECURE, SECURE_DP):
-        assert rows[name].attack("gradient inversion").success <= plain, name
+    # the closed form recovers no row from a many-row update (its docstring): what a guess
+    # gets closest to is a mix of rows, well short of a recovery, with or without the sum
+    for name in NAMES[:-1]:
+        assert rows[name].attack("gradient inversion").success == 0.0, name
+        assert rows[name].details["inversion_best"] < horizontal_rows.RECOVERED, name
