@@ -42,6 +42,7 @@ with a ValueError.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -49,25 +50,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-
-try:
-    from flwr.app import (
-        Array,
-        ArrayRecord,
-        ConfigRecord,
-        Context,
-        Message,
-        MessageType,
-        MetricRecord,
-        RecordDict,
-    )
-    from flwr.clientapp import ClientApp
-    from flwr.serverapp import Grid, ServerApp
-    from flwr.serverapp.strategy import Strategy as _FlowerStrategy
-except ImportError as exc:  # pragma: no cover - the extra is missing
-    raise ImportError(
-        "horizontal.flower needs Flower (flwr >= 1.20): pip install 'vflink[flower]'"
-    ) from exc
 
 from horizontal.aggregate import l2_norms, weighted_mean
 from horizontal.model import build_module, flatten
@@ -86,6 +68,34 @@ from horizontal.training import (
 )
 from vfl.federation import wire
 from vfl.federation.base import Federation, FederationTimeoutError
+
+# importing Flower sets GRPC_VERBOSITY=error in this process's environment, which every
+# process started afterwards inherits: it silenced gRPC's own log of refused TLS handshakes
+# in vflink's party processes. Keep the environment as it was.
+_grpc_verbosity = os.environ.get("GRPC_VERBOSITY")
+try:
+    from flwr.app import (
+        Array,
+        ArrayRecord,
+        ConfigRecord,
+        Context,
+        Message,
+        MessageType,
+        MetricRecord,
+        RecordDict,
+    )
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import Strategy as _FlowerStrategy
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError(
+        "horizontal.flower needs Flower (flwr >= 1.42): pip install 'vflink[flower]'"
+    ) from exc
+finally:
+    if _grpc_verbosity is None:
+        os.environ.pop("GRPC_VERBOSITY", None)
+    else:
+        os.environ["GRPC_VERBOSITY"] = _grpc_verbosity
 
 __all__ = [
     "VflinkStrategy",

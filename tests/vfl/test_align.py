@@ -196,7 +196,7 @@ def test_three_party_psi_gives_each_party_the_triple_intersection_only(monkeypat
     made: list[linkage.EcdhPsiParty] = []
 
     class Recorded(linkage.EcdhPsiParty):
-        def __init__(self) -> None:
+        def __init__(self, *, workers: object = None) -> None:
             super().__init__(workers=1)
             self.blind_input: list[str] = []
             made.append(self)

@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import multiprocessing
+import os
 import shutil
 import socket
 import subprocess
@@ -390,6 +391,9 @@ def test_handshake_refusals_are_logged_by_the_receiving_party(pki, tmp_path: Pat
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # gRPC's default verbosity, whatever this process's environment holds (importing
+        # Flower, in another test, sets GRPC_VERBOSITY=error, which would silence the log)
+        env={k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"},
     )
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "up"
