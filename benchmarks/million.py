@@ -81,6 +81,13 @@ def stage(name: str, table: list[tuple[str, float, float]]) -> Iterator[None]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="patients per table")
+    parser.add_argument(
+        "--protocols",
+        nargs="*",
+        default=["coordinator", "shared"],
+        help="vertical LR protocols to train (default both)",
+    )
+    parser.add_argument("--no-scoring", action="store_true", help="skip the scoring stage")
     args = parser.parse_args()
     n = args.rows
     print(f"{n:,} rows per table, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
@@ -119,16 +126,18 @@ def main() -> None:
     }
     y = aligned["imaging"][LABEL]
     models: dict[str, Any] = {}
-    for protocol in ("coordinator", "shared"):
+    for protocol in args.protocols:
         model = VerticalLogisticRegression(
             protocol=protocol, batch_size=10_000, max_iter=1, tol=None, workers=2
         )
         with stage(f"vertical LR, {protocol}: setup + 1 epoch ({len(y):,} rows)", table):
             model.fit(parts, y, label_party="imaging")
         models[protocol] = model
-    score: Callable[[], Any] = lambda: models["shared"].predict_proba(parts)  # noqa: E731
-    with stage("scoring every aligned row (secret-shared model)", table):
-        score()
+    if not args.no_scoring and models:
+        last = list(models)[-1]
+        score: Callable[[], Any] = lambda: models[last].predict_proba(parts)  # noqa: E731
+        with stage(f"scoring every aligned row ({last} model)", table):
+            score()
 
     total = sum(s for _, s, _ in table[1:])
     print(f"\n{'stage':<52}{'seconds':>9}{'peak GiB':>10}")
