@@ -88,6 +88,13 @@ def main() -> None:
         help="vertical LR protocols to train (default both)",
     )
     parser.add_argument("--no-scoring", action="store_true", help="skip the scoring stage")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        help="seconds a party waits for a message (the estimator's default, 600, is shorter "
+        "than one party's setup at a million rows on two cores)",
+    )
     args = parser.parse_args()
     n = args.rows
     print(f"{n:,} rows per table, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
@@ -128,7 +135,12 @@ def main() -> None:
     models: dict[str, Any] = {}
     for protocol in args.protocols:
         model = VerticalLogisticRegression(
-            protocol=protocol, batch_size=10_000, max_iter=1, tol=None, workers=2
+            protocol=protocol,
+            batch_size=10_000,
+            max_iter=1,
+            tol=None,
+            workers=2,
+            timeout=args.timeout,
         )
         with stage(f"vertical LR, {protocol}: setup + 1 epoch ({len(y):,} rows)", table):
             model.fit(parts, y, label_party="imaging")
