@@ -257,7 +257,9 @@ class LocalChannel(Federation):
                     raise FederationTimeoutError(
                         f"party {me!r} waited {time.monotonic() - started:.1f} s for {tag!r} "
                         f"from {frm!r} and nothing arrived; pending from {frm!r}: "
-                        f"{sorted(hub.pending_tags(frm, me)) or 'nothing'}"
+                        f"{sorted(hub.pending_tags(frm, me)) or 'nothing'}; if {frm!r} is "
+                        "still computing (a large setup), raise the timeout (the estimator's "
+                        "timeout=, or the config's [federation] timeout)"
                     )
 
     def _gather_bytes(
