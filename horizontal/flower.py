@@ -51,7 +51,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from horizontal.aggregate import l2_norms, weighted_mean
 from horizontal.model import build_module, flatten
 from horizontal.training import (
     FED,
@@ -65,6 +64,7 @@ from horizontal.training import (
     Task,
     Update,
     _check_diverged,
+    aggregate_updates,
 )
 from vfl.federation import wire
 from vfl.federation.base import Federation, FederationTimeoutError
@@ -462,28 +462,11 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
         (vflink's kernels, then the strategy's server step) and the round's record; DP's
         spend goes to the ledger."""
         spec = self._spec()
-        for client, update in updates.items():
-            if update.round != round_ or update.delta.shape != weights.shape:
-                Update.refuse(client, "delta", f"is not round {round_}'s {weights.size} values")
-            if self.sizes is not None and update.samples != self.sizes[client]:
-                Update.refuse(client, "samples", f"is not its {self.sizes[client]} setup rows")
-        deltas = (
-            np.vstack([u.delta for u in updates.values()]).astype(np.float64)
-            if updates
-            else np.zeros((0, weights.size))
-        )
-        norms = l2_norms(deltas) if len(deltas) else np.zeros(0)
         privacy = spec.privacy
         clip = self.clip
-        if privacy is not None and privacy.client_level:
-            bits = [u.unclipped for u in updates.values()]
-            mean_delta, self.clip = privacy.server_mean(
-                deltas, bits, clip, len(spec.clients), weights, spec
-            )
-        elif spec.robust is not None and len(deltas):
-            mean_delta = spec.robust.aggregate(deltas, [u.samples for u in updates.values()])
-        else:
-            mean_delta = weighted_mean(deltas, [u.samples for u in updates.values()])
+        mean_delta, self.clip, norms = aggregate_updates(
+            spec, updates, weights, round_, self.sizes, clip, len(spec.clients)
+        )
         new = spec.strategy.server_step(weights, mean_delta, self.state, control_step=None)
         _check_diverged(new, round_)
         record = RoundRecord(

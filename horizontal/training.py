@@ -30,6 +30,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -457,26 +458,9 @@ class ServerRole:
                 c: _expand(Update.from_payload(p, c), spec.compression, weights.size, c)
                 for c, p in replies.items()
             }
-            for client, update in updates.items():
-                if update.round != round_ or update.delta.shape != weights.shape:
-                    Update.refuse(client, "delta", f"is not round {round_}'s {weights.size} values")
-                if update.samples != sizes[client]:
-                    Update.refuse(client, "samples", f"is not its {sizes[client]} setup rows")
-            deltas = (  # one float64 matrix, a row per reply: stacked once
-                np.vstack([u.delta for u in updates.values()]).astype(np.float64)
-                if updates
-                else np.zeros((0, weights.size))
+            mean_delta, clip, norms = aggregate_updates(
+                spec, updates, weights, round_, sizes, clip, len(clients)
             )
-            norms = l2_norms(deltas) if len(deltas) else np.zeros(0)
-            if privacy is not None and privacy.client_level:
-                bits = [u.unclipped for u in updates.values()]
-                mean_delta, clip = privacy.server_mean(
-                    deltas, bits, clip, len(clients), weights, spec
-                )
-            elif spec.robust is not None and len(deltas):
-                mean_delta = spec.robust.aggregate(deltas, [u.samples for u in updates.values()])
-            else:
-                mean_delta = weighted_mean(deltas, [u.samples for u in updates.values()])
             control_step = None
             if spec.strategy.local.scaffold and updates:
                 control_step = np.zeros_like(weights)
@@ -649,6 +633,44 @@ class ServerRole:
         if self.spec.min_clients is None:
             return max(1, math.ceil(sampled / 2)) if sampled else 0
         return min(self.spec.min_clients, sampled)
+
+
+def aggregate_updates(
+    spec: FitSpec,
+    updates: Mapping[str, Update],
+    weights: Vector,
+    round_: int,
+    sizes: Mapping[str, int] | None,
+    clip: float | None,
+    n_clients: int,
+) -> tuple[Vector, float | None, Vector]:
+    """The server's step from one round's replies, before the strategy's own: every update
+    checked (its round, its length, its setup rows when ``sizes`` are known), then the mean
+    delta by client-level DP (clipped, noised, the clip adapted), the robust rule, or the
+    row-weighted mean. Returns ``(mean_delta, clip, norms)`` (the clip for the next round, the
+    updates' norms for the drift). Shared by vflink's own server and :mod:`horizontal.flower`.
+    """
+    for client, update in updates.items():
+        if update.round != round_ or update.delta.shape != weights.shape:
+            Update.refuse(client, "delta", f"is not round {round_}'s {weights.size} values")
+        if sizes is not None and update.samples != sizes[client]:
+            Update.refuse(client, "samples", f"is not its {sizes[client]} setup rows")
+    deltas = (  # one float64 matrix, a row per reply: stacked once
+        np.vstack([u.delta for u in updates.values()]).astype(np.float64)
+        if updates
+        else np.zeros((0, weights.size))
+    )
+    norms = l2_norms(deltas) if len(deltas) else np.zeros(0)
+    privacy = spec.privacy
+    samples = [u.samples for u in updates.values()]
+    if privacy is not None and privacy.client_level:
+        bits = [u.unclipped for u in updates.values()]
+        mean_delta, clip = privacy.server_mean(deltas, bits, clip, n_clients, weights, spec)
+    elif spec.robust is not None and len(deltas):
+        mean_delta = spec.robust.aggregate(deltas, samples)
+    else:
+        mean_delta = weighted_mean(deltas, samples)
+    return mean_delta, clip, norms
 
 
 def _check_diverged(weights: Vector, round_: int) -> None:

@@ -771,9 +771,17 @@ def make_hospital_cohort(
     frames = [features.iloc[r].reset_index(drop=True) for r in rows]
     if feature_shift > 0:
         frames = _shift_features(frames, float(feature_shift), rng)
+    return _name_hospitals(frames, [label[r] for r in rows])
+
+
+def _name_hospitals(
+    frames: list[pd.DataFrame], labels: list[np.ndarray[Any, Any]]
+) -> dict[str, pd.DataFrame]:
+    """``{"hospital_1": frame, ...}``, each frame with its diagnosis and record ids unique over
+    all hospitals (``"H1-000001"``...)."""
     cohort: dict[str, pd.DataFrame] = {}
-    for h, (frame, r) in enumerate(zip(frames, rows, strict=True)):
-        frame[LABEL] = label[r]
+    for h, (frame, label) in enumerate(zip(frames, labels, strict=True)):
+        frame[LABEL] = label
         ids = pd.Index([f"H{h + 1}-{i + 1:06d}" for i in range(len(frame))], name="record_id")
         cohort[f"hospital_{h + 1}"] = frame.set_axis(ids)
     return cohort
@@ -1163,12 +1171,7 @@ class ClinicalPopulation:
             )
             for frame, moved in zip(frames, shifted, strict=True):
                 frame[HOSPITAL_FEATURES] = moved
-        cohort: dict[str, pd.DataFrame] = {}
-        for h, (frame, p) in enumerate(zip(frames, parts, strict=True)):
-            frame[LABEL] = label[p]
-            ids = pd.Index([f"H{h + 1}-{i + 1:06d}" for i in range(len(frame))], name="record_id")
-            cohort[f"hospital_{h + 1}"] = frame.set_axis(ids)
-        return cohort
+        return _name_hospitals(frames, [label[p] for p in parts])
 
     def transfer(
         self,
