@@ -26,6 +26,7 @@ from tqdm import tqdm
 from linkage.encoding import Encodings
 from linkage.kernels import dice_all_pairs, dice_of_pairs
 from linkage.threshold import TOP_K, auto_threshold, greedy, top_k_pairs
+from linkage.workers import Workers, check_workers, executor_slots, is_executor, run_on_executor
 
 __all__ = [
     "AUTO_BLOCKING_PAIRS",
@@ -52,6 +53,7 @@ def dice_pairs(
     floor: float = 0.0,
     chunk: int = _CHUNK,
     backend: str = "auto",
+    workers: Workers = None,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Dice scores of all pairs with ``score >= floor``, and each A record's best score.
 
@@ -60,22 +62,86 @@ def dice_pairs(
     records of similar popcount skip the division for pairs that can neither reach the floor
     nor be a record's best or second-best.
 
+    ``workers``: the comparison already runs on every core of this machine (torch's and
+    BLAS's threads), so a count changes nothing; an executor -- the linkage unit's own Dask
+    cluster (``dask.distributed.Client``) or any :class:`concurrent.futures.Executor` --
+    compares chunks of A, taken in popcount order, on its workers: B's filters are scattered
+    to every Dask worker once (other executors get them with each task), each task unpacks
+    them (``bits`` bytes per B record) and returns its pairs. The result is identical to the
+    in-process one.
+
     Returns
     -------
     (ia, ib, scores, best)
         Positions in ``a`` and ``b`` and the scores of the kept pairs (``> 0`` when the floor
-        is 0), and for every record of ``a`` its best and second-best score against ``b``
-        (``best[:, 0]``, ``best[:, 1]``; 0 where the length filter left no candidate).
+        is 0), ordered by ``ia`` then ``ib``, and for every record of ``a`` its best and
+        second-best score against ``b`` (``best[:, 0]``, ``best[:, 1]``; 0 where the length
+        filter left no candidate).
     """
     a.check_compatible(b)
-    show = len(a) * len(b) >= PROGRESS_MIN_PAIRS and os.environ.get("VFLINK_PROGRESS", "1") != "0"
+    if is_executor(workers):
+        ia, ib, scores, best = _dice_pairs_on(workers, a.words, b.words, floor, chunk, backend)
+    else:
+        check_workers(workers)  # a bad argument is named even where it changes nothing
+        show = (
+            len(a) * len(b) >= PROGRESS_MIN_PAIRS and os.environ.get("VFLINK_PROGRESS", "1") != "0"
+        )
 
-    def progress(starts: Any) -> Any:
-        return tqdm(starts, desc="comparing encodings", leave=False, disable=not show)
+        def progress(starts: Any) -> Any:
+            return tqdm(starts, desc="comparing encodings", leave=False, disable=not show)
 
-    return dice_all_pairs(
-        a.words, b.words, floor=floor, chunk=chunk, backend=backend, progress=progress
-    )
+        ia, ib, scores, best = dice_all_pairs(
+            a.words, b.words, floor=floor, chunk=chunk, backend=backend, progress=progress
+        )
+    order = np.lexsort((ib, ia))  # one order however the work was cut
+    return ia[order], ib[order], scores[order], best
+
+
+def _dice_pairs_on(
+    executor: Any,
+    words_a: np.ndarray[Any, Any],
+    words_b: np.ndarray[Any, Any],
+    floor: float,
+    chunk: int,
+    backend: str,
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """:func:`dice_all_pairs` on ``executor``: A cut in popcount order into a few tasks per
+    worker, each a whole number of ``chunk`` records, so that every task compares exactly the
+    blocks the in-process kernel would (each A record's pairs and best scores depend only on
+    its own block)."""
+    if not 0 <= floor <= 1:
+        raise ValueError(f"floor must be in [0, 1], got {floor}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be positive, got {chunk}")
+    n_a = len(words_a)
+    order_a = np.argsort(np.bitwise_count(words_a).sum(axis=1), kind="stable")
+    per_task = -(-n_a // (4 * executor_slots(executor)))
+    per_task = max(chunk, -(-per_task // chunk) * chunk)
+    cuts = [order_a[i : i + per_task] for i in range(0, n_a, per_task)]
+    tasks = [(words_a[rows], floor, chunk, backend) for rows in cuts]
+    results = run_on_executor(executor, _dice_task, tasks, shared=(words_b,))
+    best = np.zeros((n_a, 2))
+    out_a, out_b, out_s = [], [], []
+    for rows, (ia, ib, scores, top) in zip(cuts, results, strict=True):
+        out_a.append(rows[ia])
+        out_b.append(ib)
+        out_s.append(scores)
+        best[rows] = top
+    if not out_a:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros(0), best
+    return np.concatenate(out_a), np.concatenate(out_b), np.concatenate(out_s), best
+
+
+def _dice_task(
+    words_a: np.ndarray[Any, Any],
+    floor: float,
+    chunk: int,
+    backend: str,
+    words_b: np.ndarray[Any, Any],
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """One task of :func:`_dice_pairs_on` (on a worker): its A records against all of B."""
+    return dice_all_pairs(words_a, words_b, floor=floor, chunk=chunk, backend=backend)
 
 
 AUTO_BLOCKING_PAIRS = 50_000_000
@@ -92,6 +158,7 @@ def match(
     floor: float = 0.5,
     blocking: Any = "auto",
     method: str = "greedy",
+    workers: Workers = None,
 ) -> pd.DataFrame:
     """Link the records of two encodings one-to-one.
 
@@ -113,6 +180,14 @@ def match(
         anonlink does, among each record's :data:`~linkage.threshold.TOP_K` best candidates;
         ``"optimal"`` maximises the total score of the links (an assignment
         problem, solved per connected group of candidate pairs with SciPy).
+    workers : executor, optional
+        Where an all-pairs comparison runs (:func:`dice_pairs`): the linkage unit's own
+        Dask client or any :class:`concurrent.futures.Executor` spreads it over a cluster
+        (with ``blocking=None``, comparing millions of records exhaustively, without
+        blocking's loss of recall, becomes a cluster's work); the links are identical. The
+        blocked path stays in this process: scoring the candidate pairs is a gather and a
+        popcount per pair (2.6 million pairs in 0.2 s on one core, 200,000 x 200,000
+        records with LSH), cheaper than shipping each pair's two filters to a worker.
 
     Returns
     -------
@@ -142,7 +217,7 @@ def match(
         small = len(a) * len(b) <= AUTO_BLOCKING_PAIRS and len(b) * b.bits * 4 <= 2**30
         blocking = None if small else "lsh"
     if blocking is None:
-        ia, ib, scores, best = dice_pairs(a, b, floor=low)
+        ia, ib, scores, best = dice_pairs(a, b, floor=low, workers=workers)
         compared, how = len(a) * len(b), "all pairs"
     else:
         from linkage.blocking import block
@@ -384,16 +459,18 @@ def link(
     threshold: float | None = None,
     blocking: Any = "auto",
     method: str = "greedy",
+    workers: Workers = None,
 ) -> pd.DataFrame:
     """Encode both frames and :func:`match` them in one call (a simulation of both data holders
     and the linkage unit in one process); the arguments are those of :func:`encode` and
-    :func:`match`."""
+    :func:`match` (``workers`` goes to both: encoding in this process by default)."""
     from linkage.encoding import encode
 
     return match(
-        encode(frame_a, schema, secret=secret),
-        encode(frame_b, schema, secret=secret),
+        encode(frame_a, schema, secret=secret, workers=1 if workers is None else workers),
+        encode(frame_b, schema, secret=secret, workers=1 if workers is None else workers),
         threshold=threshold,
         blocking=blocking,
         method=method,
+        workers=workers if is_executor(workers) else None,
     )

@@ -142,19 +142,29 @@ def map_chunks(
 
 
 def run_on_executor(
-    executor: Any, step: Callable[..., Any], tasks: Sequence[tuple[Any, ...]]
+    executor: Any,
+    step: Callable[..., Any],
+    tasks: Sequence[tuple[Any, ...]],
+    shared: tuple[Any, ...] = (),
 ) -> list[Any]:
-    """``[step(*task) for task in tasks]`` on ``executor``, in order (the one place vflink
-    submits work to an executor: PSI, Bloom encoding and :mod:`vfl.crypto.parallel`).
+    """``[step(*task, *shared) for task in tasks]`` on ``executor``, in order (the one place
+    vflink submits work to an executor: PSI, Bloom encoding, all-pairs Dice comparison and
+    :mod:`vfl.crypto.parallel`).
 
-    Dask tasks are impure (two chunks of random powers have equal arguments and must not be
-    merged into one result) and carry their arguments and result as one object each. A task
-    that fails, or whose workers all died past Dask's retries, raises :class:`RuntimeError`
-    naming the step and the cause; the others are cancelled."""
+    ``shared`` are arguments every task needs (the B filters of a comparison): a Dask client
+    scatters them to every worker once (``broadcast=True``) instead of shipping them with each
+    task; other executors receive them with each task. Dask tasks are impure (two chunks of
+    random powers have equal arguments and must not be merged into one result) and carry
+    their own arguments and result as one object each. A task that fails, or whose workers
+    all died past Dask's retries, raises :class:`RuntimeError` naming the step and the cause;
+    the others are cancelled."""
     if _is_dask(executor):
-        futures = [executor.submit(_unpack, _Packed(step, task), pure=False) for task in tasks]
+        common = [executor.scatter(value, broadcast=True) for value in shared]
+        futures = [
+            executor.submit(_unpack, _Packed(step, task), *common, pure=False) for task in tasks
+        ]
     else:
-        futures = [executor.submit(step, *task) for task in tasks]
+        futures = [executor.submit(step, *task, *shared) for task in tasks]
     try:
         results = [f.result() for f in futures]
     except Exception as exc:
@@ -185,10 +195,11 @@ class _Packed:
         self.fn, self.args = state
 
 
-def _unpack(packed: _Packed) -> _Packed:
-    """Run the packed task; the result comes back packed too (Dask would otherwise serialise
-    a returned list item by item, as many frames as items): its ``args[0]``."""
-    return _Packed(_unpack, (packed.fn(*packed.args),))
+def _unpack(packed: _Packed, *shared: Any) -> _Packed:
+    """Run the packed task (with the scattered ``shared`` arguments after its own); the result
+    comes back packed too (Dask would otherwise serialise a returned list item by item, as
+    many frames as items): its ``args[0]``."""
+    return _Packed(_unpack, (packed.fn(*packed.args, *shared),))
 
 
 _POOLS: dict[int, ProcessPoolExecutor] = {}

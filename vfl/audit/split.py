@@ -5,7 +5,8 @@
   respect to its embedding. With cross-entropy the gradient is ``(p - onehot(y)) W``: its
   *norm* tends to differ by class (:func:`norm_scores`: the larger-norm rows are the rarer
   class), and its *direction* flips with the label (:func:`direction_scores`: cosine
-  similarity with the gradient of one row whose label the attacker knows). Each is reported
+  similarity with the gradient of one row whose label the attacker knows, the reference
+  carried from batch to batch as the model drifts). Each is reported
   as the attacker's AUC against the true labels (0.5 is chance; the AUC of the better of a
   score and its negation, since the attacker can orient it with one known label).
 * **Embedding inversion**: the label party receives every other party's embeddings. With
@@ -69,10 +70,13 @@ def norm_scores(view: View, n_rows: int) -> tuple[np.ndarray[Any, Any], np.ndarr
 def direction_scores(
     view: View, n_rows: int, known: int
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """``(rows, score)``: each row's cosine similarity with the gradient of row ``known`` (a
-    row whose label the attacker knows), within the first epoch. Other batches are compared
-    with the mean direction of the rows already scored alike (the attack carries the
-    reference over: rows of one class point the same way)."""
+    """``(rows, score)``: each row's cosine similarity with a reference direction, within the
+    first epoch. The reference starts as the gradient of row ``known`` (a row whose label the
+    attacker knows) and is carried from batch to batch: after each batch it becomes the mean
+    direction of that batch's rows scored on the known row's side (rows of one class point
+    the same way, and the way drifts as the model trains, so a reference from one batch fades
+    in later ones). Within the batch holding the known row, that row's own gradient is the
+    reference."""
     batches = _first_epoch(view, n_rows)
     reference = None
     for rows, grads in batches:
@@ -82,12 +86,18 @@ def direction_scores(
             break
     if reference is None:
         raise ValueError(f"row {known} is not in the first epoch of the view")
-    unit = reference / (np.linalg.norm(reference) + 1e-12)
+    reference = reference / (np.linalg.norm(reference) + 1e-12)
     out_rows, out_scores = [], []
     for rows, grads in batches:
-        norms = np.linalg.norm(grads, axis=1) + 1e-12
+        units = grads / (np.linalg.norm(grads, axis=1, keepdims=True) + 1e-12)
+        hit = np.flatnonzero(rows == known)
+        scores = units @ (units[hit[0]] if len(hit) else reference)
         out_rows.append(rows)
-        out_scores.append(grads @ unit / norms)
+        out_scores.append(scores)
+        alike = units[scores > 0]
+        if len(alike):
+            mean = alike.mean(axis=0)
+            reference = mean / (np.linalg.norm(mean) + 1e-12)
     return np.concatenate(out_rows), np.concatenate(out_scores)
 
 

@@ -52,12 +52,16 @@ class Comparison:
         settings: Settings,
         seed: int,
         seconds: float,
+        context: Context | None = None,
     ) -> None:
         self.results = results
         self.population = population
         self.settings = settings
         self.seed = seed
         self.seconds = seconds
+        self.context = context
+        """What the rows shared (the population's cuts and the linkage, made once): an example
+        handed it reruns a row on the very same linked rows."""
         self.skipped: dict[str, str] = {}
         """Families of schemes not run, with the reason (a missing optional dependency)."""
 
@@ -173,7 +177,7 @@ def compare(
         results.append(result)
         if progress is not None:
             progress(result)
-    comparison = Comparison(results, population, chosen, seed, time.perf_counter() - began)
+    comparison = Comparison(results, population, chosen, seed, time.perf_counter() - began, ctx)
     comparison.skipped = skipped
     return comparison
 

@@ -14,7 +14,7 @@ import pandas as pd
 from sklearn.base import clone
 
 from vfl.crypto.policy import KeyPolicy
-from vfl.estimator import FederatedEstimator, Role, run_deployed
+from vfl.estimator import FederatedEstimator, Role, run_deployed, wait_limit
 from vfl.federation.base import Federation
 from vfl.linear.losses import LinearLoss
 from vfl.linear.model import PartyModel
@@ -66,7 +66,7 @@ class VerticalLinearModel(FederatedEstimator):
         warm_start: bool = False,
         coordinator: str = "coordinator",
         workers: Any = None,
-        timeout: float = 600.0,
+        timeout: float | None = None,
         insecure: bool = False,
         label_epsilon: float | None = None,
         label_delta: float = 1e-5,
@@ -122,6 +122,9 @@ class VerticalLinearModel(FederatedEstimator):
     def _learning_rate(self) -> float:
         rate = self.learning_rate
         return DEFAULT_RATES[self._optimizer()] if rate is None else float(rate)
+
+    def _wait_limit(self, rows: int) -> float:
+        return wait_limit(self.timeout, rows, self.key_bits)
 
     def _check_params(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -431,7 +434,8 @@ class VerticalLinearModel(FederatedEstimator):
             ledger=self._ledger(ledger),
         )
         roles = self._fit_roles(spec, dict(frames), y)
-        results = self._simulate(roles, keep_payloads=keep_payloads)
+        rows = max(len(f) for f in frames.values())
+        results = self._simulate(roles, keep_payloads=keep_payloads, rows=rows)
         self._collect(results, spec)
         return self
 
@@ -453,7 +457,8 @@ class VerticalLinearModel(FederatedEstimator):
         }
         if spec.coordinator is not None:
             roles[spec.coordinator] = ScoreCoordinatorRole(spec)
-        results = self._simulate(roles, fit=False)
+        rows = max(len(f) for f in frames.values())
+        results = self._simulate(roles, fit=False, rows=rows)
         scores: np.ndarray[Any, Any] = results[self.label_party_]
         return scores
 

@@ -89,8 +89,11 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
         ``dask.distributed.Client`` of its cluster (the ``dask`` extra): the public-key work
         (encryption, ``matrix @ ciphertexts``) runs there, the private-key work stays in this
         process (:mod:`vfl.crypto.parallel`).
-    timeout : float
-        Seconds any party waits for a message before failing.
+    timeout : float, optional
+        Seconds any simulated party waits for a message before failing. By default
+        (:func:`vfl.estimator.wait_limit`) 600 s plus 2 ms per row of the largest table with
+        2048-bit keys (a million rows: 2,600 s), since a party's setup encrypts every row
+        before training sends anything. A stuck peer fails at once either way.
     insecure : bool
         Allow keys below 2048 bits (tests only).
     label_epsilon : float, optional

@@ -65,7 +65,7 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
         warm_start: bool = False,
         coordinator: str = "coordinator",
         workers: Any = None,
-        timeout: float = 600.0,
+        timeout: float | None = None,
         insecure: bool = False,
     ) -> None:
         super().__init__(

@@ -142,10 +142,12 @@ def test_vertical_rows_reproduce_the_lab_imaging_example(quick: Comparison, tmp_
 
 @pytest.mark.slow
 def test_split_rows_reproduce_the_split_learning_example(quick: Comparison) -> None:
-    figures = example("split_learning").shared_population(SEED, quick=True)
+    # on the comparison's own linked rows, the same seeds: the same network, the same AUC
+    figures = example("split_learning").shared_population(SEED, quick=True, context=quick.context)
     assert figures["split NN, no defence"] == pytest.approx(
-        quick["split NN, no defence"].auc, abs=TOLERANCE
+        quick["split NN, no defence"].auc, abs=1e-9
     )
+    # label DP flips labels with OS randomness: a different network, not compared
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from vfl.crypto import PaillierPrivateKey, PaillierPublicKey, matvec, parallel
@@ -186,3 +187,28 @@ def test_bloom_encoding_on_dask_gives_the_same_bits(
         assert (there.words == here.words).all() and (there.index == here.index).all()
         assert (there.block_keys == here.block_keys).all()
         assert there.fingerprint == here.fingerprint and there.invalid == here.invalid
+
+
+@pytest.mark.slow
+def test_all_pairs_comparison_on_dask_gives_the_same_pairs_and_links(client: Any) -> None:
+    import linkage
+    from linkage.matching import dice_pairs
+    from vfl.datasets import identity_schema, make_lab_imaging_cohort
+
+    lab, imaging, truth = make_lab_imaging_cohort(5000, overlap=0.8, random_state=6)
+    schema = identity_schema()
+    a = linkage.encode(lab, schema, secret=SECRET)
+    b = linkage.encode(imaging, schema, secret=SECRET)
+    here = dice_pairs(a, b, floor=0.6, chunk=512)
+    links = linkage.match(a, b, blocking=None)
+    assert linkage.evaluate(links, truth)["f1"] > 0.9  # a real linkage, not an empty one
+    with ThreadPoolExecutor(2) as pool:
+        for workers in (client, pool):  # several tasks: 5,000 records in chunks of 512
+            there = dice_pairs(a, b, floor=0.6, chunk=512, workers=workers)
+            for mine, theirs in zip(here, there, strict=True):
+                np.testing.assert_array_equal(mine, theirs)
+            pd.testing.assert_frame_equal(
+                links, linkage.match(a, b, blocking=None, workers=workers)
+            )
+    with pytest.raises(ValueError, match="workers must be a positive integer or an executor"):
+        dice_pairs(a, b, workers=0)

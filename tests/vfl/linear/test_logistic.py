@@ -592,3 +592,33 @@ def test_the_coordinator_refuses_inflated_packings_and_long_loss_requests() -> N
 
     with pytest.raises(PartyFailedError, match=r"party 'imaging' .* asks for 5 values"):
         LocalFederation(timeout=10).run({"imaging": asker, "coordinator": coordinator})
+
+
+def test_the_default_wait_grows_with_the_rows_and_the_key(breast, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from vfl import estimator
+    from vfl.estimator import DEFAULT_TIMEOUT, SECONDS_PER_ROW, wait_limit
+
+    # a million rows with 2048-bit keys: the setup alone outlasts a fixed 600 s on two cores
+    assert wait_limit(None, 1_000_000) == pytest.approx(DEFAULT_TIMEOUT + 1e6 * SECONDS_PER_ROW)
+    assert wait_limit(None, 1_000_000) > 4 * DEFAULT_TIMEOUT
+    assert wait_limit(None, 1000, 3072) == pytest.approx(
+        DEFAULT_TIMEOUT + 1000 * SECONDS_PER_ROW * 1.5**3
+    )
+    assert wait_limit(5.0, 10**9) == 5.0  # an explicit timeout is kept
+    # the estimator hands the simulation the limit for its own rows and key, fit and scoring
+    seen: list[float] = []
+    run = estimator.run_simulation
+
+    def recording(roles, *, timeout, record_payloads=False):  # type: ignore[no-untyped-def]
+        seen.append(timeout)
+        return run(roles, timeout=timeout, record_payloads=record_payloads)
+
+    monkeypatch.setattr(estimator, "run_simulation", recording)
+    parts, y, test_parts, _ = breast
+    model = small(max_iter=1).fit(parts, y, label_party="imaging")
+    model.predict_proba(test_parts)
+    rows = max(len(f) for f in parts.values())
+    test_rows = max(len(f) for f in test_parts.values())
+    assert seen == [wait_limit(None, rows, 1024), wait_limit(None, test_rows, 1024)]
+    small(max_iter=1, timeout=7.0).fit(parts, y, label_party="imaging")
+    assert seen[-1] == 7.0
