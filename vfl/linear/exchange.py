@@ -4,11 +4,15 @@ Setup (once per fit): each data party rounds its features to multiples of ``2**-
 packs each row into as few plaintexts as fit (signed slots wide enough for a batch sum), encrypts
 them -- under its own key (``two_party``) or the coordinator's -- and sends them to every other
 data party (:class:`PeerRows`). One encryption per row and column group, for any number of
-outputs and epochs.
+outputs and epochs. The rows are encrypted part by part as they are sent (32 MiB each), and
+the receiver packs each part into a :class:`~vfl.crypto.store.CiphertextStore` as it arrives:
+a party's memory holds its peers' encrypted rows, ``key_bits / 4`` bytes per row and column
+group (5.1 GB for 10,000,000 rows and one group with 2048-bit keys), plus a part or two.
 
 Per batch (:meth:`GradientExchange.remote`): every party ``p`` turns its vectors ``z_p`` (one per
 output) into ``[[X_t^T z_p]]`` for every other party ``t`` by one Pippenger multi-exponentiation
-over ``t``'s encrypted rows per output and column group, re-randomised, and sends them to ``t``;
+over ``t``'s encrypted rows per output and column group (in chunks of rows on the party's
+``workers`` for a large batch), re-randomised, and sends them to ``t``;
 ``t`` multiplies together what it receives, has the sum decrypted -- by itself, or by the
 coordinator under slot masks (:mod:`vfl.crypto.masked`) -- and adds ``X_t^T z_t`` of its own.
 """
@@ -16,17 +20,19 @@ coordinator under slot masks (:mod:`vfl.crypto.masked`) -- and adds ``X_t^T z_t`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from vfl.crypto import EncryptedVector
-from vfl.crypto.kernels import batch_invert, multiexp
 from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
 from vfl.crypto.masked import mask_slots, request_decryption
 from vfl.crypto.packing import MIN_KAPPA, PackingLayout, RowPacking, pack_rows, unpack_signed
+from vfl.crypto.parallel import Workers
 from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
 from vfl.crypto.rerandomize import rerandomize
+from vfl.crypto.store import CiphertextStore, signed_multiexp_chunks
 from vfl.federation.base import Federation
 from vfl.linear.messages import VLR, Encrypted, RowsHeader, RowsPart, SetupCounts
 from vfl.linear.model import FEATURE_BITS, feature_bits
@@ -64,26 +70,33 @@ def plan_packing(
 
 
 class PeerRows:
-    """Another party's packed, encrypted feature rows, kept for the whole fit."""
+    """Another party's packed, encrypted feature rows, kept for the whole fit: one
+    :class:`~vfl.crypto.store.CiphertextStore` per column group (the wire's bytes, ``key_bits
+    / 4`` bytes per row and group; no Python object per row)."""
 
-    def __init__(self, key: PaillierPublicKey, groups: list[list[Any]], packing: RowPacking):
+    def __init__(self, key: PaillierPublicKey, groups: list[CiphertextStore], packing: RowPacking):
         self.key, self.groups, self.packing = key, groups, packing
-        self._inverses: list[list[Any] | None] = [None] * len(groups)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(g.nbytes for g in self.groups)
 
     @classmethod
     def exchange(
         cls,
         fed: Federation,
-        own: tuple[PaillierPublicKey, RowPacking, list[list[Any]]],
+        own: tuple[PaillierPublicKey, RowPacking, OwnRows],
         keys: dict[str, PaillierPublicKey],
         n_rows: int,
         batch_size: int,
     ) -> dict[str, PeerRows]:
-        """Send our encrypted rows (``own``: key, packing, ciphertexts per column group) to
-        every peer in ``keys`` and receive theirs: a header, then parts of at most
-        ``ROWS_MESSAGE_BYTES``, sent and received in step (part k out, then every peer's part
-        k in), so that no receive queue ever holds more than about two parts."""
-        key, packing, groups = own
+        """Send our encrypted rows to every peer in ``keys`` and receive theirs: a header, then
+        parts of at most ``ROWS_MESSAGE_BYTES``, sent and received in step (part k out, then
+        every peer's part k in), so that no receive queue ever holds more than about two
+        parts. ``own`` is our key, packing, and ``encrypt(lo, hi)``: the ciphertexts of our
+        rows ``lo:hi`` per column group, made just before their part is sent (our own
+        encrypted rows never all exist at once)."""
+        key, packing, encrypt = own
         per_part = max(1, ROWS_MESSAGE_BYTES // (packing.groups * key.ciphertext_bytes))
         starts = list(range(0, n_rows, per_part))
         peers = list(keys)
@@ -93,22 +106,18 @@ class PeerRows:
         for p, h in headers.items():
             if not 1 <= h.parts <= n_rows:
                 RowsHeader.refuse(p, "parts", f"is {h.parts}, not between 1 and {n_rows}")
-        received: dict[str, list[RowsPart]] = {p: [] for p in peers}
+        receiving = {p: _Receiving(keys[p], headers[p], p, n_rows, batch_size) for p in peers}
         for k in range(max([len(starts), *(h.parts for h in headers.values())])):
             if k < len(starts):
-                blocks = [
-                    EncryptedVector(key, cts[starts[k] : starts[k] + per_part], 0, fresh=True)
-                    for cts in groups
-                ]
-                part = RowsPart(blocks=[b.to_wire() for b in blocks])
-                VLR.broadcast(fed, "rows", part, k, to=peers)
+                groups = encrypt(starts[k], min(n_rows, starts[k] + per_part))
+                blocks = [EncryptedVector(key, cts, 0, fresh=True).to_wire() for cts in groups]
+                del groups
+                VLR.broadcast(fed, "rows", RowsPart(blocks=blocks), k, to=peers)
+                del blocks
             for p in peers:
                 if k < headers[p].parts:
-                    received[p].append(VLR.recv(fed, p, "rows", RowsPart, k))
-        return {
-            p: cls.from_parts(keys[p], headers[p], received[p], p, n_rows, batch_size)
-            for p in peers
-        }
+                    receiving[p].add(VLR.recv(fed, p, "rows", RowsPart, k))
+        return {p: receiving[p].done() for p in peers}
 
     @classmethod
     def from_parts(
@@ -121,6 +130,46 @@ class PeerRows:
         batch_size: int,
     ) -> PeerRows:
         """Check and join received parts."""
+        receiving = _Receiving(key, header, sender, n_rows, batch_size)
+        for part in parts:
+            receiving.add(part)
+        return receiving.done()
+
+    def combine(
+        self,
+        rows: np.ndarray[Any, Any],
+        z_int: np.ndarray[Any, Any],
+        *,
+        to_key_owner: bool,
+        workers: Workers = 1,
+    ) -> EncryptedVector:
+        """``[[X[rows]^T z]]`` for every column of ``z_int`` (``(len(rows), K)`` integers), packed
+        (one ciphertext per output and group, output-major), re-randomised: one signed
+        Pippenger multi-exponentiation each (:func:`~vfl.crypto.store.signed_multiexp`), in
+        chunks of rows on ``workers`` for a large batch.
+
+        The owner of the rows knows their randomness and could otherwise test guesses of ``z``
+        against the product; a share going to the key's owner gets uniform ``r**n``
+        (:mod:`vfl.crypto.rerandomize`)."""
+        nsq = self.key.nsquare
+        columns = np.asarray(z_int, dtype=np.int64)
+        by_group = [
+            signed_multiexp_chunks(store, rows, columns, nsq, workers) for store in self.groups
+        ]
+        out = [by_group[g][k] for k in range(columns.shape[1]) for g in range(len(self.groups))]
+        return rerandomize(EncryptedVector(self.key, out, 0), for_key_owner=to_key_owner)
+
+
+OwnRows = Callable[[int, int], list[list[Any]]]
+"""``encrypt(lo, hi)``: a party's rows ``lo:hi`` packed and encrypted, per column group."""
+
+
+class _Receiving:
+    """A peer's encrypted rows as their parts arrive: checked, and packed into stores."""
+
+    def __init__(
+        self, key: PaillierPublicKey, header: RowsHeader, sender: str, n_rows: int, batch_size: int
+    ) -> None:
         try:
             packing = RowPacking.from_dict(
                 header.packing, key_bits=key.n_length, min_slot_bits=Z_BITS
@@ -130,49 +179,32 @@ class PeerRows:
         # the shares we compute on these rows reveal X^T z to their owner: as many columns as
         # a batch has rows would let it solve for our z (checked by us, not only by it)
         check_batch_size(sender, n_rows, packing.columns, batch_size)
-        groups: list[list[Any]] = [[] for _ in range(packing.groups)]
-        for part in parts:
-            if len(part.blocks) != packing.groups:
-                RowsPart.refuse(sender, "blocks", f"has {len(part.blocks)} groups")
-            vectors = [vector_from(key, block, sender) for block in part.blocks]
-            if any(v.ndim != 1 or v.exponent != 0 or len(v) != len(vectors[0]) for v in vectors):
-                RowsPart.refuse(sender, "blocks", "are not integer vectors of one length")
-            for g, vector in enumerate(vectors):
-                groups[g] += vector.ciphertexts
-        if any(len(g) != n_rows for g in groups):
-            RowsPart.refuse(
-                sender,
-                "blocks",
-                f"do not add up to {packing.groups} groups of {n_rows} rows",
-            )
-        return cls(key, groups, packing)
+        self.key, self.packing, self.sender, self.n_rows = key, packing, sender, n_rows
+        self.stores = [CiphertextStore(key, n_rows) for _ in range(packing.groups)]
 
-    def combine(
-        self, rows: np.ndarray[Any, Any], z_int: np.ndarray[Any, Any], *, to_key_owner: bool
-    ) -> EncryptedVector:
-        """``[[X[rows]^T z]]`` for every column of ``z_int`` (``(len(rows), K)`` integers), packed
-        (one ciphertext per output and group, output-major), re-randomised: one Pippenger
-        multi-exponentiation each; negative ``z`` use the rows' inverses (computed once).
+    def add(self, part: RowsPart) -> None:
+        sender = self.sender
+        if len(part.blocks) != self.packing.groups:
+            RowsPart.refuse(sender, "blocks", f"has {len(part.blocks)} groups")
+        vectors = [vector_from(self.key, block, sender) for block in part.blocks]
+        if any(v.ndim != 1 or v.exponent != 0 or len(v) != len(vectors[0]) for v in vectors):
+            RowsPart.refuse(sender, "blocks", "are not integer vectors of one length")
+        if self.stores[0].filled + len(vectors[0]) > self.n_rows:
+            self._refuse()
+        for store, vector, block in zip(self.stores, vectors, part.blocks, strict=True):
+            store.extend(vector.ciphertexts, raw=block.data)
 
-        The owner of the rows knows their randomness and could otherwise test guesses of ``z``
-        against the product; a share going to the key's owner gets uniform ``r**n``
-        (:mod:`vfl.crypto.rerandomize`)."""
-        nsq = self.key.nsquare
-        out = []
-        for k in range(z_int.shape[1]):
-            column = z_int[:, k]
-            negative = (column < 0).tolist()
-            magnitudes = np.abs(column)
-            for g, cts in enumerate(self.groups):
-                if any(negative) and self._inverses[g] is None:
-                    self._inverses[g] = batch_invert(cts, nsq)
-                inverses = self._inverses[g]
-                bases = [
-                    inverses[i] if neg else cts[i]  # type: ignore[index]
-                    for i, neg in zip(rows.tolist(), negative, strict=True)
-                ]
-                out.append(multiexp(bases, magnitudes, nsq))
-        return rerandomize(EncryptedVector(self.key, out, 0), for_key_owner=to_key_owner)
+    def done(self) -> PeerRows:
+        if any(len(s) != self.n_rows for s in self.stores):
+            self._refuse()
+        return PeerRows(self.key, self.stores, self.packing)
+
+    def _refuse(self) -> None:
+        RowsPart.refuse(
+            self.sender,
+            "blocks",
+            f"do not add up to {self.packing.groups} groups of {self.n_rows} rows",
+        )
 
 
 def encrypted_noise(
@@ -270,14 +302,16 @@ class GradientExchange:
             self.key.n_length,
             masked=coordinator is not None,
         )
+        self.workers = workers
         x_int = np.round(x * 2.0**FEATURE_BITS).astype(np.int64)
         encrypt = (self.secret or self.key).raw_encrypt
-        groups = [
-            encrypt(plain, workers=workers)
-            for plain in pack_rows(x_int, self.packing, int(self.key.n))
-        ]
+        n, packing = int(self.key.n), self.packing
+
+        def own_rows(lo: int, hi: int) -> list[list[Any]]:
+            return [encrypt(p, workers=workers) for p in pack_rows(x_int[lo:hi], packing, n)]
+
         self.peers = PeerRows.exchange(
-            fed, (self.key, self.packing, groups), self.keys, len(x), batch_size
+            fed, (self.key, self.packing, own_rows), self.keys, len(x), batch_size
         )
 
     @property
@@ -308,7 +342,7 @@ class GradientExchange:
         z_int = np.round(z * 2.0**SCORE_BITS).astype(np.int64)
         owner = self.coordinator is None  # two_party: the shares go to the key's owner
         for p, peer in self.peers.items():
-            share = peer.combine(rows, z_int, to_key_owner=owner)
+            share = peer.combine(rows, z_int, to_key_owner=owner, workers=self.workers)
             if self.noise.get(p):  # label DP: fresh noise per batch, before it leaves
                 noise = encrypted_noise(
                     peer.key, peer.packing, self.outputs, self.noise[p], masked=not owner

@@ -416,10 +416,14 @@ class SharedDataRole(DataRole):
         spec, is_label = self.spec, self.is_label
         began = time.perf_counter()
         packing = sizes.row_packing(is_label)
-        groups = [link.encrypt(plain) for plain in pack_rows(x_int, packing, int(link.key.n))]
+        n = int(link.key.n)
+
+        def own_rows(lo: int, hi: int) -> list[list[Any]]:
+            return [link.encrypt(plain) for plain in pack_rows(x_int[lo:hi], packing, n)]
+
         peer_rows = PeerRows.exchange(
             fed,
-            (link.key, packing, groups),
+            (link.key, packing, own_rows),
             {link.peer: link.peer_key},
             len(x_int),
             spec.batch_size,
@@ -441,7 +445,9 @@ class SharedDataRole(DataRole):
             s = np.zeros((sizes.joint, sizes.joint), dtype=object)
             tau = np.zeros((sizes.joint, k_out), dtype=object)
             if t_int is not None:  # the label party: X_B^T t for B, then its share of G_AB
-                product = peer_rows.combine(rows, t_int[rows], to_key_owner=False)
+                product = peer_rows.combine(
+                    rows, t_int[rows], to_key_owner=False, workers=spec.workers
+                )
                 masks = link.share_out("tau", product, tau_l)
                 tau[d_a:] = -_by_rows(masks, b_pack.per_ct, b_pack.groups, d_b, k_out)
                 tau[:d_a] = _ints(x_int[rows]).T @ _ints(t_int[rows])
@@ -449,7 +455,9 @@ class SharedDataRole(DataRole):
                 s[:d_a, :d_a] = own
                 t_squares.append(int(np.sum(_ints(t_int[rows]) ** 2)))
             else:
-                product = peer_rows.combine(rows, x_int[rows], to_key_owner=False)
+                product = peer_rows.combine(
+                    rows, x_int[rows], to_key_owner=False, workers=spec.workers
+                )
                 masks = link.share_out("gram", product, gram_l)
                 h = -_by_rows(masks, a_pack.per_ct, a_pack.groups, d_a, d_b)
                 tau[d_a:] = _by_rows(

@@ -361,6 +361,7 @@ def test_a_party_cannot_test_guesses_against_the_shares_computed_on_its_rows() -
     from vfl.crypto import generate_paillier_keypair
     from vfl.crypto.kernels import multiexp
     from vfl.crypto.packing import RowPacking, pack_rows, unpack_signed
+    from vfl.crypto.store import CiphertextStore
     from vfl.linear.exchange import SCORE_BITS, PeerRows
 
     public, secret = generate_paillier_keypair(1024, insecure=True)
@@ -370,7 +371,8 @@ def test_a_party_cannot_test_guesses_against_the_shares_computed_on_its_rows() -
     z_int = np.round(z * 2.0**SCORE_BITS).astype(np.int64)
     packing = RowPacking.plan(21 + SCORE_BITS + 17 + 6 + 1, 3, 1024, kappa=None)
     (plain,) = pack_rows(x_int, packing, int(public.n))
-    rows = PeerRows(public, [public.raw_encrypt(plain)], packing)
+    cts = public.raw_encrypt(plain)
+    rows = PeerRows(public, [CiphertextStore.of(public, cts)], packing)
     everything = np.arange(40)
     share = rows.combine(everything, z_int[:, None], to_key_owner=True)
     value = int(secret.raw_decrypt(share.ciphertexts)[0])
@@ -378,10 +380,8 @@ def test_a_party_cannot_test_guesses_against_the_shares_computed_on_its_rows() -
     expected = [int(v) for v in (x_int.astype(object).T @ z_int.astype(object))]
     assert unpack_signed(value, packing, 0, packing.value_bits(None)) == expected
     negative = z_int < 0
-    inverses = [pow(int(c), -1, int(public.nsquare)) for c in rows.groups[0]]
-    bases = [
-        inv if neg else c for c, inv, neg in zip(rows.groups[0], inverses, negative, strict=True)
-    ]
+    inverses = [pow(int(c), -1, int(public.nsquare)) for c in cts]
+    bases = [inv if neg else c for c, inv, neg in zip(cts, inverses, negative, strict=True)]
     guess = multiexp(bases, np.abs(z_int), public.nsquare)  # the true z, as a best guess
     assert int(guess) != int(share.ciphertexts[0])
     again = rows.combine(everything, z_int[:, None], to_key_owner=True)
