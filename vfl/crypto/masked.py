@@ -109,7 +109,7 @@ def pack_masked(
 
 
 def mask_slots(
-    vector: EncryptedVector, layout: PackingLayout
+    vector: EncryptedVector, layout: PackingLayout, *, workers: Any = None
 ) -> tuple[EncryptedVector, PackingMasks]:
     """Mask ciphertexts whose plaintexts are already packed signed slots (``layout.slots`` per
     ciphertext, the last one possibly fewer; each ``|v| < 2**(layout.value_bits - 1)``).
@@ -118,7 +118,8 @@ def mask_slots(
     ``value_bits + kappa`` random bits per slot). The fresh DJN obfuscator also re-randomises:
     under the key holder's key, everything the requester computed lies in the group of the
     key's base ``h``, and the mask's fresh uniform exponent makes each of its residues modulo
-    the group order's small factors uniform to the key holder.
+    the group order's small factors uniform to the key holder. ``workers`` share the
+    encryption of the masks (:mod:`vfl.crypto.parallel`).
     """
     if vector.ndim != 1 or vector.size != layout.n_ciphertexts or vector.exponent != 0:
         raise ValueError(
@@ -133,7 +134,7 @@ def mask_slots(
         chunk = masks[c * layout.slots : (c + 1) * layout.slots]
         packed.append(sum(m << (layout.slot_bits * j) for j, m in enumerate(chunk)))
     pk = vector.public_key
-    encrypted = pk.raw_encrypt(packed)
+    encrypted = pk.raw_encrypt(packed, workers=workers)
     nsq = pk.nsquare
     out = [c * e % nsq for c, e in zip(vector.ciphertexts, encrypted, strict=True)]
     masked = EncryptedVector(pk, out, 0, fresh=True)

@@ -4,7 +4,14 @@ Each data party computes its partial scores in the clear on its own rows. With a
 the coordinator makes a fresh key pair; the passive parties send their scores encrypted under
 it to the label party, which adds them to its own and has the sum decrypted under masks
 (:mod:`vfl.crypto.masked`). Without (``two_party``), the passive party makes the key and
-decrypts the masked sum itself. With a single passive party, the label party learns that
+decrypts the masked sum itself (checking that the request has the layout its own rows imply).
+
+Scores travel packed (:func:`score_layout`): each party rounds its partial scores to multiples
+of ``2**-SCORE_BITS`` and packs them, signed, into slots wide enough for the sum of every
+party's and a ``kappa``-bit mask (22 per ciphertext with 2048-bit keys), so that a passive
+party encrypts, the label party masks and the key holder decrypts one ciphertext per 22 rows
+(a million rows: about 45,000 of each, instead of a million encryptions and a million
+ciphertext-side packings). With a single passive party, the label party learns that
 party's partial score of every predicted row (score minus its own part), as any protocol that
 gives the label party the score does.
 """
@@ -16,14 +23,42 @@ from typing import Any
 
 import numpy as np
 
-from vfl.crypto.masked import decrypt_masked, serve_decryption
+from vfl.crypto import EncryptedVector
+from vfl.crypto.masked import mask_slots, request_decryption, serve_decryption
+from vfl.crypto.packing import MIN_KAPPA, PackingLayout
 from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
 from vfl.federation.base import Federation
+from vfl.linear.exchange import SCORE_BITS
 from vfl.linear.losses import SCORE_BOUND
 from vfl.linear.messages import SCORE, Encrypted
 from vfl.linear.model import PartyModel
 
-__all__ = ["ScoreCoordinatorRole", "ScoreRole", "ScoreSpec"]
+__all__ = ["ScoreCoordinatorRole", "ScoreRole", "ScoreSpec", "pack_scores", "score_layout"]
+
+
+def score_layout(count: int, parties: int, key_bits: int) -> PackingLayout:
+    """The slots of ``count`` summed scores of ``parties`` data parties: each partial score
+    within :data:`~vfl.linear.losses.SCORE_BOUND` at ``2**-SCORE_BITS``, the sum signed, a
+    :data:`~vfl.crypto.packing.MIN_KAPPA`-bit mask on top."""
+    value_bits = int(SCORE_BOUND).bit_length() + SCORE_BITS + parties.bit_length() + 1
+    slot_bits = value_bits + MIN_KAPPA + 1
+    return PackingLayout(
+        count=count, value_bits=value_bits, kappa=MIN_KAPPA, slots=(key_bits - 2) // slot_bits
+    )
+
+
+def pack_scores(u: np.ndarray[Any, Any], layout: PackingLayout, modulus: int) -> list[int]:
+    """Partial scores rounded to ``2**-SCORE_BITS`` and packed, signed, ``layout.slots`` per
+    plaintext (slot 0 the first), each plaintext taken modulo ``modulus``."""
+    values = np.round(np.ravel(u) * 2.0**SCORE_BITS).astype(np.int64).tolist()
+    shifts = [layout.slot_bits * j for j in range(layout.slots)]
+    out = []
+    for start in range(0, len(values), layout.slots):
+        acc = 0
+        for value, shift in zip(values[start : start + layout.slots], shifts, strict=False):
+            acc += value << shift
+        out.append(acc % modulus)
+    return out
 
 
 @dataclass(frozen=True)
@@ -45,40 +80,58 @@ class ScoreRole:
         w = part.weights(with_intercept=self.is_label)
         design = np.column_stack([x, np.ones(len(x))]) if self.is_label else x
         self.u = design @ w
+        if self.u.size and float(np.max(np.abs(self.u))) > SCORE_BOUND:
+            raise ValueError(
+                f"party {part.party!r}: partial scores beyond {SCORE_BOUND:g} on the rows to "
+                "score; their features are far outside the range the model was trained on "
+                "(check their units and scaling)"
+            )
 
     def __call__(self, fed: Federation) -> np.ndarray[Any, Any] | None:
         spec = self.spec
         shape = self.u.shape
+        parties = len(spec.data_parties)
         if spec.coordinator is not None:
             key = spec.policy.accept(
                 SCORE.recv(fed, spec.coordinator, "key", PublicKeyMessage), spec.coordinator
             )
+            layout = score_layout(self.u.size, parties, key.n_length)
             if not self.is_label:
-                scores = key.encrypt(self.u.ravel(), workers=spec.workers)
-                SCORE.send(fed, spec.label_party, "u", Encrypted(data=scores.to_wire()))
+                self._send(fed, key, layout)
                 return None
             holder = spec.coordinator
             senders = [p for p in spec.data_parties if p != spec.label_party]
         elif self.is_label:
             (holder,) = [p for p in spec.data_parties if p != spec.label_party]
             key = spec.policy.accept(SCORE.recv(fed, holder, "key", PublicKeyMessage), holder)
+            layout = score_layout(self.u.size, parties, key.n_length)
             senders = [holder]
         else:
             public_key, private_key = spec.policy.generate()
             SCORE.send(fed, spec.label_party, "key", PublicKeyMessage.of(public_key))
-            scores = public_key.encrypt(self.u.ravel(), workers=spec.workers)
-            SCORE.send(fed, spec.label_party, "u", Encrypted(data=scores.to_wire()))
-            serve_decryption(fed, spec.label_party, SCORE.child("dec"), private_key)
+            layout = score_layout(self.u.size, parties, public_key.n_length)
+            self._send(fed, public_key, layout)
+            serve_decryption(fed, spec.label_party, SCORE.child("dec"), private_key, layout=layout)
             return None
-        total: Any = self.u.ravel()
+        n, nsq = key.n, key.nsquare
+        total = [(1 + n * m) % nsq for m in pack_scores(self.u, layout, int(n))]
         for p in senders:
             part = vector_from(key, SCORE.recv(fed, p, "u", Encrypted).data, p)
-            if part.shape != (self.u.size,):
-                Encrypted.refuse(p, "data", f"holds {part.shape} scores for {shape[0]} rows")
-            total = part + total
-        values = decrypt_masked(fed, holder, SCORE.child("dec"), total, bound=SCORE_BOUND * 4)
-        out: np.ndarray[Any, Any] = np.asarray(values, dtype=float).reshape(shape)
-        return out
+            if part.shape != (layout.n_ciphertexts,) or part.exponent != 0:
+                Encrypted.refuse(p, "data", f"holds {part.shape} packed scores for {shape[0]} rows")
+            total = [a * b % nsq for a, b in zip(total, part.ciphertexts, strict=True)]
+        masked, masks = mask_slots(EncryptedVector(key, total, 0), layout, workers=spec.workers)
+        values = request_decryption(fed, holder, SCORE.child("dec"), masked, masks)
+        out: np.ndarray[Any, Any] = np.ldexp(np.asarray(values, dtype=float), -SCORE_BITS)
+        scores: np.ndarray[Any, Any] = out.reshape(shape)
+        return scores
+
+    def _send(self, fed: Federation, key: Any, layout: PackingLayout) -> None:
+        """A passive party's partial scores, packed and encrypted, to the label party."""
+        plains = pack_scores(self.u, layout, int(key.n))
+        scores = EncryptedVector(key, key.raw_encrypt(plains, workers=self.spec.workers), 0)
+        scores.fresh = True
+        SCORE.send(fed, self.spec.label_party, "u", Encrypted(data=scores.to_wire()))
 
 
 class ScoreCoordinatorRole:

@@ -622,3 +622,28 @@ def test_the_default_wait_grows_with_the_rows_and_the_key(breast, monkeypatch) -
     assert seen == [wait_limit(None, rows, 1024), wait_limit(None, test_rows, 1024)]
     small(max_iter=1, timeout=7.0).fit(parts, y, label_party="imaging")
     assert seen[-1] == 7.0
+
+
+@pytest.mark.parametrize("protocol", ["coordinator", "two_party"])
+def test_packed_scoring_equals_the_parts_plaintext_sum(breast, protocol: str) -> None:  # type: ignore[no-untyped-def]
+    from vfl.linear.scoring import score_layout
+
+    parts, y, test_parts, _ = breast
+    model = small(protocol=protocol, max_iter=2).fit(parts, y, label_party="imaging")
+    expected = sum(
+        np.column_stack(
+            [part.design(test_parts[name]), np.ones(len(test_parts[name]))]
+            if name == "imaging"
+            else [part.design(test_parts[name])]
+        )
+        @ part.weights(with_intercept=name == "imaging")
+        for name, part in model.parts_.items()
+    )[:, 0]
+    # each partial score rounded to 2**-32: the sum within 2 * 2**-33
+    np.testing.assert_allclose(model.decision_function(test_parts), expected, atol=2.0**-31)
+    # 171 rows travel as ceil(171 / 22) packed ciphertexts, not one per row
+    layout = score_layout(len(expected), 2, 1024)
+    assert layout.slots >= 10 and layout.n_ciphertexts == -(-171 // layout.slots)
+    far = {k: v * (1e6 if k == "lab" else 1) for k, v in test_parts.items()}
+    with pytest.raises(ValueError, match="party 'lab': partial scores beyond 65536"):
+        model.decision_function(far)
