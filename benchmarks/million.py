@@ -13,8 +13,9 @@ process with 2048-bit keys and both cores (``workers=2``):
    feature rows once, counted in the fit), on the PSI-aligned rows;
 5. scoring every aligned row with the secret-shared model.
 
-Peak memory is the largest resident set size seen during the stage (sampled every 0.2 s from
-``/proc/self/statm``, Linux). Run::
+Peak memory is the largest resident set size of the process seen during the stage (sampled
+every 0.2 s from ``/proc/self/statm``, Linux), which includes what earlier stages left
+allocated; "added" is that peak over the resident size when the stage began. Run::
 
     python benchmarks/million.py [--rows 1000000]
 """
@@ -56,8 +57,9 @@ def rss() -> int:
 
 
 @contextmanager
-def stage(name: str, table: list[tuple[str, float, float]]) -> Iterator[None]:
-    peak = [rss()]
+def stage(name: str, table: list[tuple[str, float, float, float]]) -> Iterator[None]:
+    start = rss()
+    peak = [start]
     done = threading.Event()
 
     def sample() -> None:
@@ -74,8 +76,12 @@ def stage(name: str, table: list[tuple[str, float, float]]) -> Iterator[None]:
         done.set()
         sampler.join()
         peak[0] = max(peak[0], rss())
-        table.append((name, seconds, peak[0] / 2**30))
-        print(f"  {name:<52}{seconds:>9.1f} s{peak[0] / 2**30:>8.2f} GiB", flush=True)
+        table.append((name, seconds, peak[0] / 2**30, (peak[0] - start) / 2**30))
+        print(
+            f"  {name:<52}{seconds:>9.1f} s{peak[0] / 2**30:>8.2f} GiB "
+            f"(+{(peak[0] - start) / 2**30:.2f})",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -91,14 +97,14 @@ def main() -> None:
     parser.add_argument(
         "--timeout",
         type=float,
-        default=3600.0,
-        help="seconds a party waits for a message (the estimator's default, 600, is shorter "
-        "than one party's setup at a million rows on two cores)",
+        default=None,
+        help="seconds a party waits for a message (default: the estimator's, which grows "
+        "with the rows: vfl.estimator.wait_limit)",
     )
     args = parser.parse_args()
     n = args.rows
     print(f"{n:,} rows per table, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
-    table: list[tuple[str, float, float]] = []
+    table: list[tuple[str, float, float, float]] = []
     warnings.simplefilter("ignore")  # convergence notes after one epoch
 
     with stage("cohort (simulation)", table):
@@ -151,10 +157,10 @@ def main() -> None:
         with stage(f"scoring every aligned row ({last} model)", table):
             score()
 
-    total = sum(s for _, s, _ in table[1:])
-    print(f"\n{'stage':<52}{'seconds':>9}{'peak GiB':>10}")
-    for name, seconds, peak in table:
-        print(f"{name:<52}{seconds:>9.1f}{peak:>10.2f}")
+    total = sum(s for _, s, _, _ in table[1:])
+    print(f"\n{'stage':<52}{'seconds':>9}{'peak GiB':>10}{'added GiB':>11}")
+    for name, seconds, peak, added in table:
+        print(f"{name:<52}{seconds:>9.1f}{peak:>10.2f}{added:>11.2f}")
     print(f"{'end to end (without the simulation)':<52}{total:>9.1f}")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 

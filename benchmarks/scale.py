@@ -4,20 +4,27 @@ Prints items per second, in one run and on the same data, of
 
 * Paillier encryption (2048-bit keys: the random powers, the part that splits),
 * ``X.T @ ciphertexts`` (10,000 x 24 rows, Pippenger multi-exponentiation),
+* the vertical models' gradient product: one batch's signed product over a peer's packed
+  encrypted rows (:func:`vfl.crypto.store.signed_multiexp_chunks`, 49-bit multipliers),
 * ECDH PSI blinding (X25519, one multiplication per ID),
 * Bloom-filter encoding of identities (the cohort's five-field schema),
+* Bloom-filter comparison: every pair's exact Dice score above 0.5
+  (:func:`linkage.matching.dice_pairs`, without blocking; pairs per second),
 
-with ``workers=1``, ``workers=2`` (this machine's own processes) and a two-worker Dask
+with ``workers=1``, ``workers=2`` (this machine's own processes; for the comparison, which
+runs in this process on torch's threads, one thread and two) and a two-worker Dask
 ``LocalCluster`` (one thread each, separate processes: the ``dask`` extra), and Dask's cost as
-the ratio of the two-process rate to the Dask rate (the goal: at most 1.15). Before timing,
+the ratio of the two-worker rate to the Dask rate (the goal: at most 1.15). Before timing,
 every path runs once (pools and fixed-base tables built), so the figures are steady-state
 rates; the one-off start costs are printed apart.
 
 Then the projection to a 10-million-row party on 16, 64 and 256 worker cores: each
 workload's items for 10M rows (one packed ciphertext per row to encrypt, 24 terms per row of
-``X.T @ ciphertexts`` per epoch, two curve multiplications per ID for PSI, one encoding per
-record) over the one-worker rate times the cores times the parallel efficiency measured
-between one and two workers (``rate_2 / (2 rate_1)``, capped at 1) and Dask's measured cost.
+``X.T @ ciphertexts`` per epoch, one gradient-product term per row and column group per
+epoch, two curve multiplications per ID for PSI, one encoding per record, and for the
+comparison 10M x 10M pairs, what blocking avoids) over the one-worker rate times the cores
+times the parallel efficiency measured between one and two workers (``rate_2 / (2 rate_1)``,
+capped at 1) and Dask's measured cost.
 It assumes that efficiency holds beyond two cores, which one machine cannot check.
 
 Run::
@@ -42,9 +49,25 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import numpy as np  # noqa: E402
 
 import linkage  # noqa: E402
+from linkage.matching import dice_pairs  # noqa: E402
 from linkage.psi import EcdhPsiParty  # noqa: E402
 from vfl.crypto import SecurityWarning, generate_paillier_keypair, matvec  # noqa: E402
+from vfl.crypto.store import CiphertextStore, signed_multiexp_chunks  # noqa: E402
 from vfl.datasets import identity_schema, make_lab_imaging_cohort  # noqa: E402
+
+
+def compare_on(a: Any, b: Any, workers: Any) -> object:
+    """All pairs above 0.5: on ``workers`` torch threads in this process, or an executor."""
+    import torch
+
+    if isinstance(workers, int):
+        before = torch.get_num_threads()
+        torch.set_num_threads(workers)
+        try:
+            return dice_pairs(a, b, floor=0.5)
+        finally:
+            torch.set_num_threads(before)
+    return dice_pairs(a, b, floor=0.5, workers=workers)
 
 
 def best_seconds(fn: Callable[[], object], repeats: int) -> float:
@@ -67,6 +90,8 @@ def main() -> None:
     rows = 2_000 if args.quick else 10_000
     n_psi = 40_000 if args.quick else 200_000
     n_bloom = 60_000 if args.quick else 300_000
+    n_dice = 15_000 if args.quick else 40_000
+    n_grad = 8_000 if args.quick else 20_000  # a large batch (the product splits from 4,096)
     repeats = 2 if args.quick else 3
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SecurityWarning)
@@ -77,6 +102,9 @@ def main() -> None:
     ids = [f"P{i:09d}" for i in range(n_psi)]
     people = make_lab_imaging_cohort(n_bloom, overlap=1.0, typo_rate=0.0, random_state=0).lab
     schema, secret = identity_schema(), b"a benchmark's linkage secret, 32B"
+    pair = make_lab_imaging_cohort(n_dice, overlap=0.8, typo_rate=0.2, random_state=1)
+    enc_a = linkage.encode(pair.lab, schema, secret=secret)
+    enc_b = linkage.encode(pair.imaging, schema, secret=secret)
 
     began = time.perf_counter()
     cluster = distributed.LocalCluster(
@@ -85,9 +113,12 @@ def main() -> None:
     client = distributed.Client(cluster)
     print(f"Dask LocalCluster (2 worker processes) started in {time.perf_counter() - began:.1f} s")
     vec = public.encrypt(x)
+    store = CiphertextStore.of(public, public.raw_encrypt([1] * n_grad, workers=2))
+    z = rng.integers(-(2**48), 2**48, size=(n_grad, 1))
+    batch = rng.permutation(n_grad)
 
     ten_million = 10_000_000
-    per_row = [1, 24, 2, 1]  # items per row of each workload below
+    per_row = [1, 24, 1, 2, 1, ten_million]  # items per row of each workload below
     workloads: dict[str, tuple[int, Callable[[Any], object]]] = {
         f"encryption ({n_enc:,} values)": (
             n_enc,
@@ -97,6 +128,10 @@ def main() -> None:
             rows * 24,
             lambda w: matvec(X.T, vec, workers=w),
         ),
+        f"gradient product ({n_grad:,} rows)": (
+            n_grad,
+            lambda w: signed_multiexp_chunks(store, batch, z, public.nsquare, w),
+        ),
         f"ECDH PSI blinding ({n_psi:,} IDs)": (
             n_psi,
             lambda w: EcdhPsiParty(workers=w).blind(ids),
@@ -105,9 +140,13 @@ def main() -> None:
             n_bloom,
             lambda w: linkage.encode(people, schema, secret=secret, workers=w),
         ),
+        f"Dice, all pairs ({len(enc_a):,} x {len(enc_b):,})": (
+            len(enc_a) * len(enc_b),
+            lambda w: compare_on(enc_a, enc_b, w),
+        ),
     }
     print(
-        f"\n{'items per second':<34}{'1 worker':>11}{'2 workers':>11}{'Dask x2':>11}"
+        f"\n{'items per second':<38}{'1 worker':>14}{'2 workers':>14}{'Dask x2':>14}"
         f"{'2 / 1':>8}{'Dask cost':>11}"
     )
     measured: list[tuple[str, dict[str, float]]] = []
@@ -122,13 +161,13 @@ def main() -> None:
                 rates["warm"] = warm
         measured.append((name, rates))
         print(
-            f"{name:<34}{rates['1']:>11,.0f}{rates['2']:>11,.0f}{rates['dask']:>11,.0f}"
+            f"{name:<38}{rates['1']:>14,.0f}{rates['2']:>14,.0f}{rates['dask']:>14,.0f}"
             f"{rates['2'] / rates['1']:>7.2f}x{rates['2'] / rates['dask']:>10.2f}x"
         )
     client.close()
     cluster.close()
     print("\nprojected for 10M rows (minutes), on Dask with this many worker cores:")
-    print(f"{'':<34}{'16':>9}{'64':>9}{'256':>9}")
+    print(f"{'':<38}{'16':>9}{'64':>9}{'256':>9}")
     for (name, rates), items in zip(measured, per_row, strict=True):
         efficiency = min(1.0, rates["2"] / (2 * rates["1"]))
         dask_cost = rates["2"] / rates["dask"]
@@ -136,7 +175,7 @@ def main() -> None:
             f"{ten_million * items / (rates['1'] * cores * efficiency) * dask_cost / 60:>9.1f}"
             for cores in (16, 64, 256)
         )
-        print(f"{name.split(' (')[0]:<34}{cells}")
+        print(f"{name.split(' (')[0]:<38}{cells}")
     print(
         f"\nDask cost: the two-process rate over the Dask rate (goal <= 1.15); load average "
         f"{os.getloadavg()[0]:.2f} at the end"
