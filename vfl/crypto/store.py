@@ -13,6 +13,13 @@ key_bits / 4`` bytes: 10,000,000 rows in one column group with 2048-bit keys tak
 Products over many rows split into chunks on ``workers`` (:func:`signed_multiexp_chunks`):
 each chunk's bases travel packed (512 bytes each) with their exponents, and the chunk
 products are multiplied together: the same ciphertext as in one piece.
+
+A party whose ``workers`` is its Dask cluster keeps the rows there instead
+(:class:`ClusterCiphertextStore`, :func:`ciphertext_store` chooses): each received part is
+scattered to a worker as it arrives, the parts are joined into about one partition per
+worker thread, and a batch's product runs as one task per partition it touches (the rows'
+positions and exponents travel, the ciphertexts stay): the party's own process then holds no
+encrypted row at all, and the cluster's memory, not one machine's, bounds the rows.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ if TYPE_CHECKING:
 __all__ = [
     "PARALLEL_MIN_TERMS",
     "CiphertextStore",
+    "ClusterCiphertextStore",
+    "ciphertext_store",
     "signed_multiexp",
     "signed_multiexp_chunks",
     "unpack",
@@ -91,6 +100,120 @@ class CiphertextStore:
         return out
 
 
+class ClusterCiphertextStore:
+    """``count`` ciphertexts of one key held on a Dask cluster (``client``): filled in order
+    (:meth:`extend`, each call's block scattered to one worker), then :meth:`seal` joins the
+    blocks into about one partition per worker thread, on the workers. Nothing but futures
+    and row offsets stays in this process."""
+
+    def __init__(self, key: PaillierPublicKey, count: int, client: Any) -> None:
+        self.key = key
+        self.width = int(key.ciphertext_bytes)
+        self.count = int(count)
+        self.client = client
+        self.filled = 0
+        self._blocks: list[tuple[int, Any]] = []  # (first row, future) as received
+        self._parts: list[Any] = []  # futures of the joined partitions
+        self._starts = np.zeros(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self.filled
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held in this process: none (the cluster holds ``count * width``)."""
+        return 0
+
+    def extend(self, ciphertexts: Sequence[Any], raw: bytes | None = None) -> None:
+        """Append ``ciphertexts`` (see :meth:`CiphertextStore.extend`): packed here, scattered
+        to a worker, dropped here."""
+        local = CiphertextStore(self.key, len(ciphertexts))
+        local.extend(ciphertexts, raw)
+        if self.filled + len(local) > self.count:
+            raise ValueError(f"{self.filled + len(local)} ciphertexts for a store of {self.count}")
+        self._blocks.append((self.filled, self.client.scatter(local.data)))
+        self.filled += len(local)
+
+    def seal(self) -> None:
+        """Join the received blocks into about one partition per worker thread (on the
+        workers: the blocks do not come back here)."""
+        if not self._blocks or self._parts:
+            return
+        slots = parallel.executor_slots(self.client)
+        per = -(-len(self._blocks) // slots)
+        starts, parts = [], []
+        for i in range(0, len(self._blocks), per):
+            group = self._blocks[i : i + per]
+            starts.append(group[0][0])
+            futures = [f for _, f in group]
+            parts.append(self.client.submit(_join, *futures, pure=False))
+        self._parts, self._starts = parts, np.asarray(starts, dtype=np.int64)
+        self._blocks = []
+
+    def signed_products(
+        self, rows: np.ndarray[Any, Any], columns: np.ndarray[Any, Any], modulus: Any
+    ) -> list[Any]:
+        """:func:`signed_multiexp_chunks` where the rows are: one task per partition that
+        ``rows`` touches, the partition products multiplied here."""
+        self.seal()
+        rows = np.asarray(rows, dtype=np.int64)
+        owner = np.searchsorted(self._starts, rows, side="right") - 1
+        futures = []
+        for p in np.unique(owner).tolist():
+            picked = np.flatnonzero(owner == p)
+            local = rows[picked] - self._starts[p]
+            futures.append(
+                self.client.submit(
+                    _partition_products,
+                    self._parts[p],
+                    local,
+                    np.ascontiguousarray(columns[picked]),
+                    int(modulus),
+                    pure=False,
+                )
+            )
+        try:
+            results = [f.result() for f in futures]
+        except Exception as exc:
+            for f in futures:
+                f.cancel()
+            raise RuntimeError(
+                f"a gradient product failed on the Dask cluster: {type(exc).__name__}: {exc}"
+            ) from exc
+        out = []
+        for k in range(columns.shape[1]):
+            total = mpz(1)
+            for result in results:
+                total = total * mpz(result[k]) % modulus
+            out.append(total)
+        return out
+
+
+def ciphertext_store(
+    key: PaillierPublicKey, count: int, workers: parallel.Workers = None
+) -> CiphertextStore | ClusterCiphertextStore:
+    """Where ``count`` long-kept ciphertexts go: on the party's Dask cluster when ``workers``
+    is its client, in this process otherwise."""
+    if parallel.is_executor(workers) and type(workers).__module__.split(".")[0] == "distributed":
+        return ClusterCiphertextStore(key, count, workers)
+    return CiphertextStore(key, count)
+
+
+def _join(*blocks: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """On a worker: consecutive blocks of packed ciphertexts as one partition."""
+    return np.concatenate(blocks)
+
+
+def _partition_products(
+    partition: np.ndarray[Any, Any], rows: np.ndarray[Any, Any], columns: Any, modulus: int
+) -> list[int]:
+    """On a worker: for each column ``k``, the signed product over ``partition[rows]``."""
+    bases = unpack(partition[rows])
+    return [
+        int(signed_multiexp(bases, columns[:, k], mpz(modulus))) for k in range(columns.shape[1])
+    ]
+
+
 def unpack(packed: np.ndarray[Any, Any]) -> list[Any]:
     """``(count, width)`` big-endian bytes as ``gmpy2.mpz`` integers."""
     w = packed.shape[1]
@@ -131,20 +254,23 @@ def signed_multiexp_packed(
 
 
 def signed_multiexp_chunks(
-    store: CiphertextStore,
+    store: CiphertextStore | ClusterCiphertextStore,
     rows: np.ndarray[Any, Any],
     columns: np.ndarray[Any, Any],
     modulus: Any,
     workers: parallel.Workers = 1,
 ) -> list[Any]:
     """``[prod_i store[rows[i]] ** columns[i, k] for each column k]`` (``columns`` int64 of
-    shape ``(len(rows), K)``): in one piece below :data:`PARALLEL_MIN_TERMS` rows or with one
-    worker, otherwise in chunks of rows on ``workers`` (this machine's processes or an
-    executor), the chunk products multiplied together."""
+    shape ``(len(rows), K)``): in one piece in this process below :data:`PARALLEL_MIN_TERMS`
+    rows or with one worker, otherwise in chunks of rows on ``workers`` (this machine's
+    processes or an executor), the chunk products multiplied together; on the cluster that
+    holds a :class:`ClusterCiphertextStore`, by partition."""
+    if isinstance(store, ClusterCiphertextStore):
+        return store.signed_products(rows, columns, modulus)
     rows = np.asarray(rows, dtype=np.int64)
     slots = parallel.check_workers(workers)
     pieces = 1 if len(rows) < PARALLEL_MIN_TERMS else min(slots, len(rows) // 1024)
-    if pieces <= 1 and not parallel.is_executor(workers):
+    if pieces <= 1:  # a small batch: here, whatever ``workers`` is
         bases = store.take(rows)
         return [signed_multiexp(bases, columns[:, k], modulus) for k in range(columns.shape[1])]
     bounds = np.linspace(0, len(rows), max(1, pieces) + 1).astype(int)

@@ -32,7 +32,12 @@ from vfl.crypto.packing import MIN_KAPPA, PackingLayout, RowPacking, pack_rows, 
 from vfl.crypto.parallel import Workers
 from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
 from vfl.crypto.rerandomize import rerandomize
-from vfl.crypto.store import CiphertextStore, signed_multiexp_chunks
+from vfl.crypto.store import (
+    CiphertextStore,
+    ClusterCiphertextStore,
+    ciphertext_store,
+    signed_multiexp_chunks,
+)
 from vfl.federation.base import Federation
 from vfl.linear.messages import VLR, Encrypted, RowsHeader, RowsPart, SetupCounts
 from vfl.linear.model import FEATURE_BITS, feature_bits
@@ -74,7 +79,12 @@ class PeerRows:
     :class:`~vfl.crypto.store.CiphertextStore` per column group (the wire's bytes, ``key_bits
     / 4`` bytes per row and group; no Python object per row)."""
 
-    def __init__(self, key: PaillierPublicKey, groups: list[CiphertextStore], packing: RowPacking):
+    def __init__(
+        self,
+        key: PaillierPublicKey,
+        groups: list[CiphertextStore | ClusterCiphertextStore],
+        packing: RowPacking,
+    ):
         self.key, self.groups, self.packing = key, groups, packing
 
     @property
@@ -89,13 +99,16 @@ class PeerRows:
         keys: dict[str, PaillierPublicKey],
         n_rows: int,
         batch_size: int,
+        workers: Workers = None,
     ) -> dict[str, PeerRows]:
         """Send our encrypted rows to every peer in ``keys`` and receive theirs: a header, then
         parts of at most ``ROWS_MESSAGE_BYTES``, sent and received in step (part k out, then
         every peer's part k in), so that no receive queue ever holds more than about two
         parts. ``own`` is our key, packing, and ``encrypt(lo, hi)``: the ciphertexts of our
         rows ``lo:hi`` per column group, made just before their part is sent (our own
-        encrypted rows never all exist at once)."""
+        encrypted rows never all exist at once). The peers' rows are kept where ``workers``
+        says (:func:`~vfl.crypto.store.ciphertext_store`: on the party's Dask cluster when it
+        is one)."""
         key, packing, encrypt = own
         per_part = max(1, ROWS_MESSAGE_BYTES // (packing.groups * key.ciphertext_bytes))
         starts = list(range(0, n_rows, per_part))
@@ -106,7 +119,9 @@ class PeerRows:
         for p, h in headers.items():
             if not 1 <= h.parts <= n_rows:
                 RowsHeader.refuse(p, "parts", f"is {h.parts}, not between 1 and {n_rows}")
-        receiving = {p: _Receiving(keys[p], headers[p], p, n_rows, batch_size) for p in peers}
+        receiving = {
+            p: _Receiving(keys[p], headers[p], p, n_rows, batch_size, workers) for p in peers
+        }
         for k in range(max([len(starts), *(h.parts for h in headers.values())])):
             if k < len(starts):
                 groups = encrypt(starts[k], min(n_rows, starts[k] + per_part))
@@ -168,7 +183,13 @@ class _Receiving:
     """A peer's encrypted rows as their parts arrive: checked, and packed into stores."""
 
     def __init__(
-        self, key: PaillierPublicKey, header: RowsHeader, sender: str, n_rows: int, batch_size: int
+        self,
+        key: PaillierPublicKey,
+        header: RowsHeader,
+        sender: str,
+        n_rows: int,
+        batch_size: int,
+        workers: Workers = None,
     ) -> None:
         try:
             packing = RowPacking.from_dict(
@@ -180,7 +201,7 @@ class _Receiving:
         # a batch has rows would let it solve for our z (checked by us, not only by it)
         check_batch_size(sender, n_rows, packing.columns, batch_size)
         self.key, self.packing, self.sender, self.n_rows = key, packing, sender, n_rows
-        self.stores = [CiphertextStore(key, n_rows) for _ in range(packing.groups)]
+        self.stores = [ciphertext_store(key, n_rows, workers) for _ in range(packing.groups)]
 
     def add(self, part: RowsPart) -> None:
         sender = self.sender
@@ -311,7 +332,7 @@ class GradientExchange:
             return [encrypt(p, workers=workers) for p in pack_rows(x_int[lo:hi], packing, n)]
 
         self.peers = PeerRows.exchange(
-            fed, (self.key, self.packing, own_rows), self.keys, len(x), batch_size
+            fed, (self.key, self.packing, own_rows), self.keys, len(x), batch_size, workers
         )
 
     @property

@@ -427,6 +427,7 @@ class SharedDataRole(DataRole):
             {link.peer: link.peer_key},
             len(x_int),
             spec.batch_size,
+            spec.workers,
         )[link.peer]
         if peer_rows.packing != sizes.row_packing(not is_label):
             Plan.refuse(link.peer, "columns", "do not match the packing of its encrypted rows")

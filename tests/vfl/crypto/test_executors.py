@@ -212,3 +212,37 @@ def test_all_pairs_comparison_on_dask_gives_the_same_pairs_and_links(client: Any
             )
     with pytest.raises(ValueError, match="workers must be a positive integer or an executor"):
         dice_pairs(a, b, workers=0)
+
+
+@pytest.mark.slow
+def test_rows_held_on_the_cluster_give_the_same_products_and_stay_there(
+    keypair: Keys, client: Any
+) -> None:
+    from vfl.crypto.store import (
+        CiphertextStore,
+        ClusterCiphertextStore,
+        ciphertext_store,
+        signed_multiexp_chunks,
+    )
+
+    public, secret = keypair
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 2**30, size=3000)
+    cts = public.raw_encrypt([int(v) for v in x])
+    held = ciphertext_store(public, 3000, client)
+    assert isinstance(held, ClusterCiphertextStore)
+    for lo in range(0, 3000, 700):  # parts as they arrive from a peer
+        held.extend(cts[lo : lo + 700])
+    assert len(held) == 3000 and held.nbytes == 0  # nothing of the rows in this process
+    assert isinstance(ciphertext_store(public, 10, 2), CiphertextStore)
+    local = CiphertextStore.of(public, cts)
+    rows = rng.permutation(3000)[:1800]  # a batch across every partition
+    z = rng.integers(-(2**40), 2**40, size=(1800, 2))
+    there = signed_multiexp_chunks(held, rows, z, public.nsquare, client)
+    assert there == signed_multiexp_chunks(local, rows, z, public.nsquare, 1)
+    expected = [
+        int(x[rows].astype(object) @ z[:, k].astype(object)) % int(public.n) for k in (0, 1)
+    ]
+    assert [int(secret.raw_decrypt([c])[0]) for c in there] == expected
+    with pytest.raises(ValueError, match="3001 ciphertexts for a store of 3000"):
+        held.extend(cts[:1])
