@@ -43,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+os.environ.setdefault("VFLINK_PROGRESS", "0")  # rates, not progress bars
 # benchmarks/linkage.py would shadow the linkage package: keep this folder off the import path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 

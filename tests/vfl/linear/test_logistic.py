@@ -463,7 +463,10 @@ def test_peers_refuse_bad_packings_and_overflowing_shares() -> None:
     fine = RowsHeader(packing={"columns": 3, "slot_bits": 100, "per_ct": 3}, parts=2)
     half = EncryptedVector(public, public.raw_encrypt([0] * 20), 0, fresh=True).to_wire()
     two = [RowsPart(blocks=[half]), RowsPart(blocks=[half])]
-    assert len(PeerRows.from_parts(public, fine, two, "lab", 40, 32).groups[0]) == 40
+    joined = PeerRows.from_parts(public, fine, two, "lab", 40, 32)
+    assert len(joined.groups[0]) == 40
+    # kept packed: exactly the ciphertexts' bytes, no Python object per row
+    assert joined.nbytes == 40 * public.ciphertext_bytes == joined.groups[0].data.nbytes
     with pytest.raises(ValueError, match=r"party 'lab' sent .* 'blocks' do not add up"):
         PeerRows.from_parts(public, fine, two[:1], "lab", 40, 32)
     packing = RowPacking(3, 64, 3)
