@@ -36,6 +36,7 @@ __all__ = [
     "Workers",
     "check_workers",
     "executor_slots",
+    "gather",
     "is_executor",
     "map_chunks",
     "run_on_executor",
@@ -165,16 +166,21 @@ def run_on_executor(
         ]
     else:
         futures = [executor.submit(step, *task, *shared) for task in tasks]
+    what = f"a task of {getattr(step, '__name__', step)} failed on the executor"
+    results = gather(futures, f"{what} {type(executor).__name__}")
+    return [r.args[0] if isinstance(r, _Packed) else r for r in results]
+
+
+def gather(futures: Sequence[Any], failure: str) -> list[Any]:
+    """The results of ``futures`` in order. If one fails (or its workers all died past Dask's
+    retries), the others are cancelled and :class:`RuntimeError` says ``failure`` and the
+    cause."""
     try:
-        results = [f.result() for f in futures]
+        return [f.result() for f in futures]
     except Exception as exc:
         for f in futures:
             f.cancel()
-        raise RuntimeError(
-            f"a task of {getattr(step, '__name__', step)} failed on the executor "
-            f"{type(executor).__name__}: {type(exc).__name__}: {exc}"
-        ) from exc
-    return [r.args[0] if isinstance(r, _Packed) else r for r in results]
+        raise RuntimeError(f"{failure}: {type(exc).__name__}: {exc}") from exc
 
 
 class _Packed:

@@ -172,14 +172,9 @@ class ClusterCiphertextStore:
                     pure=False,
                 )
             )
-        try:
-            results = [f.result() for f in futures]
-        except Exception as exc:
-            for f in futures:
-                f.cancel()
-            raise RuntimeError(
-                f"a gradient product failed on the Dask cluster: {type(exc).__name__}: {exc}"
-            ) from exc
+        from linkage.workers import gather  # only with a cluster: vfl.crypto stays light
+
+        results = gather(futures, "a gradient product failed on the Dask cluster")
         out = []
         for k in range(columns.shape[1]):
             total = mpz(1)
