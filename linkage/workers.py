@@ -37,6 +37,7 @@ __all__ = [
     "check_workers",
     "executor_slots",
     "gather",
+    "is_dask",
     "is_executor",
     "map_chunks",
     "run_on_executor",
@@ -55,7 +56,8 @@ def is_executor(workers: Any) -> bool:
     return not isinstance(workers, (int, type(None))) and callable(getattr(workers, "submit", None))
 
 
-def _is_dask(executor: Any) -> bool:
+def is_dask(executor: Any) -> bool:
+    """Whether ``executor`` is a ``dask.distributed.Client``."""
     return type(executor).__module__.split(".")[0] == "distributed"
 
 
@@ -68,7 +70,7 @@ def executor_slots(executor: Any) -> int:
     ValueError
         A Dask client that cannot reach its scheduler, or whose cluster has no worker.
     """
-    if _is_dask(executor):
+    if is_dask(executor):
         try:
             threads = int(sum(executor.nthreads().values()))
         except Exception as exc:  # say so here, not deep inside a later call
@@ -159,7 +161,7 @@ def run_on_executor(
     their own arguments and result as one object each. A task that fails, or whose workers
     all died past Dask's retries, raises :class:`RuntimeError` naming the step and the cause;
     the others are cancelled."""
-    if _is_dask(executor):
+    if is_dask(executor):
         common = [executor.scatter(value, broadcast=True) for value in shared]
         futures = [
             executor.submit(_unpack, _Packed(step, task), *common, pure=False) for task in tasks

@@ -189,8 +189,11 @@ def ciphertext_store(
 ) -> CiphertextStore | ClusterCiphertextStore:
     """Where ``count`` long-kept ciphertexts go: on the party's Dask cluster when ``workers``
     is its client, in this process otherwise."""
-    if parallel.is_executor(workers) and type(workers).__module__.split(".")[0] == "distributed":
-        return ClusterCiphertextStore(key, count, workers)
+    if parallel.is_executor(workers):
+        from linkage.workers import is_dask  # only with an executor: vfl.crypto stays light
+
+        if is_dask(workers):
+            return ClusterCiphertextStore(key, count, workers)
     return CiphertextStore(key, count)
 
 
