@@ -79,6 +79,7 @@ for plaintext features and labels, under every protocol.
 
 from vfl.linear.logistic import VerticalLogisticRegression
 from vfl.linear.model import PartyModel
+from vfl.linear.poisson import VerticalPoissonRegression
 from vfl.linear.reference import plaintext_reference
 from vfl.linear.regression import VerticalLinearRegression
 
@@ -86,5 +87,6 @@ __all__ = [
     "PartyModel",
     "VerticalLinearRegression",
     "VerticalLogisticRegression",
+    "VerticalPoissonRegression",
     "plaintext_reference",
 ]

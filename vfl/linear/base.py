@@ -22,8 +22,9 @@ from vfl.linear.protocol import CoordinatorRole, DataRole, FitResult, FitSpec
 from vfl.linear.scoring import ScoreCoordinatorRole, ScoreRole, ScoreSpec
 from vfl.linear.shared import SharedCoordinatorRole, SharedDataRole
 from vfl.preprocessing import PartyPreprocessor
+from vfl.training.convergence import DivergenceWarning
 from vfl.training.optimizers import OPTIMIZERS
-from vfl.training.schedule import check_batch_size
+from vfl.training.schedule import auto_batch_size, check_batch_size
 from vfl.validation import VerticalFrames, check_data_parties, check_parts, label_party_of
 
 __all__ = ["PROTOCOLS", "VerticalLinearModel"]
@@ -33,8 +34,6 @@ PROTOCOLS = ("shared", "shared_coordinator", "coordinator", "two_party")
 training, :mod:`vfl.linear.shared`; two data parties); ``coordinator`` and ``two_party``
 reveal each party its exact gradient, which lets it solve for labels (:mod:`vfl.linear`)."""
 SHARED = ("shared", "shared_coordinator")
-DEFAULT_RATES = {"adam": 0.05, "momentum": 0.3, "sgd": 0.5}
-"""Default ``learning_rate`` per optimiser."""
 
 
 class VerticalLinearModel(FederatedEstimator):
@@ -51,13 +50,15 @@ class VerticalLinearModel(FederatedEstimator):
     def __init__(
         self,
         *,
-        max_iter: int = 30,
-        batch_size: int = 256,
+        max_iter: int = 100,
+        batch_size: int | None = None,
         tol: float | None = 1e-4,
         n_iter_no_change: int = 5,
         learning_rate: float | None = None,
         optimizer: str | None = None,
-        alpha: float = 1e-3,
+        alpha: float | None = None,
+        C: float = 1.0,  # noqa: N803 (scikit-learn's name)
+        clip_outliers: bool = True,
         protocol: str = "shared",
         key_bits: int = 2048,
         random_state: int | None = None,
@@ -79,6 +80,8 @@ class VerticalLinearModel(FederatedEstimator):
         self.learning_rate = learning_rate
         self.optimizer = optimizer
         self.alpha = alpha
+        self.C = C
+        self.clip_outliers = clip_outliers
         self.protocol = protocol
         self.key_bits = key_bits
         self.random_state = random_state
@@ -119,9 +122,21 @@ class VerticalLinearModel(FederatedEstimator):
             return "momentum" if self.protocol in SHARED else "adam"
         return str(self.optimizer)
 
-    def _learning_rate(self) -> float:
-        rate = self.learning_rate
-        return DEFAULT_RATES[self._optimizer()] if rate is None else float(rate)
+    def _alpha(self, rows: int | None) -> float:
+        """The L2 penalty on the mean loss: ``alpha`` when given, else ``1 / (C * rows)``,
+        which is scikit-learn's ``LogisticRegression(C=C)`` (and ``Ridge(alpha=1 / C)``) on
+        the same rows, at every table size (0 where the rows are unknown: the coordinator,
+        which applies no penalty)."""
+        if self.alpha is not None:
+            return float(self.alpha)
+        return 1.0 / (float(self.C) * rows) if rows else 0.0
+
+    def _batch_size(self, rows: int | None) -> int:
+        """``batch_size``, or :func:`~vfl.training.schedule.auto_batch_size` of the rows (0
+        where they are unknown: the coordinator derives it from the row count it is told)."""
+        if self.batch_size is not None:
+            return int(self.batch_size)
+        return auto_batch_size(rows) if rows else 0
 
     def _wait_limit(self, rows: int) -> float:
         return wait_limit(self.timeout, rows, self.key_bits)
@@ -149,14 +164,20 @@ class VerticalLinearModel(FederatedEstimator):
             )
         for name in ("max_iter", "batch_size"):
             value = getattr(self, name)
+            if name == "batch_size" and value is None:
+                continue
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not isinstance(self.n_iter_no_change, int) or self.n_iter_no_change < 1:
             raise ValueError(
                 f"n_iter_no_change must be a positive integer, got {self.n_iter_no_change!r}"
             )
-        if not self._learning_rate() > 0 or not self.alpha >= 0:
-            raise ValueError("learning_rate must be > 0 and alpha >= 0")
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        if self.alpha is not None and not self.alpha >= 0:
+            raise ValueError(f"alpha must be >= 0, got {self.alpha!r}")
+        if not self.C > 0:
+            raise ValueError(f"C must be > 0 (the inverse of the penalty), got {self.C!r}")
         self._check_preprocess()
 
     def _check_preprocess(self, data_parties: list[str] | None = None) -> None:
@@ -200,7 +221,7 @@ class VerticalLinearModel(FederatedEstimator):
         # worker processes pay off on large batches; on small ones the parties' threads
         # already keep the cores busy and the inter-process traffic costs more than it saves;
         # an executor (a Dask client) is used as given
-        default = min(os.cpu_count() or 1, 4) if self.batch_size >= 512 else 1
+        default = min(os.cpu_count() or 1, 4) if (self.batch_size or 0) >= 512 else 1
         return self.workers if self.workers is not None else default
 
     def _policy(self) -> KeyPolicy:
@@ -209,8 +230,11 @@ class VerticalLinearModel(FederatedEstimator):
     def _key_holder(self) -> str | None:
         return self.coordinator if self.protocol in ("coordinator", "shared_coordinator") else None
 
-    def fit_spec(self, label_party: str, data_parties: list[str]) -> FitSpec:
-        """What every role of a fit agrees on (hyperparameters checked, parties checked)."""
+    def fit_spec(
+        self, label_party: str, data_parties: list[str], rows: int | None = None
+    ) -> FitSpec:
+        """What every role of a fit on ``rows`` rows agrees on (hyperparameters checked,
+        parties checked; the batch size and penalty derived from ``rows`` when not given)."""
         self._check_params()
         check_data_parties(list(data_parties), label_party)
         self._check_preprocess(list(data_parties))
@@ -234,13 +258,14 @@ class VerticalLinearModel(FederatedEstimator):
             data_parties=tuple(data_parties),
             coordinator=self._key_holder(),
             max_iter=self.max_iter,
-            batch_size=self.batch_size,
+            batch_size=self._batch_size(rows),
             tol=self.tol,
             patience=self.n_iter_no_change,
-            learning_rate=self._learning_rate(),
+            learning_rate=self.learning_rate,
             optimizer=self._optimizer(),
             shared=self.protocol in SHARED,
-            alpha=float(self.alpha),
+            alpha=self._alpha(rows),
+            warm_start=bool(self.warm_start and getattr(self, "parts_", None)),
             policy=self._policy(),
             workers=self._workers(),
             random_state=self.random_state,
@@ -306,10 +331,18 @@ class VerticalLinearModel(FederatedEstimator):
             else:  # the preprocessing is fitted on this party's own rows, kept in its part
                 features = frame if prep is None else prep.fit(frame).transform(frame)
                 part = PartyModel.fresh(
-                    name, features, standardize=self.standardize, active=is_label, outputs=outputs
+                    name,
+                    features,
+                    standardize=self.standardize,
+                    active=is_label,
+                    outputs=outputs,
+                    clip=self.clip_outliers,
                 )
                 for key, value in keep.items():
-                    setattr(part, key, value)
+                    if key == "extra":  # beside the fences the part already keeps
+                        part.extra.update(value)
+                    else:
+                        setattr(part, key, value)
                 if prep is not None:
                     part.extra["preprocess"] = prep.to_dict()
             part.extra["data_parties"] = list(spec.data_parties)
@@ -373,6 +406,14 @@ class VerticalLinearModel(FederatedEstimator):
         if label is not None and label.part is not None:
             self.loss_curve_ = list(label.loss_curve)
             self.best_epoch_ = label.best_epoch
+            self.restarts_ = list(label.restarts)
+            self.history_ = [
+                {"epoch": i + 1, "loss": loss, "seconds": sec, "restart": i + 1 in label.restarts}
+                for i, (loss, sec) in enumerate(
+                    zip(label.loss_curve, label.epoch_seconds, strict=False)
+                )
+            ]
+            warn_training(label, spec)
             self.epoch_seconds_ = list(label.epoch_seconds)
             self.setup_seconds_ = label.setup_seconds
             self.intercept_ = np.reshape(np.array(label.part.intercept, dtype=float), -1)
@@ -428,13 +469,13 @@ class VerticalLinearModel(FederatedEstimator):
         """
         label_party = label_party_of(parts, label_party)
         frames = check_parts(parts, label_party)
+        rows = max(len(f) for f in frames.values())
         spec = replace(
-            self.fit_spec(label_party, list(frames)),
+            self.fit_spec(label_party, list(frames), rows),
             keep_views=keep_views,
             ledger=self._ledger(ledger),
         )
         roles = self._fit_roles(spec, dict(frames), y)
-        rows = max(len(f) for f in frames.values())
         results = self._simulate(roles, keep_payloads=keep_payloads, rows=rows)
         self._collect(results, spec)
         return self
@@ -489,9 +530,12 @@ class VerticalLinearModel(FederatedEstimator):
         ``data_parties`` the names of all parties holding features; ``ledger`` as in
         :meth:`fit` (the label party records there)."""
         name = federation.name
-        spec = replace(self.fit_spec(label_party, list(data_parties)), ledger=self._ledger(ledger))
         if frame is not None:
             frame = check_parts({name: frame}, name)[name]
+        rows = None if frame is None else len(frame)
+        spec = replace(
+            self.fit_spec(label_party, list(data_parties), rows), ledger=self._ledger(ledger)
+        )
         roles = self._fit_roles(spec, {name: frame}, y if name == label_party else None)
         self._collect(run_deployed(roles, federation), spec)
         return self
@@ -581,3 +625,23 @@ class VerticalLinearModel(FederatedEstimator):
             if "data_parties" in part.extra:
                 self.data_parties_ = list(part.extra["data_parties"])
         return self
+
+
+def warn_training(result: FitResult, spec: FitSpec) -> None:
+    """Say what went wrong in a fit, at the label party (in the caller's thread): a
+    :class:`~vfl.training.convergence.DivergenceWarning` when the loss diverged (what the fit
+    did about it, and which epoch it kept), else scikit-learn's ``ConvergenceWarning`` when
+    ``max_iter`` ran out before the loss settled."""
+    import warnings
+
+    if result.divergence:
+        warnings.warn(result.divergence, DivergenceWarning, stacklevel=4)
+    elif not result.converged and spec.tol is not None:
+        from sklearn.exceptions import ConvergenceWarning
+
+        warnings.warn(
+            f"stopped after max_iter={spec.max_iter} epochs before the training loss settled "
+            f"within tol={spec.tol} (kept epoch {result.best_epoch}); raise max_iter",
+            ConvergenceWarning,
+            stacklevel=4,
+        )

@@ -73,12 +73,15 @@ class CrossScores(Message):
 
 @dataclass(frozen=True)
 class EpochControl(Message):
-    """The label party, before each epoch: go on or stop; and whether to keep the model of
-    the epoch just finished (the best so far, :class:`~vfl.training.LossCurve`)."""
+    """The label party, before each epoch: go on or stop; whether to keep the model of the
+    epoch just finished (the best so far, :class:`~vfl.training.LossCurve`); or whether that
+    epoch diverged, so every party goes back to its kept model and shrinks its step by
+    :data:`~vfl.training.convergence.RESTART_FACTOR` (``restart``)."""
 
     KIND = "epoch control"
     stop: bool
     keep: bool = False
+    restart: bool = False
 
 
 @dataclass(frozen=True)

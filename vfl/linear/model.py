@@ -15,7 +15,21 @@ from vfl import persistence
 from vfl.preprocessing import PartyPreprocessor
 from vfl.validation import check_numeric
 
-__all__ = ["FEATURE_BITS", "KIND", "PartyModel", "clip_rows", "feature_bits", "quantize"]
+__all__ = [
+    "FEATURE_BITS",
+    "FENCE_QUANTILE",
+    "FENCE_WIDTH",
+    "KIND",
+    "PartyModel",
+    "clip_rows",
+    "feature_bits",
+    "fences",
+    "quantize",
+]
+
+FENCE_QUANTILE = 0.01
+FENCE_WIDTH = 3.0
+"""A column is clipped to ``[q_1% - 3 s, q_99% + 3 s]`` (:func:`fences`)."""
 
 FEATURE_BITS = 20
 """Features are rounded to multiples of ``2**-FEATURE_BITS`` before training."""
@@ -38,6 +52,28 @@ def clip_rows(values: np.ndarray[Any, Any], clip: float) -> np.ndarray[Any, Any]
     bound = clip - np.sqrt(values.shape[1]) * 2.0**-FEATURE_BITS
     norms = np.linalg.norm(values, axis=1, keepdims=True)
     return quantize(values * np.minimum(1.0, bound / np.maximum(norms, 1e-300)))
+
+
+def fences(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Per column, the ``(lower, upper)`` bounds a party clips its own values to before
+    standardising, shape ``(2, columns)``: ``q - FENCE_WIDTH * s`` below the 1% quantile and
+    above the 99% one, where ``s`` is the deviation of the column clipped to those quantiles
+    (its whole deviation when that is 0, as for a rare binary flag).
+
+    Why: a few values hundreds of deviations out (data-entry codes such as 98 in a count of
+    late payments, a debt ratio of 300,000) make a mini-batch's curvature hundreds of times
+    the table's, which diverges any fixed step, and squash every other row into a sliver of
+    the standardised scale. Gaussian columns are untouched (the fences sit at about 5.1
+    deviations); a binary column stays binary (clipping is monotone); heavy tails are
+    winsorised. Each party computes its fences from its own rows and keeps them in its part.
+    """
+    if len(values) == 0:
+        return np.vstack([np.full(values.shape[1], -np.inf), np.full(values.shape[1], np.inf)])
+    low, high = np.quantile(values, [FENCE_QUANTILE, 1 - FENCE_QUANTILE], axis=0)
+    spread = np.clip(values, low, high).std(axis=0)
+    spread = np.where(spread > 0, spread, values.std(axis=0))
+    out: np.ndarray[Any, Any] = np.vstack([low - FENCE_WIDTH * spread, high + FENCE_WIDTH * spread])
+    return out
 
 
 def feature_bits(x: np.ndarray[Any, Any]) -> int:
@@ -69,10 +105,19 @@ class PartyModel:
 
     @classmethod
     def fresh(
-        cls, party: str, frame: pd.DataFrame, *, standardize: bool, active: bool, outputs: int
+        cls,
+        party: str,
+        frame: pd.DataFrame,
+        *,
+        standardize: bool,
+        active: bool,
+        outputs: int,
+        clip: bool = False,
     ) -> PartyModel:
         """An unfitted part for ``frame``'s columns (zero weights; the party's own means and
-        deviations when ``standardize``); refuses constant columns."""
+        deviations when ``standardize``, of its values clipped to its own :func:`fences` when
+        ``clip``, which the part keeps and applies to every frame it reads); refuses constant
+        columns."""
         columns = [str(c) for c in frame.columns]
         values = check_numeric(frame, party, list(frame.columns))
         std = values.std(axis=0)
@@ -82,11 +127,18 @@ class PartyModel:
                 f"party {party!r}: columns {constant} are constant; they carry no information, "
                 "drop them"
             )
+        extra: dict[str, Any] = {}
+        if clip:
+            bounds = fences(values)
+            extra["clip"] = bounds.tolist()
+            values = np.clip(values, bounds[0], bounds[1])
+            std = values.std(axis=0)
         mean = values.mean(axis=0) if standardize else np.zeros(len(columns))
         scale = std if standardize else np.ones(len(columns))
         coef = np.zeros(len(columns)) if outputs == 1 else np.zeros((len(columns), outputs))
         intercept: Any = 0.0 if outputs == 1 else np.zeros(outputs)
-        return cls(party, "active" if active else "passive", columns, mean, scale, coef, intercept)
+        role = "active" if active else "passive"
+        return cls(party, role, columns, mean, scale, coef, intercept, extra=extra)
 
     def with_outputs(self, outputs: int) -> PartyModel:
         """The same part with zero weights for ``outputs`` outputs."""
@@ -139,7 +191,11 @@ class PartyModel:
         state = self.extra.get("preprocess")
         if state is not None:
             frame = PartyPreprocessor.from_dict(state).transform(frame)
-        values = (check_numeric(frame, self.party, self.columns) - self.mean) / self.scale
+        values = check_numeric(frame, self.party, self.columns)
+        bounds = self.extra.get("clip")
+        if bounds is not None:  # the fences fitted on this party's training rows
+            values = np.clip(values, bounds[0], bounds[1])
+        values = (values - self.mean) / self.scale
         huge = np.abs(values) >= 2.0**40
         if huge.any():
             columns = [self.columns[j] for j in np.flatnonzero(huge.any(axis=0))]
@@ -242,4 +298,12 @@ class PartyModel:
         d = len(part.columns)
         if part.mean.shape != (d,) or part.scale.shape != (d,) or part.coef.shape[:1] != (d,):
             raise ValueError(f"{source}: the arrays do not match its {d} columns")
+        bounds = part.extra.get("clip")
+        if bounds is not None:
+            try:
+                shape = np.asarray(bounds, dtype=float).shape
+            except (TypeError, ValueError):
+                shape = ()
+            if shape != (2, d):
+                raise ValueError(f"{source}: its clipping fences do not match its {d} columns")
         return part

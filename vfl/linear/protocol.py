@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +36,7 @@ from vfl.linear.exchange import SCORE_BITS, GradientExchange, plan_packing
 from vfl.linear.losses import (
     LOSS_BOUND,
     MAX_OUTPUTS,
+    SCORE_BOUND,
     LinearLoss,
     check_scores,
     penalty,
@@ -44,11 +44,19 @@ from vfl.linear.losses import (
 from vfl.linear.messages import VLR, CrossScores, Encrypted, EpochControl, Outputs, SetupCounts
 from vfl.linear.model import FEATURE_BITS, PartyModel, clip_rows
 from vfl.privacy.mechanisms import gaussian_noise
-from vfl.training.convergence import LossCurve
-from vfl.training.optimizers import make_optimizer
-from vfl.training.schedule import Schedule, agree_seed
+from vfl.training.convergence import RESTART_FACTOR, LossCurve
+from vfl.training.optimizers import ADAM_RATE, block_step, curvature_bound, make_optimizer
+from vfl.training.schedule import Schedule, agree_seed, auto_batch_size
 
-__all__ = ["CoordinatorRole", "DataRole", "FitResult", "FitSpec", "check_setup"]
+__all__ = [
+    "CoordinatorRole",
+    "DataRole",
+    "FitResult",
+    "FitSpec",
+    "check_setup",
+    "loss_curve",
+    "party_step",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +73,7 @@ class FitSpec:
     batch_size: int
     tol: float | None
     patience: int
-    learning_rate: float
+    learning_rate: float | None  # None: each party's default (:func:`party_step`)
     optimizer: str
     alpha: float
     policy: KeyPolicy
@@ -76,6 +84,7 @@ class FitSpec:
     label_noise: float | None = None
     row_clip: float | None = None
     ledger: Any = None
+    warm_start: bool = False
 
     @property
     def passives(self) -> list[str]:
@@ -93,6 +102,13 @@ class FitResult:
     setup_seconds: float = 0.0
     converged: bool = False
     best_epoch: int = 0
+    restarts: list[int] = field(default_factory=list)
+    """Epochs after which the loss diverged and training resumed with a smaller step."""
+    divergence: str = ""
+    """What the divergence rule did, in words (empty: nothing)."""
+    gave_up: bool = False
+    steps: list[float] = field(default_factory=list)
+    """The step this party started with (its own; both, under the secret-shared protocol)."""
     view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None
 
 
@@ -236,15 +252,22 @@ class _Trainer:
         exchange: GradientExchange,
     ) -> None:
         self.fed, self.spec, self.x, self.w, self.exchange = fed, spec, x, w, exchange
-        self.optimizer = make_optimizer(spec.optimizer, learning_rate=spec.learning_rate)
+        self.rate = party_step(spec, x)
+        self.optimizer = make_optimizer(spec.optimizer, learning_rate=self.rate)
         self.model = w  # the last epoch's mean iterate
         self.kept = w  # what the fit returns: the model of the best epoch (LossCurve)
         self._sum: np.ndarray[Any, Any] = np.zeros_like(w)
         self._steps = 0
+        # |u_p| <= SCORE_BOUND / (4 P) whatever the step: a diverging run stays within the
+        # encryption's bounds, shows in the epoch loss and restarts (never reached otherwise)
+        peak = float(np.sqrt(np.max(np.einsum("ij,ij->i", x, x)))) if x.size else 0.0
+        self.radius = SCORE_BOUND / (4 * len(spec.data_parties) * max(peak, 1e-12))
 
     def step(self, grad: np.ndarray[Any, Any], rows: int, epoch: int, intercept: bool) -> None:
         scaled = grad / (self.spec.loss.c * rows) + penalty(self.w, self.spec.alpha, intercept)
-        self.w = self.optimizer.step(self.w, scaled, epoch)
+        w = self.optimizer.step(self.w, scaled, epoch)
+        norms = np.linalg.norm(w, axis=0)
+        self.w = w * np.minimum(1.0, self.radius / np.maximum(norms, 1e-300))
         self._sum = self._sum + self.w
         self._steps += 1
 
@@ -258,9 +281,14 @@ class _Trainer:
             self.model = self._sum / self._steps
 
     def control(self, message: EpochControl) -> bool:
-        """Follow the label party's word: keep the last epoch's model if it says so; True
+        """Follow the label party's word: keep the last epoch's model if it says so, or go
+        back to the kept one with a smaller step and a fresh optimiser (a divergence); True
         to go on."""
-        if message.keep:
+        if message.restart:
+            self.w = self.kept
+            self.rate *= RESTART_FACTOR
+            self.optimizer = make_optimizer(self.spec.optimizer, learning_rate=self.rate)
+        elif message.keep:
             self.kept = self.model
         return not message.stop
 
@@ -287,12 +315,12 @@ class _LabelTrainer(_Trainer):
         self.followers = [*spec.passives, *([spec.coordinator] if spec.coordinator else [])]
 
     def run(self, schedule: Schedule) -> FitResult:
-        result = FitResult(part=None)
-        curve = LossCurve(self.spec.tol, self.spec.patience)
+        result = FitResult(part=None, steps=[self.rate])
+        curve = loss_curve(self.spec, self.t)
         epochs = schedule.epochs()
         for epoch in range(self.spec.max_iter):
             began = time.perf_counter()
-            control = EpochControl(stop=False, keep=curve.keep)
+            control = EpochControl(stop=False, keep=curve.keep, restart=curve.restart)
             VLR.broadcast(self.fed, "epoch", control, to=self.followers)
             self.control(control)
             self.start_epoch()
@@ -301,24 +329,15 @@ class _LabelTrainer(_Trainer):
             self.end_epoch()
             loss = self.epoch_loss(len(self.x))
             result.epoch_seconds.append(time.perf_counter() - began)
-            logger.info("epoch %d: training loss %.6f", epoch + 1, loss)
-            if curve.add(loss):
-                result.converged = True
+            stop = curve.add(loss)
+            log_epoch(self.fed.name, epoch, self.spec.max_iter, loss, self.rate, curve)
+            if stop:
+                result.converged = not curve.gave_up
                 break
         control = EpochControl(stop=True, keep=curve.keep)
         VLR.broadcast(self.fed, "epoch", control, to=self.followers)
         self.control(control)
-        result.best_epoch = curve.best_epoch
-        if not result.converged and self.spec.tol is not None:
-            from sklearn.exceptions import ConvergenceWarning
-
-            warnings.warn(
-                f"stopped after max_iter={self.spec.max_iter} epochs before the loss settled "
-                f"within tol={self.spec.tol}; raise max_iter",
-                ConvergenceWarning,
-                stacklevel=2,
-            )
-        result.loss_curve, result.n_iter = curve.values, len(curve.values)
+        finish(result, curve)
         return result
 
     def train_batch(self, rows: np.ndarray[Any, Any], epoch: int) -> None:
@@ -453,6 +472,58 @@ class _PassiveTrainer(_Trainer):
         VLR.send(self.fed, label, "cross-sum", Encrypted(data=total.to_wire()))
 
 
+def party_step(spec: FitSpec, x: np.ndarray[Any, Any]) -> float:
+    """The step a data party starts with: ``learning_rate`` when given; otherwise Adam's
+    :data:`~vfl.training.optimizers.ADAM_RATE`, or, for the optimisers linear in the gradient
+    (momentum, SGD), :func:`~vfl.training.optimizers.block_step` of the curvature of its own
+    design ``x`` (the label party's intercept column included) -- derived from the data, not
+    a constant."""
+    if spec.learning_rate is not None:
+        return float(spec.learning_rate)
+    if spec.optimizer == "adam":
+        return ADAM_RATE
+    curvature = curvature_bound(x, spec.batch_size, spec.loss.c)
+    return block_step(curvature, len(spec.data_parties), spec.alpha)
+
+
+def loss_curve(spec: FitSpec, targets: np.ndarray[Any, Any] | None) -> LossCurve:
+    """The label party's stopping and divergence rule for a fit. It knows the loss of the
+    untrained model (all weights zero, so scores zero) unless the fit is a warm start. Under
+    label DP the divergence rule is off (its decisions would depend on the exact labels)."""
+    initial = None
+    if targets is not None and not spec.warm_start:
+        initial = spec.loss.mean_loss(float(np.sum(targets**2)), len(targets), targets.shape[1])
+    if spec.label_noise is not None:
+        return LossCurve(spec.tol, spec.patience, initial=None, rise=math.inf, max_restarts=0)
+    return LossCurve(spec.tol, spec.patience, initial=initial)
+
+
+def log_epoch(
+    party: str, epoch: int, max_iter: int, loss: float, step: float, curve: LossCurve
+) -> None:
+    """One INFO line per epoch at the label party: loss, step, best epoch, and restarts."""
+    note = " (diverged: back to the best epoch, smaller step)" if curve.restart else ""
+    logger.info(
+        "%s: epoch %d/%d loss %.6f step %.4g best %d%s",
+        party,
+        epoch + 1,
+        max_iter,
+        loss,
+        step,
+        curve.best_epoch,
+        note,
+    )
+
+
+def finish(result: FitResult, curve: LossCurve) -> None:
+    """Copy what the curve learnt into the label party's result."""
+    result.best_epoch = curve.best_epoch
+    result.restarts = list(curve.restarts)
+    result.gave_up = curve.gave_up
+    result.divergence = curve.describe() if curve.restarts or curve.gave_up else ""
+    result.loss_curve, result.n_iter = curve.values, len(curve.values)
+
+
 class CoordinatorRole:
     """The key holder: sends its public key, then decrypts masked gradient shares (one per
     data party and batch, each of the size the party announced) and the loss once per epoch."""
@@ -471,7 +542,8 @@ class CoordinatorRole:
         rows = counts[label].rows
         if rows is None or rows < 1:
             SetupCounts.refuse(label, "rows", f"is {rows!r}, not a row count")
-        per_epoch = Schedule(rows, spec.batch_size, 0).batches_per_epoch()
+        batch = spec.batch_size or auto_batch_size(rows)  # 0: derived from the rows
+        per_epoch = Schedule(rows, batch, 0).batches_per_epoch()
         epochs = 0
         while not VLR.recv(fed, label, "epoch", EpochControl).stop:
             for _ in range(per_epoch):

@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 
 from vfl.linear.base import VerticalLinearModel
-from vfl.linear.losses import penalty
+from vfl.linear.losses import SCORE_BOUND, penalty
 from vfl.linear.model import FEATURE_BITS, PartyModel
-from vfl.training.convergence import LossCurve
+from vfl.linear.protocol import loss_curve, party_step
+from vfl.training.convergence import RESTART_FACTOR
 from vfl.training.optimizers import make_optimizer
 from vfl.training.schedule import Schedule
 from vfl.validation import check_parts
@@ -34,10 +35,10 @@ def plaintext_reference(
     if estimator.random_state is None:
         raise ValueError("plaintext_reference needs an estimator with random_state set")
     frames = check_parts(parts, label_party)
-    spec = estimator.fit_spec(label_party, list(frames))
+    spec = estimator.fit_spec(label_party, list(frames), max(len(f) for f in frames.values()))
     targets, _ = estimator.label_targets(y, frames[label_party].index, label_party)
     outputs = targets.shape[1]
-    xs, ws, opts = {}, {}, {}
+    xs, ws, rates, radius = {}, {}, {}, {}
     for name, frame in frames.items():
         part = PartyModel.fresh(
             name,
@@ -45,6 +46,7 @@ def plaintext_reference(
             standardize=estimator.standardize,
             active=name == label_party,
             outputs=outputs,
+            clip=estimator.clip_outliers,
         )
         x = part.design(frame)
         if spec.shared:
@@ -52,16 +54,23 @@ def plaintext_reference(
         if name == label_party:
             x = np.column_stack([x, np.ones(len(x))])
         xs[name], ws[name] = x, np.zeros((x.shape[1], outputs))
-        opts[name] = make_optimizer(spec.optimizer, learning_rate=spec.learning_rate)
+        rates[name] = party_step(spec, x)
+        peak = float(np.sqrt(np.max(np.einsum("ij,ij->i", x, x))))
+        radius[name] = SCORE_BOUND / (4 * len(frames) * peak)  # the revealing protocols'
+    opts = {p: make_optimizer(spec.optimizer, learning_rate=r) for p, r in rates.items()}
     n = len(targets)
     schedule = Schedule(n, spec.batch_size, int(estimator.random_state))
     epochs = schedule.epochs()
     if spec.shared:
         fixed, orders = schedule.fixed()
         epochs = ([fixed[b] for b in order] for order in orders)
-    curve = LossCurve(spec.tol, spec.patience)
+    curve = loss_curve(spec, targets)
     model = kept = dict(ws)
     for epoch, batches in zip(range(spec.max_iter), epochs, strict=False):
+        if curve.restart:  # as every party does on the label party's word
+            ws = dict(kept)
+            rates = {p: r * RESTART_FACTOR for p, r in rates.items()}
+            opts = {p: make_optimizer(spec.optimizer, learning_rate=r) for p, r in rates.items()}
         total = 0.0
         sums = {p: np.zeros_like(w) for p, w in ws.items()}
         for rows in batches:
@@ -71,6 +80,9 @@ def plaintext_reference(
                 grad = xs[p][rows].T @ z / (spec.loss.c * len(rows))
                 grad = grad + penalty(ws[p], spec.alpha, p == label_party)
                 ws[p] = opts[p].step(ws[p], grad, epoch)
+                if not spec.shared:  # each party's bound on its weights (never binds sanely)
+                    norms = np.linalg.norm(ws[p], axis=0)
+                    ws[p] = ws[p] * np.minimum(1.0, radius[p] / np.maximum(norms, 1e-300))
                 sums[p] += ws[p]
         model = {p: s / len(batches) for p, s in sums.items()}  # the epoch's mean iterate
         if spec.shared:  # the secret-shared protocols' loss: of that model, over all rows

@@ -34,7 +34,10 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
         stay in standardised-target units, so they learn neither statistic). Default True.
 
     The training loss (``loss_curve_``) is half the mean squared error, in standardised-target
-    units when ``standardize_target``. ``alpha`` applies to the standardised problem.
+    units when ``standardize_target``. ``alpha`` applies to the standardised problem; by
+    default it is ``1 / (C * rows)`` with ``C=1``, the penalty of scikit-learn's
+    ``Ridge(alpha=1)`` on the same rows (negligible beside ``LinearRegression`` on tables of
+    more than a few hundred rows).
     """
 
     _loss = SQUARED
@@ -50,12 +53,14 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
         self,
         *,
         max_iter: int = 300,
-        batch_size: int = 256,
+        batch_size: int | None = None,
         tol: float | None = 1e-5,
         n_iter_no_change: int = 5,
         learning_rate: float | None = None,
         optimizer: str | None = None,
-        alpha: float = 1e-4,
+        alpha: float | None = None,
+        C: float = 1.0,  # noqa: N803 (scikit-learn's name)
+        clip_outliers: bool = True,
         protocol: str = "shared",
         key_bits: int = 2048,
         random_state: int | None = None,
@@ -76,6 +81,8 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
             learning_rate=learning_rate,
             optimizer=optimizer,
             alpha=alpha,
+            C=C,
+            clip_outliers=clip_outliers,
             protocol=protocol,
             key_bits=key_bits,
             random_state=random_state,

@@ -78,7 +78,7 @@ import logging
 import math
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -104,10 +104,10 @@ from vfl.linear.exchange import KAPPA, GradientExchange, PeerRows
 from vfl.linear.losses import SCORE_BOUND
 from vfl.linear.messages import VLR, Encrypted, EpochControl, Outputs
 from vfl.linear.model import FEATURE_BITS, feature_bits
-from vfl.linear.protocol import DataRole, FitResult, FitSpec
-from vfl.training.convergence import LossCurve
-from vfl.training.optimizers import Optimizer, make_optimizer
-from vfl.training.schedule import Schedule, agree_seed
+from vfl.linear.protocol import DataRole, FitResult, FitSpec, finish, log_epoch, loss_curve
+from vfl.training.convergence import RESTART_FACTOR
+from vfl.training.optimizers import Optimizer, block_step, curvature_bound, make_optimizer
+from vfl.training.schedule import Schedule, agree_seed, auto_batch_size
 
 __all__ = [
     "RHO",
@@ -147,6 +147,10 @@ class Plan(Message):
     columns: int
     feature_bits: int
     rows: int
+    curvature: float = 0.0
+    """Its block's curvature bound (:func:`~vfl.training.optimizers.curvature_bound`), from
+    which both parties derive its default step: one number, which says how large and how
+    correlated its standardised columns are."""
 
 
 @dataclass(frozen=True)
@@ -386,18 +390,27 @@ class SharedDataRole(DataRole):
         peer = next(p for p in spec.data_parties if p != fed.name)
         link = _Link(fed, spec, peer)
         x_int = np.round(self.x * 2.0**FEATURE_BITS).astype(np.int64)
-        plan = Plan(columns=self.x.shape[1], feature_bits=feature_bits(self.x), rows=len(self.x))
+        curvature = curvature_bound(x_int / 2.0**FEATURE_BITS, spec.batch_size, spec.loss.c)
+        plan = Plan(
+            columns=self.x.shape[1],
+            feature_bits=feature_bits(self.x),
+            rows=len(self.x),
+            curvature=curvature,
+        )
         SS.send(fed, peer, "plan", plan)
         if spec.coordinator is not None:
             SS.send(fed, spec.coordinator, "plan", plan)
         theirs = SS.recv(fed, peer, "plan", Plan)
         if theirs.rows != len(self.x):
             Plan.refuse(peer, "rows", f"is {theirs.rows}; this party has {len(self.x)} rows")
+        if not 0 <= theirs.curvature <= 2.0**60:  # NaN fails this too
+            Plan.refuse(peer, "curvature", f"is {theirs.curvature}, not a curvature bound")
         plans = {spec.label_party: plan if self.is_label else theirs}
         plans[peer if self.is_label else fed.name] = theirs if self.is_label else plan
         sizes = _sizes(spec, plans, outputs, link.key.n_length)
         shares = self._setup(fed, link, sizes, x_int, seed)
-        result = self._train(fed, link, sizes, shares, seed)
+        rates = [shared_step(spec, plans[p].curvature) for p in (spec.label_party, peer_b(spec))]
+        result = self._train(fed, link, sizes, shares, seed, rates)
         result.setup_seconds = shares["setup_seconds"]
         if spec.keep_views:
             result.view = link.views
@@ -540,27 +553,33 @@ class SharedDataRole(DataRole):
         sizes: Sizes,
         shares: dict[str, Any],
         seed: int,
+        rates: list[float],
     ) -> FitResult:
         spec = self.spec
         v = self._initial_shares(fed, link, sizes)
         fixed = shares["fixed"]
         _, orders = Schedule(len(self.x), spec.batch_size, seed).fixed()
-        result = FitResult(part=None)
-        curve = LossCurve(spec.tol, spec.patience)
+        result = FitResult(part=None, steps=list(rates))
+        curve = loss_curve(spec, self.targets)
         followers = [p for p in [link.peer, spec.coordinator] if p is not None]
         mine = slice(0, sizes.d_a) if self.is_label else slice(sizes.d_a, sizes.joint)
-        optimizer = make_optimizer(spec.optimizer, learning_rate=spec.learning_rate)
+        optimizers = [make_optimizer(spec.optimizer, learning_rate=r) for r in rates]
         velocity = np.zeros_like(v)
         model = kept = v
         epoch = 0
+        stopped = False
         while True:
             if self.is_label:
-                stop = epoch >= spec.max_iter or result.converged
-                control = EpochControl(stop=stop, keep=curve.keep)
+                stop = epoch >= spec.max_iter or stopped
+                control = EpochControl(stop=stop, keep=curve.keep, restart=curve.restart)
                 SS.broadcast(fed, "epoch", control, to=followers)
             else:
                 control = SS.recv(fed, spec.label_party, "epoch", EpochControl)
-            if control.keep:  # the epoch just finished is the best so far: keep its shares
+            if control.restart:  # diverged: back to the kept shares, a smaller step
+                v, velocity = kept, np.zeros_like(v)
+                rates = [r * RESTART_FACTOR for r in rates]
+                optimizers = [make_optimizer(spec.optimizer, learning_rate=r) for r in rates]
+            elif control.keep:  # the epoch just finished is the best so far: keep its shares
                 kept = model
             if control.stop:
                 break
@@ -573,7 +592,7 @@ class SharedDataRole(DataRole):
                     scaled = _floats(n_share[mine], 2 * FEATURE_BITS + W_BITS)
                     link.views.append((rows.copy(), scaled))
                 v, velocity = self._step(
-                    fed, link, sizes, optimizer, epoch, rows, n_share, v, velocity
+                    fed, link, sizes, optimizers, epoch, rows, n_share, v, velocity
                 )
                 total = total + v
             # the epoch's model is the mean of its iterates (tail averaging: SGD goes on from
@@ -582,14 +601,13 @@ class SharedDataRole(DataRole):
             loss = self._epoch_loss(fed, link, sizes, shares, model)
             if self.is_label:
                 result.epoch_seconds.append(time.perf_counter() - began)
-                logger.info("epoch %d: training loss %.6f", epoch + 1, loss)
-                if curve.add(loss):
-                    result.converged = True
+                stopped = curve.add(loss)
+                result.converged = stopped and not curve.gave_up
+                log_epoch(fed.name, epoch, spec.max_iter, loss, rates[0], curve)
             epoch += 1
-        if self.is_label and not result.converged and spec.tol is not None:
-            _warn_not_converged(spec)
-        result.loss_curve, result.n_iter = curve.values, epoch
-        result.best_epoch = curve.best_epoch
+        if self.is_label:
+            finish(result, curve)
+        result.n_iter = epoch
         self._reveal(fed, link, sizes, kept)
         result.part = self.part
         return result
@@ -599,20 +617,24 @@ class SharedDataRole(DataRole):
         fed: Federation,
         link: _Link,
         sizes: Sizes,
-        optimizer: Optimizer,
+        optimizers: list[Optimizer],
         epoch: int,
         rows: np.ndarray[Any, Any],
         n_share: np.ndarray[Any, Any],
         v: np.ndarray[Any, Any],
         velocity: np.ndarray[Any, Any],
     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        """One optimiser step on shares, each party truncating its own (exact to a unit of
-        ``2**-W_BITS`` per product), then a fresh re-randomisation of weights and velocity:
-        the label party adds uniform offsets and sends them to B, which subtracts them."""
+        """One optimiser step on shares (the label party's block with its step, B's with
+        B's), each party truncating its own (exact to a unit of ``2**-W_BITS`` per product),
+        then a fresh re-randomisation of weights and velocity: the label party adds uniform
+        offsets and sends them to B, which subtracts them."""
         spec = self.spec
-        to_n, to_alpha, beta, step = fixed_point_step(
-            optimizer, epoch, spec.loss.c, len(rows), spec.alpha
-        )
+        factors = [
+            fixed_point_step(o, epoch, spec.loss.c, len(rows), spec.alpha) for o in optimizers
+        ]
+        to_n, to_alpha, beta, _ = factors[0]
+        step = np.empty((sizes.joint, 1), dtype=object)
+        step[: sizes.d_a], step[sizes.d_a :] = factors[0][3], factors[1][3]
         one = 1 << LR_BITS
         decay = np.full((sizes.joint, 1), to_alpha, dtype=object)
         decay[sizes.d_a - 1] = 0  # no penalty on the intercept
@@ -739,17 +761,17 @@ class SharedDataRole(DataRole):
         self.part.set_weights(w, with_intercept=self.is_label)
 
 
-def _warn_not_converged(spec: FitSpec) -> None:
-    import warnings
+def peer_b(spec: FitSpec) -> str:
+    """The data party that is not the label party."""
+    return next(p for p in spec.data_parties if p != spec.label_party)
 
-    from sklearn.exceptions import ConvergenceWarning
 
-    warnings.warn(
-        f"stopped after max_iter={spec.max_iter} epochs before the loss settled within "
-        f"tol={spec.tol}; raise max_iter or learning_rate",
-        ConvergenceWarning,
-        stacklevel=3,
-    )
+def shared_step(spec: FitSpec, curvature: float) -> float:
+    """A block's starting step under the secret-shared protocol: ``learning_rate`` when given,
+    else :func:`~vfl.training.optimizers.block_step` of the curvature its owner announced."""
+    if spec.learning_rate is not None:
+        return float(spec.learning_rate)
+    return block_step(curvature, len(spec.data_parties), spec.alpha)
 
 
 def _pack_columns(
@@ -828,8 +850,10 @@ class SharedCoordinatorRole:
         VLR.broadcast(fed, "key", PublicKeyMessage.of(public_key), to=[label, other])
         plans = {p: SS.recv(fed, p, "plan", Plan) for p in (label, other)}
         outputs = int(VLR.recv(fed, label, "outputs", Outputs).count)
-        sizes = _sizes(spec, plans, outputs, public_key.n_length)
         rows = plans[label].rows
+        if not spec.batch_size:  # derived from the row count, as the data parties do
+            spec = replace(spec, batch_size=auto_batch_size(max(rows, 1)))
+        sizes = _sizes(spec, plans, outputs, public_key.n_length)
         if plans[other].rows != rows:
             Plan.refuse(other, "rows", f"is {plans[other].rows}; the label party has {rows}")
         batches = Schedule(rows, spec.batch_size, 0).batches_per_epoch()

@@ -1,18 +1,31 @@
-"""Stopping on a loss curve."""
+"""Stopping on a loss curve, and noticing when training diverges."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["LossCurve"]
+from sklearn.exceptions import ConvergenceWarning
+
+__all__ = ["RESTART_FACTOR", "DivergenceWarning", "LossCurve"]
+
+RESTART_FACTOR = 0.25
+"""What a restart multiplies the step by."""
+
+
+class DivergenceWarning(ConvergenceWarning):  # type: ignore[misc]
+    """The training loss rose or became non-finite, and training resumed from the best epoch
+    with a smaller step (or gave up after :attr:`LossCurve.max_restarts` tries). A subclass of
+    scikit-learn's ``ConvergenceWarning``, so filters for that one catch it too."""
 
 
 @dataclass
 class LossCurve:
-    """Training loss per epoch and the stopping rule, as scikit-learn's ``SGDRegressor``:
-    an epoch counts as no improvement when its loss is above the best so far minus ``tol``;
-    training stops after ``patience`` such epochs in a row (``tol=None``: never).
+    """Training loss per epoch, the stopping rule and the divergence rule.
+
+    **Stopping**, as scikit-learn's ``SGDRegressor``: an epoch counts as no improvement when
+    its loss is above the best so far minus ``tol``; training stops after ``patience`` such
+    epochs in a row (``tol=None``: never).
 
     With ``patience=1`` that is: stop at the first epoch that does not lower the loss by
     ``tol`` -- which one noisy epoch can trigger; a patience of 5 rides over it.
@@ -22,26 +35,69 @@ class LossCurve:
     the epoch just added is the new best (the label party tells the others so, one bit per
     epoch, and each keeps its own part of that epoch's model). With ``tol=None`` (a fixed
     number of epochs, as label DP needs) the last epoch's model is kept and nothing is said.
+
+    **Divergence.** An epoch whose loss is not finite, or above the best loss so far (or the
+    ``initial`` loss of the untrained model, when known) by more than ``rise`` of it (and more
+    than ``tol``), is a divergence: :attr:`restart` is set, the fit goes back to the best
+    epoch's model (epoch 0: the initial one) and multiplies its step by
+    :data:`RESTART_FACTOR`, at most ``max_restarts`` times; once more and :meth:`add` says
+    stop (:attr:`gave_up`). A diverged epoch is never kept and does not count towards
+    ``patience``. ``max_restarts=0`` turns the rule off (a diverged epoch then stops the fit).
     """
 
     tol: float | None
     patience: int = 1
+    initial: float | None = None
+    """The loss before training (of the initial model), when the label party knows it."""
+    rise: float = 0.5
+    max_restarts: int = 6
     values: list[float] = field(default_factory=list)
     best: float = math.inf
     best_epoch: int = 0
-    """The epoch (1-based) whose model the fit keeps; 0 before the first."""
+    """The epoch (1-based) whose model the fit keeps; 0 before the first (or: the initial
+    model, when every epoch diverged)."""
     keep: bool = False
     """Whether the fit keeps the model of the epoch just added."""
+    restart: bool = False
+    """Whether the epoch just added diverged and the fit restarts from :attr:`best_epoch`."""
+    restarts: list[int] = field(default_factory=list)
+    """The epochs (1-based) after which the fit restarted."""
+    gave_up: bool = False
+    """Whether the fit stopped because it diverged again after ``max_restarts`` restarts."""
     _stale: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.patience, int) or self.patience < 1:
             raise ValueError(f"n_iter_no_change must be a positive integer, got {self.patience!r}")
 
+    @property
+    def step_factor(self) -> float:
+        """What the step is multiplied by now (``RESTART_FACTOR ** restarts``)."""
+        return float(RESTART_FACTOR ** len(self.restarts))
+
+    def diverged(self, loss: float) -> bool:
+        """Whether ``loss`` counts as a divergence (see the class docstring)."""
+        if not math.isfinite(loss):
+            return True
+        reference = min(self.best, math.inf if self.initial is None else self.initial)
+        if not math.isfinite(reference):
+            return False
+        return loss > reference + max(self.rise * abs(reference), self.tol or 0.0)
+
     def add(self, loss: float) -> bool:
         """Record an epoch's loss; True when training should stop."""
         loss = float(loss)
         self.values.append(loss)
+        self.restart = False
+        if self.diverged(loss):
+            self.keep = False
+            self._stale = 0
+            if len(self.restarts) < self.max_restarts:
+                self.restart = True
+                self.restarts.append(len(self.values))
+                return False
+            self.gave_up = True
+            return True
         if self.tol is not None and len(self.values) > 1 and loss > self.best - self.tol:
             self._stale += 1
         else:
@@ -51,3 +107,22 @@ class LossCurve:
             self.best_epoch = len(self.values)
         self.best = min(self.best, loss)
         return self.tol is not None and self._stale >= self.patience
+
+    def describe(self) -> str:
+        """What happened, in words, for a warning: the restarts and the epoch kept."""
+        epochs = ", ".join(str(e) for e in self.restarts)
+        kept = f"epoch {self.best_epoch}" if self.best_epoch else "the initial model"
+        text = (
+            f"the training loss rose or became non-finite after epoch(s) {epochs}; each time "
+            f"training resumed from the best epoch with the step times {RESTART_FACTOR:g} "
+            f"(now {self.step_factor:g} of the first); kept {kept}"
+        )
+        if self.gave_up:
+            text += (
+                f"; it diverged again after {self.max_restarts} restarts and stopped. Lower "
+                "learning_rate, or check the features for extreme values (clip_outliers=True "
+                "clips them at each party's own quantiles)"
+            )
+        else:
+            text += "; if this happens often, lower learning_rate"
+        return text

@@ -26,7 +26,25 @@ from vfl.federation.messages import Message
 if TYPE_CHECKING:
     from vfl.federation.base import Federation
 
-__all__ = ["Schedule", "SeedShare", "agree_seed", "batches", "check_batch_size"]
+__all__ = [
+    "Schedule",
+    "SeedShare",
+    "agree_seed",
+    "auto_batch_size",
+    "batches",
+    "check_batch_size",
+]
+
+
+def auto_batch_size(rows: int) -> int:
+    """The default mini-batch size for ``rows`` rows: a sixteenth of them, between 64 and 256.
+
+    Why: on a large table 256 rows (as FATE's default) give a gradient good enough and many
+    steps per epoch; on a small one (a few hundred rows) 256 would mean one step per epoch,
+    and the model would stop far from the optimum (breast cancer's 398 training rows: AUC
+    0.988 against scikit-learn's 0.999); 16 batches an epoch converge there. Every party
+    computes it from the row count, which all of them know."""
+    return int(min(256, max(64, rows // 16)))
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
 from vfl.linear.messages import VLR, Outputs
 from vfl.linear.reference import plaintext_reference
 from vfl.linear.shared import SS, Plan, SharedCoordinatorRole, Sizes, fixed_point_step
+from vfl.training.convergence import DivergenceWarning
 from vfl.training.optimizers import make_optimizer
 
 pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.SecurityWarning")
@@ -56,11 +57,13 @@ def test_the_shared_model_is_the_plaintext_protocols(breast, protocol: str) -> N
 
 
 @pytest.mark.parametrize(("protocol", "rate"), [("shared", 1.0), ("coordinator", 2.0)])
-def test_early_stopping_keeps_the_model_of_the_best_epoch(
+def test_a_diverging_step_restarts_from_the_best_epoch_at_every_party(
     breast, protocol: str, rate: float
 ) -> None:  # type: ignore[no-untyped-def]
-    """Too large a step makes the loss rise: the fit stops on patience and keeps the model of
-    the epoch of lowest loss, at every party (the plaintext twin keeps the same)."""
+    """Too large a step makes the first epoch's loss rise above the untrained model's: every
+    party goes back to the kept model with a quarter of the step (warned, recorded), then the
+    fit keeps the model of the epoch of lowest loss, at every party (the plaintext twin does
+    the same)."""
     parts, y = breast
     est = small_model(
         VerticalLogisticRegression,
@@ -68,11 +71,15 @@ def test_early_stopping_keeps_the_model_of_the_best_epoch(
         learning_rate=rate,
         max_iter=12,
         batch_size=64,
+        tol=1e-3,
         n_iter_no_change=3,
     )
-    est.fit(parts, y, label_party="imaging")
-    assert est.best_epoch_ < est.n_iter_
+    with pytest.warns(DivergenceWarning, match="resumed from the best epoch"):
+        est.fit(parts, y, label_party="imaging")
+    assert est.restarts_ and est.restarts_[0] == 1
+    assert est.loss_curve_[0] > 1.5 * np.log(2)  # worse than the untrained model
     assert est.loss_curve_[est.best_epoch_ - 1] == min(est.loss_curve_)
+    assert [h["restart"] for h in est.history_].count(True) == len(est.restarts_)
     assert_equals_reference(est, parts, y, "imaging")
 
 
