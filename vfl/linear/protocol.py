@@ -112,6 +112,11 @@ class FitResult:
     view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None
 
 
+PATIENCE_STEPS = 50
+"""The fewest optimiser steps without improvement before early stopping (see
+:func:`loss_curve`)."""
+
+
 class DataRole:
     """A data party's side of training (the label party's when ``targets`` is given).
 
@@ -488,14 +493,23 @@ def party_step(spec: FitSpec, x: np.ndarray[Any, Any]) -> float:
 
 def loss_curve(spec: FitSpec, targets: np.ndarray[Any, Any] | None) -> LossCurve:
     """The label party's stopping and divergence rule for a fit. It knows the loss of the
-    untrained model (all weights zero, so scores zero) unless the fit is a warm start. Under
-    label DP the divergence rule is off (its decisions would depend on the exact labels)."""
+    untrained model (all weights zero, so scores zero) unless the fit is a warm start. The
+    patience is ``n_iter_no_change`` epochs and at least :data:`PATIENCE_STEPS` steps: on a
+    small table an epoch is a few steps, and momentum's loss swings over more than five of
+    them (FATE's student table stopped at epoch 13 with R2 0.059 against scikit-learn's 0.085;
+    at 50 steps within 0.005 for every seed). Under label DP the divergence rule is off (its
+    decisions would depend on the exact labels)."""
     initial = None
-    if targets is not None and not spec.warm_start:
-        initial = spec.loss.mean_loss(float(np.sum(targets**2)), len(targets), targets.shape[1])
+    patience = spec.patience
+    if targets is not None:
+        if not spec.warm_start:
+            rows, outputs = targets.shape
+            initial = spec.loss.mean_loss(float(np.sum(targets**2)), rows, outputs)
+        per_epoch = Schedule(len(targets), spec.batch_size, 0).batches_per_epoch()
+        patience = max(patience, math.ceil(PATIENCE_STEPS / per_epoch))
     if spec.label_noise is not None:
-        return LossCurve(spec.tol, spec.patience, initial=None, rise=math.inf, max_restarts=0)
-    return LossCurve(spec.tol, spec.patience, initial=initial)
+        return LossCurve(spec.tol, patience, initial=None, rise=math.inf, max_restarts=0)
+    return LossCurve(spec.tol, patience, initial=initial)
 
 
 def log_epoch(

@@ -36,6 +36,14 @@ class LossCurve:
     epoch, and each keeps its own part of that epoch's model). With ``tol=None`` (a fixed
     number of epochs, as label DP needs) the last epoch's model is kept and nothing is said.
 
+    **Stalling.** Where the loss has not improved for ``patience`` epochs, the fit first goes
+    on from the best epoch with the step times :data:`RESTART_FACTOR` (:attr:`restart` set,
+    recorded in :attr:`shrinks`), at most ``max_shrinks`` times, and stops only after that:
+    what scikit-learn's SGD does with ``learning_rate="adaptive"``. A mini-batch step's noise
+    keeps the loss above the optimum (on small tables by more than ``tol``); shrinking the
+    step lets the fit settle on it (diabetes, 309 rows: test R2 0.381-0.388 without, within
+    0.006 of the exact least squares' 0.393 with).
+
     **Divergence.** An epoch whose loss is not finite, or above the best loss so far (or the
     ``initial`` loss of the untrained model, when known) by more than ``rise`` of it (and more
     than ``tol``), is a divergence: :attr:`restart` is set, the fit goes back to the best
@@ -51,6 +59,7 @@ class LossCurve:
     """The loss before training (of the initial model), when the label party knows it."""
     rise: float = 0.5
     max_restarts: int = 6
+    max_shrinks: int = 2
     values: list[float] = field(default_factory=list)
     best: float = math.inf
     best_epoch: int = 0
@@ -61,7 +70,10 @@ class LossCurve:
     restart: bool = False
     """Whether the epoch just added diverged and the fit restarts from :attr:`best_epoch`."""
     restarts: list[int] = field(default_factory=list)
-    """The epochs (1-based) after which the fit restarted."""
+    """The epochs (1-based) after which the fit restarted because the loss diverged."""
+    shrinks: list[int] = field(default_factory=list)
+    """The epochs (1-based) after which the loss had stalled for ``patience`` epochs and the
+    fit went on from the best epoch with a smaller step (instead of stopping)."""
     gave_up: bool = False
     """Whether the fit stopped because it diverged again after ``max_restarts`` restarts."""
     _stale: int = 0
@@ -72,8 +84,8 @@ class LossCurve:
 
     @property
     def step_factor(self) -> float:
-        """What the step is multiplied by now (``RESTART_FACTOR ** restarts``)."""
-        return float(RESTART_FACTOR ** len(self.restarts))
+        """What the step is multiplied by now (``RESTART_FACTOR`` per restart or shrink)."""
+        return float(RESTART_FACTOR ** (len(self.restarts) + len(self.shrinks)))
 
     def diverged(self, loss: float) -> bool:
         """Whether ``loss`` counts as a divergence (see the class docstring)."""
@@ -106,7 +118,14 @@ class LossCurve:
         if self.keep:
             self.best_epoch = len(self.values)
         self.best = min(self.best, loss)
-        return self.tol is not None and self._stale >= self.patience
+        if self.tol is None or self._stale < self.patience:
+            return False
+        if len(self.shrinks) < self.max_shrinks:  # stalled: a smaller step from the best
+            self.restart = True
+            self.shrinks.append(len(self.values))
+            self._stale = 0
+            return False
+        return True
 
     def describe(self) -> str:
         """What happened, in words, for a warning: the restarts and the epoch kept."""
