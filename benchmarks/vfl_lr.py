@@ -54,6 +54,7 @@ from sklearn.model_selection import train_test_split  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression  # noqa: E402
+from vfl.synthetic import make_heavy_tailed_credit  # noqa: E402
 
 
 def phe_epoch_seconds(
@@ -253,61 +254,6 @@ def main() -> None:
 FATE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fate"
 
 
-def heavy_tailed_credit(seed: int = 0, rows: int = 30_000) -> tuple[pd.DataFrame, pd.Series]:
-    """A synthetic credit table shaped like FATE's give_credit (Kaggle's Give Me Some
-    Credit): utilisation mostly in [0, 1] with 0.2% entries up to 50,000, late-payment counts
-    with 98 as a data-entry code, debt ratios in the hundreds of thousands where income is
-    missing; about 11% positives from a logistic model of the clipped values."""
-    r = np.random.default_rng(seed)
-    util = r.beta(0.6, 1.2, rows)
-    bad = r.random(rows) < 0.002
-    util[bad] = r.uniform(1, 50_000, bad.sum())
-    age = np.clip(r.normal(52, 15, rows), 21, 100).round()
-    codes = r.random(rows) < 0.002
-    late = {}
-    for name, rate in (("late30", 0.25), ("late60", 0.08), ("late90", 0.1)):
-        late[name] = r.poisson(rate, rows).astype(float)
-        late[name][codes] = 98
-    missing = r.random(rows) < 0.15
-    income = np.exp(r.normal(8.5, 0.7, rows))
-    income[r.random(rows) < 0.001] *= 300
-    debt = np.exp(r.normal(-1, 0.8, rows))
-    debt[missing] = np.exp(r.normal(7, 1.5, missing.sum()))
-    income[missing] = 0
-    lines = r.poisson(8, rows).astype(float)
-    estate = r.poisson(1, rows).astype(float)
-    estate[r.random(rows) < 0.0005] = 54
-    dependents = r.poisson(0.7, rows).astype(float)
-    score = (
-        -3.2
-        + 2.0 * np.minimum(util, 1.5)
-        - 0.03 * (age - 52)
-        + 0.6 * np.minimum(late["late30"], 5)
-        + 0.9 * np.minimum(late["late90"], 5)
-        + 0.7 * np.minimum(late["late60"], 5)
-        - 0.2 * (np.log1p(income) - 8.5) * ~missing
-        + 0.05 * dependents
-        - 0.02 * lines
-        + 1.5 * codes
-    )
-    y = pd.Series((r.random(rows) < 1 / (1 + np.exp(-score))).astype(int), name="y")
-    x = pd.DataFrame(
-        {
-            "x0": util,
-            "x1": age,
-            "x2": late["late30"],
-            "x3": debt,
-            "x4": income,
-            "x5": lines,
-            "x6": late["late90"],
-            "x7": estate,
-            "x8": late["late60"],
-            "x9": dependents,
-        }
-    )
-    return x, y
-
-
 def fate_tables() -> list[tuple[str, dict[str, pd.DataFrame], pd.Series]]:
     """``(name, {"guest": ..., "host": ...}, y)`` for every FATE vertical table found, joined
     on ``id``, and the heavy-tailed credit table cut as give_credit was (x0-x4 / x5-x9)."""
@@ -318,7 +264,7 @@ def fate_tables() -> list[tuple[str, dict[str, pd.DataFrame], pd.Series]]:
         host = pd.read_csv(FATE / f"{name}_hetero_host.csv").set_index("id").loc[guest.index]
         y = guest.pop("y")
         out.append((name, {"guest": guest, "host": host}, y))
-    x, y = heavy_tailed_credit()
+    x, y = make_heavy_tailed_credit()
     out.append(("heavy-tailed credit", {"guest": x.iloc[:, :5], "host": x.iloc[:, 5:]}, y))
     return out
 

@@ -634,6 +634,8 @@ def warn_training(result: FitResult, spec: FitSpec) -> None:
     ``max_iter`` ran out before the loss settled."""
     import warnings
 
+    for note in result.notes:
+        warnings.warn(note, UserWarning, stacklevel=4)
     if result.divergence:
         warnings.warn(result.divergence, DivergenceWarning, stacklevel=4)
     elif not result.converged and spec.tol is not None:

@@ -56,6 +56,7 @@ __all__ = [
     "check_setup",
     "loss_curve",
     "party_step",
+    "shared_step",
 ]
 
 logger = logging.getLogger(__name__)
@@ -109,6 +110,8 @@ class FitResult:
     gave_up: bool = False
     steps: list[float] = field(default_factory=list)
     """The step this party started with (its own; both, under the secret-shared protocol)."""
+    notes: list[str] = field(default_factory=list)
+    """What the user should hear of (warned at the label party after the fit)."""
     view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None
 
 
@@ -285,6 +288,14 @@ class _Trainer:
         if self._steps:
             self.model = self._sum / self._steps
 
+    def penalty_term(self, intercept: bool) -> float:
+        """This party's share of the penalty in the loss's sum-of-squares units, at the
+        epoch's model: the tracked loss is the objective ``loss + alpha |w|^2 / 2`` (the
+        intercept unpenalised), so early stopping and the divergence rule follow what is
+        minimised, not the data term alone (which a strong penalty makes rise)."""
+        w = self.model[:-1] if intercept else self.model
+        return penalty_weight(self.spec, len(self.x)) * float(np.sum(w * w))
+
     def control(self, message: EpochControl) -> bool:
         """Follow the label party's word: keep the last epoch's model if it says so, or go
         back to the kept one with a smaller step and a fresh optimiser (a divergence); True
@@ -332,6 +343,7 @@ class _LabelTrainer(_Trainer):
             for rows in next(epochs):
                 self.train_batch(rows, epoch)
             self.end_epoch()
+            self.own += self.penalty_term(intercept=True)
             loss = self.epoch_loss(len(self.x))
             result.epoch_seconds.append(time.perf_counter() - began)
             stop = curve.add(loss)
@@ -432,6 +444,7 @@ class _PassiveTrainer(_Trainer):
             for rows in next(epochs):
                 self.train_batch(rows, epoch)
             self.end_epoch()
+            self.piece += self.penalty_term(intercept=False)
             key = self.exchange.keys[label]
             piece = Encrypted(data=key.encrypt(np.array(self.piece)).to_wire())
             VLR.send(self.fed, label, "loss-piece", piece)
@@ -482,13 +495,42 @@ def party_step(spec: FitSpec, x: np.ndarray[Any, Any]) -> float:
     :data:`~vfl.training.optimizers.ADAM_RATE`, or, for the optimisers linear in the gradient
     (momentum, SGD), :func:`~vfl.training.optimizers.block_step` of the curvature of its own
     design ``x`` (the label party's intercept column included) -- derived from the data, not
-    a constant."""
+    a constant. Under the secret-shared protocol, :func:`shared_step`."""
+    if spec.shared:
+        return shared_step(spec, curvature_bound(x, spec.batch_size, spec.loss.c))
     if spec.learning_rate is not None:
         return float(spec.learning_rate)
     if spec.optimizer == "adam":
         return ADAM_RATE
     curvature = curvature_bound(x, spec.batch_size, spec.loss.c)
     return block_step(curvature, len(spec.data_parties), spec.alpha)
+
+
+STABLE = 3.0
+"""The most a given ``learning_rate`` may exceed the default step by under the secret-shared
+protocol (below heavy-ball momentum's limit of 3.8, see
+:func:`~vfl.training.optimizers.block_step`)."""
+
+
+def shared_step(spec: FitSpec, curvature: float) -> float:
+    """A block's starting step under the secret-shared protocol:
+    :func:`~vfl.training.optimizers.block_step` of the curvature its owner announced, or
+    ``learning_rate`` when given, at most :data:`STABLE` times that.
+
+    Why the cap: a step beyond the stability limit grows the weights geometrically, and
+    weights on shares past their public bound (``2**W_INT_BITS``) wrap around silently, so
+    that the loss the label party learns is no longer the model's and cannot flag the
+    divergence; the revealing protocols instead restart (:class:`~vfl.training.LossCurve`)."""
+    default = block_step(curvature, len(spec.data_parties), spec.alpha)
+    if spec.learning_rate is None:
+        return default
+    return min(float(spec.learning_rate), STABLE * default)
+
+
+def penalty_weight(spec: FitSpec, rows: int) -> float:
+    """``lambda`` with ``rows * divisor * (alpha |w|^2 / 2) = lambda |w|^2``: the penalty in
+    the units of the summed squares the protocols add up (:meth:`LinearLoss.mean_loss`)."""
+    return spec.loss.divisor * rows * spec.alpha / 2
 
 
 def loss_curve(spec: FitSpec, targets: np.ndarray[Any, Any] | None) -> LossCurve:

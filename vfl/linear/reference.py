@@ -12,7 +12,7 @@ import pandas as pd
 from vfl.linear.base import VerticalLinearModel
 from vfl.linear.losses import SCORE_BOUND, penalty
 from vfl.linear.model import FEATURE_BITS, PartyModel
-from vfl.linear.protocol import loss_curve, party_step
+from vfl.linear.protocol import loss_curve, party_step, penalty_weight
 from vfl.training.convergence import RESTART_FACTOR
 from vfl.training.optimizers import make_optimizer
 from vfl.training.schedule import Schedule
@@ -88,6 +88,9 @@ def plaintext_reference(
         if spec.shared:  # the secret-shared protocols' loss: of that model, over all rows
             z = sum(xs[p] @ model[p] for p in xs) - targets
             total = float(np.sum(z * z))
+        for p, w in model.items():  # the penalty, at that model (no intercept)
+            kept_rows = w[:-1] if p == label_party else w
+            total += penalty_weight(spec, n) * float(np.sum(kept_rows * kept_rows))
         stop = curve.add(spec.loss.mean_loss(total, n, outputs))
         if curve.keep:  # the best epoch's model (the last one without early stopping)
             kept = model

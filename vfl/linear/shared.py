@@ -104,9 +104,19 @@ from vfl.linear.exchange import KAPPA, GradientExchange, PeerRows
 from vfl.linear.losses import SCORE_BOUND
 from vfl.linear.messages import VLR, Encrypted, EpochControl, Outputs
 from vfl.linear.model import FEATURE_BITS, feature_bits
-from vfl.linear.protocol import DataRole, FitResult, FitSpec, finish, log_epoch, loss_curve
+from vfl.linear.protocol import (
+    STABLE,
+    DataRole,
+    FitResult,
+    FitSpec,
+    finish,
+    log_epoch,
+    loss_curve,
+    penalty_weight,
+    shared_step,
+)
 from vfl.training.convergence import RESTART_FACTOR
-from vfl.training.optimizers import Optimizer, block_step, curvature_bound, make_optimizer
+from vfl.training.optimizers import Optimizer, curvature_bound, make_optimizer
 from vfl.training.schedule import Schedule, agree_seed, auto_batch_size
 
 __all__ = [
@@ -172,6 +182,9 @@ class Sizes:
     fb_b: int
     batch_size: int
     key_bits: int
+    penalty: int = 0
+    """``penalty_weight`` at the scale of ``N`` over that of the weights (``2**(2 *
+    FEATURE_BITS)``), an integer both parties derive from the public alpha and rows."""
 
     @property
     def joint(self) -> int:
@@ -229,6 +242,8 @@ class Sizes:
         """Shares of ``N`` and ``N - tau`` (over ``span`` batches) are reduced modulo this."""
         rows = self.row_bits + span.bit_length()
         weights = 2 * max(self.fb_a, self.fb_b) + rows + W_INT_BITS + W_BITS
+        # room for + penalty * w (<= penalty * 2**(W_INT_BITS + W_BITS)) beside G w
+        weights = max(weights, self.penalty.bit_length() + W_INT_BITS + W_BITS) + 1
         targets = rows + max(self.fb_a, self.fb_b) + T_BITS
         return 1 << (max(weights + self.joint.bit_length(), targets) + 2 + RHO)
 
@@ -411,6 +426,12 @@ class SharedDataRole(DataRole):
         shares = self._setup(fed, link, sizes, x_int, seed)
         rates = [shared_step(spec, plans[p].curvature) for p in (spec.label_party, peer_b(spec))]
         result = self._train(fed, link, sizes, shares, seed, rates)
+        if spec.learning_rate is not None and min(rates) < spec.learning_rate:
+            result.notes.append(
+                f"learning_rate={spec.learning_rate:g} is beyond the secret-shared protocol's "
+                f"stability bound; the parties stepped by {rates[0]:.3g} (label party) and "
+                f"{rates[1]:.3g} (the other), {STABLE:g} times the default step"
+            )
         result.setup_seconds = shares["setup_seconds"]
         if spec.keep_views:
             result.view = link.views
@@ -699,7 +720,11 @@ class SharedDataRole(DataRole):
         span = len(shares["fixed"])
         n_share = self._gradient(link, sizes, shares, span, span, v)
         modulus = sizes.n_modulus(span)
-        m_share = _reduce(n_share - shares["tau"][span], modulus, self.is_label)
+        # + lambda w (intercept excluded): <w, m> is then |X w - t|^2 - |t|^2 plus the
+        # penalty, so the tracked loss is the objective minimised (protocol.penalty_term)
+        penalised = v * sizes.penalty
+        penalised[sizes.d_a - 1] = 0
+        m_share = _reduce(n_share - shares["tau"][span] + penalised, modulus, self.is_label)
         own = _dot(v, m_share)
         if not self.is_label:
             got = vector_from(
@@ -766,14 +791,6 @@ def peer_b(spec: FitSpec) -> str:
     return next(p for p in spec.data_parties if p != spec.label_party)
 
 
-def shared_step(spec: FitSpec, curvature: float) -> float:
-    """A block's starting step under the secret-shared protocol: ``learning_rate`` when given,
-    else :func:`~vfl.training.optimizers.block_step` of the curvature its owner announced."""
-    if spec.learning_rate is not None:
-        return float(spec.learning_rate)
-    return block_step(curvature, len(spec.data_parties), spec.alpha)
-
-
 def _pack_columns(
     s: np.ndarray[Any, Any],
     layout: PackingLayout,
@@ -829,8 +846,16 @@ def _sizes(spec: FitSpec, plans: dict[str, Plan], outputs: int, key_bits: int) -
     for name, p in ((label, a), (other, b)):
         if not 1 <= p.columns <= 100_000 or not 1 <= p.feature_bits <= 200:
             Plan.refuse(name, "columns", f"plan {p} is not a usable design")
+    penalty = round(penalty_weight(spec, a.rows) * 2.0 ** (2 * FEATURE_BITS))
     return Sizes(
-        a.columns, b.columns, outputs, a.feature_bits, b.feature_bits, spec.batch_size, key_bits
+        a.columns,
+        b.columns,
+        outputs,
+        a.feature_bits,
+        b.feature_bits,
+        spec.batch_size,
+        key_bits,
+        penalty,
     )
 
 

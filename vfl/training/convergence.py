@@ -44,9 +44,11 @@ class LossCurve:
     step lets the fit settle on it (diabetes, 309 rows: test R2 0.381-0.388 without, within
     0.006 of the exact least squares' 0.393 with).
 
-    **Divergence.** An epoch whose loss is not finite, or above the best loss so far (or the
-    ``initial`` loss of the untrained model, when known) by more than ``rise`` of it (and more
-    than ``tol``), is a divergence: :attr:`restart` is set, the fit goes back to the best
+    **Divergence.** An epoch whose loss is not finite, or above both the best loss so far by
+    more than ``rise`` of it (and more than ``tol``) and the ``initial`` loss of the untrained
+    model (when known: a model worse than no model; in the first epoch, the initial loss by
+    ``rise``), is a divergence (momentum's swings on
+    a full batch rise by more than half but stay below the untrained model's loss): :attr:`restart` is set, the fit goes back to the best
     epoch's model (epoch 0: the initial one) and multiplies its step by
     :data:`RESTART_FACTOR`, at most ``max_restarts`` times; once more and :meth:`add` says
     stop (:attr:`gave_up`). A diverged epoch is never kept and does not count towards
@@ -91,10 +93,11 @@ class LossCurve:
         """Whether ``loss`` counts as a divergence (see the class docstring)."""
         if not math.isfinite(loss):
             return True
-        reference = min(self.best, math.inf if self.initial is None else self.initial)
-        if not math.isfinite(reference):
+        best = self.best if math.isfinite(self.best) else self.initial
+        if best is None:
             return False
-        return loss > reference + max(self.rise * abs(reference), self.tol or 0.0)
+        rising = best + max(self.rise * abs(best), self.tol or 0.0)
+        return loss > max(rising, -math.inf if self.initial is None else self.initial)
 
     def add(self, loss: float) -> bool:
         """Record an epoch's loss; True when training should stop."""
