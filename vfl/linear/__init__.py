@@ -31,9 +31,11 @@ receives the other's share of its own weights. The model equals
 agree to about ``1e-6``, not exactly, since shares are truncated at random points).
 
 **What each role learns under them.** The label party learns the number of the other
-party's columns, the loss once per epoch and its own final weights. The other party learns
-the label party's column count, the number of outputs K, the row count and its own final
-weights. The coordinator learns the public plan. Nobody sees a gradient, residual, partial
+party's columns, the other's curvature bound (one number that sets its default step), the
+loss once per epoch and its own final weights. The other party learns the label party's
+column count and curvature bound, the number of outputs K, the row count, one keep bit and
+one restart bit per epoch (whether the loss diverged or stalled, which says a little about
+the loss curve, nothing about a row) and its own final weights. The coordinator learns the public plan. Nobody sees a gradient, residual, partial
 score, label or feature of another party: every value a party decrypts carries a mask of
 ``KAPPA`` (40) bits more than the value, fresh from the other party's OS randomness. The
 audits confirm it. From the passive party's view,

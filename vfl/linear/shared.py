@@ -34,8 +34,9 @@ The maths. Both losses (:mod:`vfl.linear.losses`) have the gradient numerator
   ``N = S_A v_A + S_B v_B + S_A v_B + S_B v_A - tau``. For a cross product ``S_P v_Q``,
   party Q raises P's encrypted columns to its share, masks the packed result and returns
   it. P's share is the masked value, Q's is minus its mask.
-  * **Update.** Plain SGD, as :class:`~vfl.training.optimizers.Sgd`:
-    ``w -= lr / (1 + epoch) * (N / (c rows) + alpha w)``. Each party applies it to its own
+  * **Update.** Heavy-ball momentum (or SGD), linear in the gradient:
+    ``velocity = beta velocity + N / (c rows) + alpha w; w -= step_p * velocity``, the label
+    party's block with its step and B's with B's (:func:`~vfl.linear.protocol.shared_step`). Each party applies it to its own
     shares, truncating locally, which is exact to 2 units of ``2**-W_BITS``. The label
     party then re-randomises the shares with a fresh uniform offset and sends that offset
     to B.
@@ -58,10 +59,11 @@ layout it derives from the public plan.
 
 **What each role learns.**
 
-* The label party: the number of B's columns, the loss once per epoch, and its own final
-  weights.
-* B: the number of the label party's columns and outputs, the row count, and its own final
-  weights.
+* The label party: the number of B's columns, B's curvature bound (one number, from which
+  both derive B's step), the loss once per epoch, and its own final weights.
+* B: the number of the label party's columns and outputs, the row count, the label party's
+  curvature bound, per epoch the keep bit and the restart bit (the loss rose past the
+  divergence rule, or stalled: :class:`~vfl.training.LossCurve`), and its own final weights.
 * The coordinator: the public plan and nothing else. Every value it decrypts carries a mask
   ``KAPPA`` bits longer than the value.
 
