@@ -17,12 +17,23 @@ boundary. Dask tasks are submitted impure (``pure=False``) and gathered in order
 fails past Dask's retries raises :class:`RuntimeError` naming the step. If this machine's own
 pool breaks (a script that starts processes without ``if __name__ == "__main__":``, or a
 killed worker), the batch runs in this process with a :class:`RuntimeWarning`.
+
+No worker outlives the process that started it, however that process ends (``kill -9``
+included): each worker runs :func:`exit_with_parent` as its pool's initializer, a thread that
+waits on multiprocessing's sentinel of the parent process (a pipe that the kernel closes when
+the parent dies, on every platform and start method) and ends the worker at once. With the
+workers gone, multiprocessing's forkserver and resource tracker end too, as they do when
+their last client closes (they hold no other reference to the party). Chosen over Linux's
+``PR_SET_PDEATHSIG``, which fires when the *thread* that started a process ends (a party
+thread that started the pool) and, under a forkserver, watches the forkserver rather than the
+party.
 """
 
 from __future__ import annotations
 
 import atexit
 import multiprocessing
+import multiprocessing.connection
 import os
 import threading
 import warnings
@@ -36,6 +47,7 @@ __all__ = [
     "Workers",
     "check_workers",
     "executor_slots",
+    "exit_with_parent",
     "gather",
     "is_dask",
     "is_executor",
@@ -210,6 +222,31 @@ def _unpack(packed: _Packed, *shared: Any) -> _Packed:
     return _Packed(_unpack, (packed.fn(*packed.args, *shared),))
 
 
+def exit_with_parent() -> None:
+    """In a worker process (a pool's ``initializer``): end this process as soon as the process
+    that started it ends, whatever ended it.
+
+    A daemon thread waits on :func:`multiprocessing.parent_process`'s sentinel, which becomes
+    ready when the parent is gone, and then calls :func:`os._exit` (the worker holds nothing
+    that needs cleaning: its tasks' results had nowhere to go). Without it a pool's workers
+    wait forever for work from a parent that was killed (they hold their own end of the task
+    queue), and keep the forkserver and the resource tracker alive with them. Does nothing in
+    a process that multiprocessing did not start."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        multiprocessing.connection.wait([sentinel])
+        os._exit(_ORPHANED)
+
+    threading.Thread(target=watch, name="vflink-exit-with-parent", daemon=True).start()
+
+
+_ORPHANED = 70
+"""The exit status of a worker whose parent died (EX_SOFTWARE: nobody waits for it)."""
+
 _POOLS: dict[int, ProcessPoolExecutor] = {}
 _POOL_PID = os.getpid()
 _POOL_LOCK = threading.Lock()
@@ -227,7 +264,9 @@ def _pool(workers: int) -> ProcessPoolExecutor:
             methods = multiprocessing.get_all_start_methods()
             start = "forkserver" if "forkserver" in methods else "spawn"
             _POOLS[workers] = ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context(start)
+                workers,
+                mp_context=multiprocessing.get_context(start),
+                initializer=exit_with_parent,  # no worker outlives the party
             )
             atexit.register(_POOLS[workers].shutdown, wait=False, cancel_futures=True)
         return _POOLS[workers]

@@ -30,12 +30,22 @@ Subcommands arrive with the capabilities they drive; for now:
     party runs it (each data party with its new file and its own ``model_<party>.npz``, the
     coordinator with neither); the rows are aligned as in training and only the label party
     learns the scores (``predictions.csv``, and ``metrics.json`` when its file holds labels).
+
+A party fails fast and plainly (:mod:`vfl.party`): an error in its command line, its files,
+its model file or its own certificate is logged at once, before any peer is contacted, and
+told to the peers that come up within seconds; a peer whose certificate the federation's CA
+did not sign is named as such (:mod:`vfl.federation.trust`); a peer that fails is named with
+its reason. Exit statuses: 0 done, 2 this party's own input, 3 a peer or the federation, 130
+interrupted (SIGTERM, Ctrl-C). gRPC's own log (every refused TLS handshake, retried) is off in
+a party process: ``GRPC_VERBOSITY=ERROR vflink party ...`` brings it back. No process outlives
+a party, however it ends: its worker processes end with it (:mod:`linkage.workers`).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -110,19 +120,17 @@ def _certs(args: argparse.Namespace) -> int:
 
 def _party(args: argparse.Namespace) -> int:
     from vfl.federation.config import FederationConfig
-    from vfl.party import run_party, run_predict
 
     config = FederationConfig.load(args.config)
-    secret = None
-    if args.secret_file:
-        try:
-            secret = Path(args.secret_file).read_text().strip()
-        except OSError as exc:
-            raise ValueError(f"cannot read the secret file {args.secret_file}: {exc}") from None
-        if not secret:
-            raise ValueError(f"the secret file {args.secret_file} is empty")
-    if args.model is not None and not args.predict:
-        raise ValueError("--model is for scoring new rows: add --predict")
+    try:  # the command line first, in a second: before the job's modules load (pandas, ...)
+        config.check_arguments(args.name, model=args.model, predict=args.predict)
+        secret = _secret(args.secret_file)
+    except ValueError as exc:  # say so at once, then tell the peers that come up why
+        logger.error("party %r refuses to start: %s", args.name, exc)
+        config.stop_peers(args.name, str(exc), cert=args.cert, key=args.key)
+        raise
+    from vfl.party import run_party, run_predict
+
     where = dict(data=args.data, out=args.out, cert=args.cert, key=args.key, secret=secret)
     if args.predict:
         summary = run_predict(config, args.name, model=args.model, **where)
@@ -143,6 +151,19 @@ def _party(args: argparse.Namespace) -> int:
         line += f"; wrote {', '.join(summary['outputs'])} in {Path(args.out)}"
     print(line)
     return 0
+
+
+def _secret(path: str | None) -> str | None:
+    """The data parties' linkage secret from ``--secret-file`` (None without one)."""
+    if not path:
+        return None
+    try:
+        secret = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the secret file {path}: {exc}") from None
+    if not secret:
+        raise ValueError(f"the secret file {path} is empty")
+    return secret
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -261,6 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "party":  # a service manager's stop: shut down cleanly, tell the peers
         signal.signal(signal.SIGTERM, _terminate)
+        # gRPC's core logs every refused TLS handshake of every retry (146 lines for a peer
+        # with another CA's certificate); the party names such a peer itself, once. Read by
+        # gRPC when it is imported: only then does this take effect.
+        if "grpc" not in sys.modules:
+            os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     try:
         status: int = args.handler(args)
     except (ValueError, OSError) as exc:

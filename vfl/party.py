@@ -72,6 +72,15 @@ the label column, ``metrics.json`` (the job's metrics on the labelled rows). Ref
 peer is contacted (and the peers told why): a data party without ``--model``, a model file that
 is not a model or is another party's, one trained in another role or with other data parties,
 the part's columns missing from the new file, and ``--model`` given to the coordinator.
+
+Failing fast (:func:`_drive`): before any peer is contacted a party checks its own certificate
+and key against the federation's CA file (:mod:`vfl.federation.trust`) and its input; a refusal
+is logged at once, then told to the peers that are up or come up within
+:data:`~vfl.federation.config.NOTICE_SECONDS` (its endpoint open until all are told), and
+raised. A failure in a stage is logged at once and told to the peers as the endpoint closes;
+so is an unexpected error (by its type and message) and an interruption. A peer whose
+certificate the CA did not sign is named as such
+(:class:`~vfl.federation.network.UntrustedPeerError`), not retried.
 """
 
 from __future__ import annotations
@@ -542,15 +551,18 @@ def outputs(run: PartyRun, summary: dict[str, Any]) -> dict[str, str | bytes]:
     return files
 
 
-def _stop_peers(config: FederationConfig, name: str, cert: Any, key: Any, reason: str) -> None:
-    """Open this party's endpoint just long enough to tell each peer why it stops (until the
-    peers' connect timeout at most), so that they end within seconds naming it and its
-    reason, instead of waiting for a party that will never come."""
-    try:
-        with config.federation(name, cert=cert, key=key) as fed:
-            fed.close(reason=reason, patience=config.connect_timeout)
-    except Exception:  # no endpoint to open (bad certificate, port taken): nothing to tell
-        logger.debug("party %r could not tell its peers why it stops", name)
+def _check_certificate(
+    config: FederationConfig, name: str, cert: str | Path | None, key: str | Path | None
+) -> None:
+    """This party's own certificate and key against the federation's CA file, before any peer
+    is contacted (:func:`vfl.federation.trust.check_own_certificate`); the paths as
+    :meth:`FederationConfig.federation` resolves them (which names a missing one, later)."""
+    from vfl.federation.trust import check_own_certificate
+
+    me = config.party(name)
+    own_cert, own_key = cert or me.cert, key or me.key
+    if own_cert is not None and own_key is not None:
+        check_own_certificate(name, ca=config.ca, cert=own_cert, key=own_key)
 
 
 def run_party(
@@ -699,27 +711,44 @@ def _drive(
     summarize: Any,
     publish: Any,
 ) -> dict[str, Any]:
-    """One party's job: ``prepare()`` (every check without a peer; a refusal is told to the
-    peers before raising), the ``stages`` on the federation (a failure is told to the peers),
-    then the summary and the outputs, written only when every stage succeeded."""
+    """One party's job: its own certificate and ``prepare()`` (every check without a peer),
+    the ``stages`` on the federation, then the summary and the outputs, written only when
+    every stage succeeded.
+
+    Fails fast and says why: a refusal of its own input or certificate is logged at once,
+    before any peer is contacted, then told to the peers
+    (:meth:`~vfl.federation.config.FederationConfig.stop_peers`) before it is raised; a
+    failure in a stage is logged at once and told to the peers as the endpoint closes, and so
+    is an unexpected error (by its type and message) or an interruption."""
     try:
+        _check_certificate(config, name, cert, key)
         run = prepare()
         run.workers = _connect_scheduler(config, name, cert, key)
-    except ValueError as exc:  # refused our own input: tell the peers why, then stop
-        _stop_peers(config, name, cert, key, str(exc))
+    except ValueError as exc:  # refused our own input: say so, tell the peers why, then stop
+        logger.error("party %r refuses to start: %s", name, exc)
+        config.stop_peers(name, str(exc), cert=cert, key=key)
         raise
     if run.workers is not None and "workers" in run.estimator.get_params():
         run.estimator.set_params(workers=run.workers)
     try:
         with config.federation(name, cert=cert, key=key) as fed:
+            # say why, so that peers end at once (waiting a few seconds for a peer that is
+            # still starting: not the whole connect timeout, which a peer that died without a
+            # word would make this party wait out)
+            patience = min(config.connect_timeout, 5.0)
             try:
                 for stage in stages:
                     stage(run, fed)
-            except (ValueError, FederationError) as exc:  # say why, so that peers end at once
-                # (waiting a few seconds for a peer that is still starting: not the whole
-                # connect timeout, which a peer that died without a word would make this
-                # party wait out)
-                fed.close(reason=str(exc), patience=min(config.connect_timeout, 5.0))
+            except (ValueError, FederationError) as exc:
+                logger.error("party %r stops: %s", name, exc)
+                fed.close(reason=str(exc), patience=patience)
+                raise
+            except Exception as exc:  # a fault of this party's own, reported with its type
+                logger.error("party %r stops on an unexpected error: %r", name, exc)
+                fed.close(reason=f"party {name!r} failed: {exc!r}", patience=patience)
+                raise
+            except KeyboardInterrupt:  # SIGTERM or Ctrl-C: tell the peers that are up
+                fed.close(reason=f"party {name!r} was interrupted", patience=0.0)
                 raise
     finally:
         if run.workers is not None:
@@ -741,19 +770,10 @@ def load_model(run: PartyRun, model: str | Path | None) -> None:
     training run wrote), checked against the party and the config; the coordinator holds no
     part and is given none."""
     name, config = run.name, run.config
+    config.check_arguments(name, model=model, predict=True)
     if run.role == "coordinator":
-        if model is not None:
-            raise ValueError(
-                f"party {name!r} is the coordinator: it holds no part of the model (each data "
-                "party loads its own); do not pass --model to it"
-            )
         run.estimator.load(label_party=config.active)
         return
-    if model is None:
-        raise ValueError(
-            f"party {name!r}: --predict scores with its saved part of the model: pass "
-            f"--model model_{name}.npz (written by its training run)"
-        )
     try:
         run.estimator.load(model, label_party=config.active)
     except ValueError as exc:
@@ -862,6 +882,7 @@ def run_predict(
     FederationError when a peer fails; writes nothing unless every stage succeeded."""
 
     def prepare() -> PartyRun:
+        config.check_arguments(name, model=model, predict=True)  # before anything loads
         run = plan(config, name, secret)
         if run.learner.name == "transfer":
             raise ValueError(

@@ -4,6 +4,7 @@ the whole lab + imaging pipeline, and a party killed mid-training."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -15,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.processes import HAS_PROC, command_line, descendants, running
 from vfl.federation.config import FederationConfig
 from vfl.party import run_party
 
@@ -142,7 +144,13 @@ def start(folder: Path, config: Path, name: str, *extra: str) -> subprocess.Pope
         stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "VFLINK_PROGRESS": "0", "PYTHONWARNINGS": "ignore"},
+        # as a user runs it: gRPC's verbosity left to the command (importing Flower in another
+        # test may have set it in this process's environment)
+        env={
+            **{k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"},
+            "VFLINK_PROGRESS": "0",
+            "PYTHONWARNINGS": "ignore",
+        },
     )
 
 
@@ -204,6 +212,34 @@ def test_config_errors_name_the_file_the_party_and_the_fix(tmp_path: Path) -> No
             run_party(FederationConfig.load(path), "lab")
 
 
+def test_command_line_errors_are_named_before_anything_loads(tmp_path: Path) -> None:
+    """``--predict``/``--model`` against the party's role: checked from the config alone (no
+    pandas, no model file read), which ``vflink party`` does first."""
+    (tmp_path / "ca.pem").write_text("x")
+    (tmp_path / "model_lab.npz").write_bytes(b"checked later, when loaded")
+    path = tmp_path / "f.toml"
+    path.write_text(
+        '[federation]\nca = "ca.pem"\n'
+        '[[party]]\nname = "coordinator"\nrole = "coordinator"\naddress = "127.0.0.1:5000"\n'
+        '[[party]]\nname = "lab"\nrole = "passive"\naddress = "127.0.0.1:5001"\n'
+        '[[party]]\nname = "imaging"\nrole = "active"\naddress = "127.0.0.1:5002"\n'
+    )
+    config = FederationConfig.load(path)
+    model = tmp_path / "model_lab.npz"
+    config.check_arguments("lab")  # training: nothing to check here
+    config.check_arguments("lab", model=model, predict=True)
+    config.check_arguments("coordinator", predict=True)
+    cases = [
+        ("lab", None, True, "party 'lab': --predict .* pass --model model_lab.npz"),
+        ("lab", tmp_path / "nope.npz", True, "--model .*nope.npz: no such file; pass the model"),
+        ("coordinator", model, True, "'coordinator' is the coordinator: .* do not pass --model"),
+        ("lab", model, False, "--model is for scoring new rows: add --predict"),
+    ]
+    for name, given, predict, message in cases:
+        with pytest.raises(ValueError, match=message):
+            config.check_arguments(name, model=given, predict=predict)
+
+
 def run_three(folder: Path) -> Path:
     """Write a config and the cohort into ``folder``, run the three parties, return ``out``."""
     config = write_config(folder)
@@ -217,7 +253,7 @@ def run_three(folder: Path) -> Path:
 def test_three_party_processes_align_train_and_score(tmp_path: Path) -> None:
     out = run_three(tmp_path)
     log = (tmp_path / "imaging.log").read_text()
-    assert "test AUC" in log and "epoch 1: training loss" in log
+    assert "test AUC" in log and re.search(r"epoch 1\b.* loss", log)
     auc = float(log.split("test AUC ")[1].split(";")[0])
     # the features predict the diagnosis (in-process AUC 0.76-0.78); with about 125 test
     # rows the AUC's standard error is about 0.04: 0.6 is four of them below, 0.5 is chance
@@ -298,7 +334,7 @@ def test_a_party_killed_mid_training_stops_the_others_naming_it(tmp_path: Path) 
     config = write_config(tmp_path, max_iter=400, tol="-1.0", peer=4)
     procs = {n: start(tmp_path, config, n) for n in ("coordinator", "lab", "imaging")}
     deadline = time.monotonic() + 120
-    while "epoch 2:" not in (tmp_path / "imaging.log").read_text():
+    while not re.search(r"epoch 2\b", (tmp_path / "imaging.log").read_text()):
         assert time.monotonic() < deadline, "training did not start"
         assert procs["imaging"].poll() is None, (tmp_path / "imaging.log").read_text()
         time.sleep(0.2)
@@ -315,6 +351,51 @@ def test_a_party_killed_mid_training_stops_the_others_naming_it(tmp_path: Path) 
         assert not (out / name).exists() or not any((out / name).iterdir())
     for proc in procs.values():
         assert proc.poll() is not None  # no process left behind
+
+
+def kill_left(procs: dict[str, subprocess.Popen[str]]) -> None:
+    """End the party processes a failed test left running (each by its own handle)."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+@pytest.mark.network
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_PROC, reason="walks Linux's /proc")
+def test_no_process_outlives_a_party_killed_with_sigkill(tmp_path: Path) -> None:
+    """``kill -9`` of a party's main process mid-training: its worker processes, the
+    forkserver and the resource tracker (``workers = 2``) end within 5 s, and the peers end
+    naming it."""
+    config = write_config(tmp_path, max_iter=400, tol="-1.0", peer=4, params="workers = 2")
+    procs = {n: start(tmp_path, config, n) for n in ("coordinator", "lab", "imaging")}
+    lab = procs["lab"]
+    deadline = time.monotonic() + 120
+    below: dict[int, str] = {}
+    try:
+        while not re.search(r"epoch 2\b", (tmp_path / "imaging.log").read_text()) or (
+            len(below) < 3
+        ):
+            assert time.monotonic() < deadline, (tmp_path / "lab.log").read_text()[-2000:]
+            assert lab.poll() is None, (tmp_path / "lab.log").read_text()[-2000:]
+            time.sleep(0.2)
+            below = descendants(lab.pid)  # resource tracker, forkserver, its workers
+        lab.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        lab.wait(timeout=10)
+        while any(running(p, s) for p, s in below.items()) and time.monotonic() < killed + 5:
+            time.sleep(0.1)
+        left = {p: command_line(p) for p, s in below.items() if running(p, s)}
+        assert not left, f"alive 5 s after the party's death: {left}"
+        for name in ("imaging", "coordinator"):
+            assert procs[name].wait(timeout=30) != 0
+        assert "'lab'" in (tmp_path / "imaging.log").read_text().split("federation error")[1]
+    finally:
+        kill_left(procs)
+        for pid, started in below.items():  # what the party left behind, if the test failed
+            if running(pid, started):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.network
@@ -334,6 +415,103 @@ def test_a_party_refusing_its_own_input_stops_the_others_within_seconds(tmp_path
         log = (tmp_path / f"{name}.log").read_text()
         # the root cause reaches every party, relayed by whoever waited on whom
         assert "'lab' stopped: party 'lab': its data file has no column 'patient_id'" in log
+
+
+@pytest.mark.network
+def test_a_certificate_from_another_ca_is_named_by_every_party_within_seconds(
+    tmp_path: Path,
+) -> None:
+    """The lab holds a certificate from another CA: it says so itself at once, its peers name
+    it as soon as they see it (they do not retry it for the minute of their connect timeout),
+    every process ends, and gRPC's own log of the refused handshakes stays out of the logs.
+    The lab starts once its peers listen, so that the times measure the refusal, not how long
+    a loaded machine takes to start a process."""
+    config = write_config(tmp_path)
+    subprocess.run(
+        vflink("certs", "--parties", "lab", "--out", str(tmp_path / "rogue")),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    for suffix in ("pem", "key"):
+        shutil.copy(tmp_path / "rogue" / f"lab.{suffix}", tmp_path / "certs" / f"lab.{suffix}")
+    ca = tmp_path / "certs" / "ca.pem"
+    expected = {
+        "lab": f"party 'lab': its certificate {tmp_path / 'certs' / 'lab.pem'} is not signed by "
+        f"{ca}, the federation's CA",
+        "imaging": f"party 'lab' presents a certificate that is not signed by {ca}",
+        "coordinator": f"party 'lab' presents a certificate that is not signed by {ca}",
+    }
+    procs = {n: start(tmp_path, config, n) for n in ("coordinator", "imaging")}
+    named: dict[str, float] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while not all("listening on" in (tmp_path / f"{n}.log").read_text() for n in procs):
+            assert time.monotonic() < deadline, "the other parties did not start"
+            time.sleep(0.1)
+        began = time.monotonic()
+        procs["lab"] = start(tmp_path, config, "lab")
+        while len(named) < len(procs) and time.monotonic() < began + 30:
+            for name in procs:
+                if name not in named and expected[name] in (tmp_path / f"{name}.log").read_text():
+                    named[name] = time.monotonic() - began
+            time.sleep(0.1)
+        codes = {name: proc.wait(timeout=30) for name, proc in procs.items()}
+        ended = time.monotonic() - began
+    finally:
+        kill_left(procs)
+    logs = {name: (tmp_path / f"{name}.log").read_text() for name in procs}
+    assert set(named) == set(procs), {n: logs[n][-1500:] for n in set(procs) - set(named)}
+    assert max(named.values()) < 10, named  # not the 60 s connect timeout of retries
+    assert ended < 30, ended
+    assert codes == {"coordinator": 3, "imaging": 3, "lab": 2}, codes
+    for name, log in logs.items():  # the reason is each process's last word, and no noise
+        assert expected[name] in log.strip().splitlines()[-1]
+        assert "Handshake failed" not in log and "BAD_SIGNATURE" not in log, log[-1500:]
+
+
+@pytest.mark.network
+def test_predict_without_model_is_refused_at_once_and_the_peers_are_told(tmp_path: Path) -> None:
+    """``--predict`` without ``--model`` at a data party: the error names the flag within 2 s,
+    before any peer is contacted; with its peers listening it is told to them and the party
+    exits within 2 s; alone, it still reports at once and gives up telling within seconds."""
+    from vfl.federation import PeerGoneError
+
+    config = write_config(tmp_path)
+    command = vflink(
+        "party", "--config", str(config), "--name", "lab", "--predict", "--data",
+        str(tmp_path / "data" / "lab.csv"),
+    )  # fmt: skip
+    env = {**os.environ, "VFLINK_PROGRESS": "0"}
+    federation = FederationConfig.load(config)
+    with (
+        federation.federation("coordinator") as coordinator,
+        federation.federation("imaging") as imaging,
+    ):
+        began = time.monotonic()
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+        took = time.monotonic() - began
+        for peer in (coordinator, imaging):
+            with pytest.raises(PeerGoneError, match=r"'lab' stopped: .* pass --model"):
+                peer.recv("lab", "job/rows", timeout=5)
+    assert result.returncode == 2, result.stderr
+    assert "vflink party: error: party 'lab': --predict scores" in result.stderr
+    assert "pass --model model_lab.npz" in result.stderr
+    assert took < 2, took
+    # alone: the error first, within 2 s; then a bounded wait for peers that never come
+    began = time.monotonic()
+    alone = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert alone.stderr is not None
+        first = alone.stderr.readline()
+        reported = time.monotonic() - began
+        rest = alone.stderr.read()
+        assert alone.wait(timeout=60) == 2
+        ended = time.monotonic() - began
+    finally:
+        kill_left({"lab": alone})
+    assert "party 'lab' refuses to start: party 'lab': --predict" in first, first + rest
+    assert reported < 2, reported
+    assert ended < 30, ended
 
 
 @pytest.mark.network

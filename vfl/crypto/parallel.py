@@ -9,6 +9,13 @@ Measured on a 2-core machine, and chosen by that measurement:
 * decryption is ``gmpy2.powmod_base_list`` modulo ``p**2`` and ``q**2``, which releases the
   lock: its two halves run in two **threads**, without copying anything.
 
+No worker outlives the process that started it, however that process ends (``kill -9``
+included): each runs :func:`exit_with_parent` as its initializer, which ends it as soon as
+multiprocessing's sentinel of its parent is ready (see :func:`linkage.workers.exit_with_parent`,
+whose twin it is: a worker here must not import ``linkage``, whose package imports pandas --
+about a second and 80 MB per worker). With the workers gone, the forkserver and the resource
+tracker end too.
+
 Worker processes start without importing the caller's main module (:class:`_MainHidden`),
 so a script without an ``if __name__ == "__main__":`` guard runs once. Workers exchange only
 integers and int64 arrays with this process (through the standard
@@ -39,6 +46,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import multiprocessing
+import multiprocessing.connection
 import multiprocessing.util
 import os
 import threading
@@ -55,6 +63,7 @@ __all__ = [
     "check_workers",
     "default_workers",
     "executor_slots",
+    "exit_with_parent",
     "is_executor",
     "local_workers",
     "map_processes",
@@ -136,7 +145,9 @@ def _process_pool(workers: int) -> Executor:
         pool = _process_pools.get(workers)
         if pool is None:
             context = multiprocessing.get_context("forkserver")
-            pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+            pool = ProcessPoolExecutor(
+                max_workers=workers, mp_context=context, initializer=exit_with_parent
+            )
             _process_pools[workers] = pool
             if not _registered_exit[0]:
                 # in a process that multiprocessing started itself, the exit joins every child
@@ -248,6 +259,25 @@ def map_threads(
 
 
 # -- worker-side functions (top level, so that worker processes can import them) ---------------
+
+
+def exit_with_parent() -> None:
+    """In a worker process (the pools' ``initializer``): end this process as soon as the
+    process that started it ends, whatever ended it (a daemon thread waits on
+    :func:`multiprocessing.parent_process`'s sentinel, then :func:`os._exit`). The twin of
+    :func:`linkage.workers.exit_with_parent`, kept here so that a worker imports no
+    ``linkage``."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        multiprocessing.connection.wait([sentinel])
+        os._exit(70)  # EX_SOFTWARE: nobody waits for this status
+
+    threading.Thread(target=watch, name="vflink-exit-with-parent", daemon=True).start()
+
 
 _tables: dict[tuple[int, int, int], FixedBaseTable] = {}
 _MAX_TABLES = 4  # about 54 MiB each for 2048-bit keys: keep the most recently used few

@@ -32,10 +32,17 @@ encryption and ``matrix @ ciphertexts`` on its cluster. Each institution names i
 nothing crosses institutions but the federation's messages. Relative paths are taken from the
 config file's folder. A party's own ``cert``/``key`` may be left out of the shared file and
 given on the command line instead.
+
+Two steps of a party that fails fast live here, beside the roles they read and light to
+import (no pandas): :meth:`FederationConfig.check_arguments` (``--predict``/``--model``
+against the party's role, before anything is loaded) and :meth:`FederationConfig.stop_peers`
+(a party that stops before its job began tells its peers why, for
+:data:`NOTICE_SECONDS` at most).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from dataclasses import dataclass, field
@@ -47,7 +54,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 reads TOML with tomli (a dependency there)
     import tomli as tomllib
 
-__all__ = ["FederationConfig", "PartyConfig"]
+__all__ = ["NOTICE_SECONDS", "FederationConfig", "PartyConfig"]
+
+logger = logging.getLogger("vflink.party")
+
+NOTICE_SECONDS = 15.0
+"""The longest a party that stops before its job began (its own input refused, its own
+certificate not the CA's) keeps its endpoint open to tell peers why (the config's
+``connect_timeout`` if shorter). Parties started together are up well within it; a peer that
+starts later waits its own ``connect_timeout`` for a party that is gone."""
 
 ROLES = ("active", "passive", "coordinator")
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -242,6 +257,64 @@ class FederationConfig:
             heartbeat=self.heartbeat,
             max_message_bytes=self.max_message_bytes,
         )
+
+    def check_arguments(
+        self, name: str, *, model: str | Path | None = None, predict: bool = False
+    ) -> None:
+        """Party ``name``'s ``--predict``/``--model`` against its role, before anything is
+        loaded or any peer contacted (``vflink party`` checks them first, in a second): every
+        data party scoring new rows names its saved part, an existing file; the coordinator
+        holds no part; a model is only for scoring.
+
+        Raises
+        ------
+        ValueError
+            Naming the party, the flag and the fix.
+        """
+        if model is not None and not predict:
+            raise ValueError("--model is for scoring new rows: add --predict")
+        if not predict:
+            return
+        if self.party(name).role == "coordinator":
+            if model is not None:
+                raise ValueError(
+                    f"party {name!r} is the coordinator: it holds no part of the model (each "
+                    "data party loads its own); do not pass --model to it"
+                )
+            return
+        if model is None:
+            raise ValueError(
+                f"party {name!r}: --predict scores with its saved part of the model: pass "
+                f"--model model_{name}.npz (written by its training run)"
+            )
+        if not Path(model).is_file():
+            raise ValueError(
+                f"party {name!r}: --model {model}: no such file; pass the model_{name}.npz that "
+                "its training run wrote"
+            )
+
+    def stop_peers(
+        self,
+        name: str,
+        reason: str,
+        *,
+        cert: str | Path | None = None,
+        key: str | Path | None = None,
+    ) -> None:
+        """Open party ``name``'s endpoint just long enough to tell each peer why it stops
+        (until every peer is told, :data:`NOTICE_SECONDS` at most), so that they end within
+        seconds naming it and its reason, instead of waiting for a party that will never come.
+
+        Best effort: nothing is raised. A party whose own certificate is not the CA's cannot
+        tell anyone, but its open endpoint lets each peer's handshake fail on that certificate,
+        which the peer then names (:class:`~vfl.federation.network.UntrustedPeerError`)."""
+        patience = min(self.connect_timeout, NOTICE_SECONDS)
+        logger.info("party %r: telling its peers why it stops (for up to %g s)", name, patience)
+        try:
+            with self.federation(name, cert=cert, key=key) as fed:
+                fed.close(reason=reason, patience=patience)
+        except Exception:  # no endpoint to open (no key, port taken): nothing to tell
+            logger.debug("party %r could not tell its peers why it stops", name, exc_info=True)
 
 
 def _path(base: Path, value: Any, what: str) -> Path | None:

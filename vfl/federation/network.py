@@ -12,6 +12,15 @@ name; a client checks that the server's certificate names the party it wants to 
 subject alternative name (the address may be anything: a proxy, a NAT).
 Refusals are logged at WARNING with the peer's address and claimed name.
 
+A peer whose certificate fails this party's TLS handshake (not signed by the federation's CA,
+expired, naming another party) is not retried as a peer that is not up yet would be: the first
+such failure of a call or a heartbeat fetches the certificate the peer presents, says what is
+wrong with it against the CA file (:mod:`vfl.federation.trust`), logs it at ERROR and raises
+:class:`UntrustedPeerError` from ``send`` and from any ``recv`` waiting on that peer. gRPC's
+own log of the failed handshakes goes to standard error at its verbosity (``vflink party``
+turns it off, :mod:`vfl.cli`); a party whose own certificate is not the CA's learns it before
+it starts (:func:`vfl.federation.trust.check_own_certificate`).
+
 Transport, per message:
 
 * ``send`` streams the encoded message in chunks (1 MiB by default; no 4 MB gRPC ceiling),
@@ -46,7 +55,7 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vfl.federation import wire
+from vfl.federation import trust, wire
 from vfl.federation.base import (
     DEFAULT_TIMEOUT,
     Federation,
@@ -57,7 +66,7 @@ from vfl.federation.base import (
     check_tag,
 )
 
-__all__ = ["GrpcFederation", "PeerRefusedError"]
+__all__ = ["GrpcFederation", "PeerRefusedError", "UntrustedPeerError"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +79,12 @@ _HEADER_LIMIT = 4096
 
 class PeerRefusedError(FederationError):
     """A peer refused a message or our identity (certificate, size, format); names the peer."""
+
+
+class UntrustedPeerError(FederationError):
+    """A TLS handshake with a peer failed on a certificate, most often the one it presents
+    (not signed by the federation's CA, expired, naming another party): waiting will not help.
+    Names the peer, its address and what is wrong."""
 
 
 def _grpc() -> Any:
@@ -172,6 +187,8 @@ class GrpcFederation(Federation):
         Undelivered bytes per sender this party queues before senders wait.
     chunk_bytes : int
         Bytes per streamed chunk.
+    ca_name : str, optional
+        How messages name the CA certificate (:meth:`from_files` gives its path).
 
     Use it as a context manager (or call :meth:`start` and :meth:`close`).
     """
@@ -193,6 +210,7 @@ class GrpcFederation(Federation):
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         chunk_bytes: int = CHUNK_BYTES,
         transcript: Transcript | None = None,
+        ca_name: str | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -210,6 +228,9 @@ class GrpcFederation(Federation):
         self.heartbeat = float(heartbeat)
         self.chunk_bytes = int(chunk_bytes)
         self._ca, self._cert, self._key = ca_cert, cert, key
+        self.ca_name = ca_name
+        self._untrusted: dict[str, str] = {}  # peer -> why its certificate is refused
+        self._lost: set[str] = set()  # peers found unreachable for their whole window
         self._inbox = _Inbox(int(max_pending_bytes))
         self._session = secrets.token_hex(8)  # tells a restarted process from a resend
         self._seq: collections.Counter[str] = collections.Counter()
@@ -241,6 +262,7 @@ class GrpcFederation(Federation):
                 pem[what] = Path(path).read_bytes()
             except OSError as exc:
                 raise ValueError(f"party {name!r}: cannot read its {what} {path}: {exc}") from None
+        options.setdefault("ca_name", str(ca))
         return cls(
             name,
             address,
@@ -317,7 +339,13 @@ class GrpcFederation(Federation):
         are spent retrying peers that do not answer yet, which may still be starting (best
         effort): a peer reached before is retried for ``peer_timeout`` at most (after that it
         counts as gone), and a peer that said goodbye, before or while this party waits, is
-        not told."""
+        not told. A peer that is up but refuses this party's certificate (it closes the
+        connection: "Socket closed" under TLS 1.3, where the client's side of the handshake
+        completes first) cannot be told either: it is given two heartbeats and two seconds
+        more, in which its own handshakes with this endpoint fail on that certificate, which it
+        then names (:class:`UntrustedPeerError`); a peer whose certificate this party refuses,
+        or that this party already found lost (unreachable for its whole window), is not
+        tried."""
         if self._server is None:
             return
         self._stop.set()
@@ -326,8 +354,10 @@ class GrpcFederation(Federation):
         deadline = {
             p: now + (min(patience, self.peer_timeout) if p in self._last_ok else patience)
             for p in self.peers
-            if p not in self._inbox.finished
+            # cannot be told: it refuses our certificate, or was already found lost
+            if p not in self._inbox.finished and p not in self._untrusted and p not in self._lost
         }
+        refusing: set[str] = set()
         while deadline:
             for peer in list(deadline):
                 if peer in self._inbox.finished:  # it said goodbye meanwhile: it has ended
@@ -336,8 +366,17 @@ class GrpcFederation(Federation):
                 try:
                     self._call(peer, "Bye", json.dumps(goodbye).encode(), timeout=1.0)
                     del deadline[peer]
-                except Exception:  # best effort: the peer may be gone, or not up yet
+                except Exception as exc:  # best effort: the peer may be gone, or not up yet
                     logger.debug("party %r could not say goodbye to %r", self.name, peer)
+                    details = getattr(exc, "details", None)  # a grpc.RpcError's
+                    details = str(details() if callable(details) else "")
+                    if trust.handshake_failure(details):  # we refuse its certificate
+                        del deadline[peer]
+                        continue
+                    if peer not in refusing and "Socket closed" in details:  # it refuses ours
+                        refusing.add(peer)
+                        calm = time.monotonic() + 2 * self.heartbeat + 2.0
+                        deadline[peer] = min(deadline[peer], calm)
                     if time.monotonic() >= deadline[peer]:
                         del deadline[peer]
             if deadline:
@@ -494,7 +533,12 @@ class GrpcFederation(Federation):
                     ping = json.dumps({"from": self.name}).encode()
                     self._call(peer, "Ping", ping, timeout=max(1.0, self.heartbeat))
                     self._last_ok[peer] = time.monotonic()
-                except (grpc.RpcError, ValueError):  # ValueError: the channel closed meanwhile
+                except grpc.RpcError as exc:  # a recv waiting on an untrusted peer ends
+                    try:
+                        self._untrusted_reason(peer, exc.details())
+                    except Exception:  # never the heartbeat's end: send will say it again
+                        logger.debug("%r could not explain %r", self.name, peer, exc_info=True)
+                except ValueError:  # the channel closed meanwhile
                     pass
 
     def _send_bytes(self, to: str, tag: str, data: bytes) -> None:
@@ -534,6 +578,9 @@ class GrpcFederation(Federation):
                     return
                 except grpc.RpcError as exc:
                     code, details = exc.code(), exc.details()
+                    untrusted = self._untrusted_reason(to, details)
+                    if untrusted is not None:  # waiting will not help
+                        raise UntrustedPeerError(untrusted) from None
                     if code in (
                         grpc.StatusCode.PERMISSION_DENIED,
                         grpc.StatusCode.FAILED_PRECONDITION,
@@ -562,6 +609,7 @@ class GrpcFederation(Federation):
                     failing_since = failing_since or now
                     window = self._window(to)
                     if now - failing_since >= window:
+                        self._lost.add(to)
                         raise PeerGoneError(
                             f"party {self.name!r} lost peer {to!r} at "
                             f"{self.peer_addresses[to]}: unreachable for {now - failing_since:.1f}"
@@ -572,8 +620,29 @@ class GrpcFederation(Federation):
                             f"party {self.name!r} closed its endpoint while sending {tag!r} "
                             f"to {to!r}"
                         ) from None
-                    time.sleep(delay)
+                    with self._inbox.cond:  # back off, but wake for the peer's goodbye
+                        self._inbox.cond.wait_for(lambda: to in self._inbox.reasons, delay)
                     delay = min(2.0, delay * 2)
+
+    def _untrusted_reason(self, peer: str, details: str | None) -> str | None:
+        """Why ``peer``'s certificate is refused, when a call's status ``details`` say that the
+        TLS handshake failed on it (the first time: fetched, explained, logged at ERROR, and
+        any ``recv`` waiting on the peer woken); None for any other failure."""
+        reason = self._untrusted.get(peer)
+        if reason is not None or not trust.handshake_failure(details):
+            return reason
+        address = self.peer_addresses[peer]
+        presented = trust.fetch_certificate(address, timeout=2.0)
+        why = (
+            trust.explain_peer_certificate(peer, presented, ca_cert=self._ca, ca_name=self.ca_name)
+            or f"the TLS handshake with it failed on a certificate (its or ours): {details}"
+        )
+        reason = f"party {self.name!r} refuses party {peer!r} at {address}: {why}"
+        logger.error("%s", reason)
+        with self._inbox.cond:
+            self._untrusted[peer] = reason
+            self._inbox.cond.notify_all()
+        return reason
 
     def _window(self, peer: str) -> float:
         return self.peer_timeout if peer in self._last_ok else self.connect_timeout
@@ -588,6 +657,8 @@ class GrpcFederation(Federation):
                 data = inbox.take(frm, tag)
                 if data is not None:
                     return data
+                if frm in self._untrusted:
+                    raise UntrustedPeerError(self._untrusted[frm])
                 if frm in inbox.restarted:
                     raise PeerGoneError(
                         f"party {self.name!r} waits for {tag!r} from {frm!r}, but {frm!r} has "
@@ -608,6 +679,7 @@ class GrpcFederation(Federation):
                 last = self._last_ok.get(frm)
                 silent = now - (last if last is not None else self._started_at)
                 if silent > self._window(frm) and now - started > self.heartbeat:
+                    self._lost.add(frm)
                     raise PeerGoneError(
                         f"party {self.name!r} lost peer {frm!r} at {self.peer_addresses[frm]}: "
                         f"no answer for {silent:.1f} s while waiting for {tag!r}"

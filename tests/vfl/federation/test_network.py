@@ -9,6 +9,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -24,7 +25,12 @@ grpc = pytest.importorskip("grpc")
 
 from vfl.federation import PeerGoneError  # noqa: E402
 from vfl.federation.certs import make_certificates  # noqa: E402
-from vfl.federation.network import SERVICE, GrpcFederation, PeerRefusedError  # noqa: E402
+from vfl.federation.network import (  # noqa: E402
+    SERVICE,
+    GrpcFederation,
+    PeerRefusedError,
+    UntrustedPeerError,
+)
 
 pytestmark = [
     pytest.mark.network,
@@ -109,6 +115,38 @@ def test_a_certificate_from_another_ca_is_refused(pki) -> None:  # type: ignore[
         with pytest.raises(PeerGoneError, match="party 'a' lost peer 'b'"):
             rogue.send("b", "start", 1)
         assert b._inbox.boxes == {}  # nothing was delivered: the protocol cannot start
+
+
+def test_a_peer_with_another_cas_certificate_is_named_at_once_not_retried(pki) -> None:  # type: ignore[no-untyped-def]
+    """The party that reaches a peer presenting another CA's certificate stops retrying at
+    once and names it (in send, and in a recv waiting on that peer); the rogue peer, which
+    cannot tell it anything, gives up its goodbye after a few heartbeats, not its patience."""
+    pa, pb = free_port(), free_port()
+    rogue = GrpcFederation(
+        "a",
+        f"127.0.0.1:{pa}",
+        {"b": f"127.0.0.1:{pb}"},
+        ca_cert=pki["ca"].read_bytes(),
+        cert=pki["rogue_a"].read_bytes(),
+        key=pki["rogue_a_key"].read_bytes(),
+        heartbeat=0.5,
+    )
+    with rogue, endpoint(pki, "b", pb, {"a": pa}, connect_timeout=30.0) as b:
+        began = time.monotonic()
+        with pytest.raises(UntrustedPeerError) as info:
+            b.send("a", "start", 1)
+        assert time.monotonic() - began < 5  # not the 30 s connect timeout
+        assert re.fullmatch(
+            r"party 'b' refuses party 'a' at 127\.0\.0\.1:\d+: party 'a' presents a certificate "
+            r"that is not signed by the federation's CA \(it was issued by CN=vflink federation "
+            r"CA,O=vflink federation\)",
+            str(info.value),
+        ), str(info.value)
+        with pytest.raises(UntrustedPeerError, match="party 'a' presents a certificate"):
+            b.recv("a", "start", timeout=20)
+        began = time.monotonic()
+        rogue.close(reason="a bad certificate", patience=20.0)
+        assert time.monotonic() - began < 6  # two heartbeats and two seconds after the refusal
 
 
 def test_a_client_without_a_certificate_is_refused(pki) -> None:  # type: ignore[no-untyped-def]
