@@ -39,6 +39,7 @@ _EXPORTS = {
     "align_party": "vfl.alignment",
     "VerticalLogisticRegression": "vfl.linear",
     "VerticalLinearRegression": "vfl.linear",
+    "VerticalPoissonRegression": "vfl.linear",
     "PartyPreprocessor": "vfl.preprocessing",
     "PrivacyLedger": "vfl.privacy",
     "VerticalFrames": "vfl.validation",
@@ -54,6 +55,7 @@ __all__ = [
     "VerticalFrames",
     "VerticalLinearRegression",
     "VerticalLogisticRegression",
+    "VerticalPoissonRegression",
     "__version__",
     "align",
     "align_party",
@@ -61,7 +63,11 @@ __all__ = [
 
 if TYPE_CHECKING:
     from vfl.alignment import align, align_party
-    from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
+    from vfl.linear import (
+        VerticalLinearRegression,
+        VerticalLogisticRegression,
+        VerticalPoissonRegression,
+    )
     from vfl.preprocessing import PartyPreprocessor
     from vfl.privacy import PrivacyLedger
     from vfl.split import SplitNNClassifier, SplitNNRegressor

@@ -35,7 +35,8 @@ party's columns, the other's curvature bound (one number that sets its default s
 loss once per epoch and its own final weights. The other party learns the label party's
 column count and curvature bound, the number of outputs K, the row count, one keep bit and
 one restart bit per epoch (whether the loss diverged or stalled, which says a little about
-the loss curve, nothing about a row) and its own final weights. The coordinator learns the public plan. Nobody sees a gradient, residual, partial
+the loss curve, nothing about a row) and its own final weights. The coordinator learns
+the public plan. Nobody sees a gradient, residual, partial
 score, label or feature of another party: every value a party decrypts carries a mask of
 ``KAPPA`` (40) bits more than the value, fresh from the other party's OS randomness. The
 audits confirm it. From the passive party's view,

@@ -22,7 +22,7 @@ from vfl.linear.protocol import CoordinatorRole, DataRole, FitResult, FitSpec
 from vfl.linear.scoring import ScoreCoordinatorRole, ScoreRole, ScoreSpec
 from vfl.linear.shared import SharedCoordinatorRole, SharedDataRole
 from vfl.preprocessing import PartyPreprocessor
-from vfl.training.convergence import DivergenceWarning
+from vfl.training.divergence import DivergenceWarning
 from vfl.training.optimizers import OPTIMIZERS
 from vfl.training.schedule import auto_batch_size, check_batch_size
 from vfl.validation import VerticalFrames, check_data_parties, check_parts, label_party_of

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,8 +163,8 @@ class PartyWeights:
     at the label party, unpenalised). Adam's step decays as ``learning_rate / (1 + t / T)``
     after ``t`` steps, ``T = max(16, batches per epoch)`` (about ``1 / (1 + epoch)``): at a
     constant step its mini-batch noise holds the coefficients 0.01-0.03 from the optimum
-    on a dvisits-like table, with the decay within 0.002 after 40 epochs (momentum and SGD
-    decay on their own). Each epoch's model is the mean of its iterates. After each epoch
+    on a dvisits-like table, with the decay within 0.003 (momentum and SGD decay on their
+    own). Each epoch's model is the mean of its iterates. After each epoch
     the label party's word: keep that model, or (a divergence) go back to the kept one with
     the step times :data:`~vfl.training.convergence.RESTART_FACTOR` and a fresh optimiser.
     """
@@ -341,7 +342,8 @@ class PoissonDataRole:
                 )
                 VPR.send(fed, self.other, "labels", Encrypted(data=part.to_wire()), k)
             return []
-        return _receive_rows(fed, key, self.other, "labels", len(self.x), -LABEL_BITS)
+        parts = _receive_parts(fed, key, self.other, "labels", len(self.x), -LABEL_BITS)
+        return [c for _, ciphertexts in parts for c in ciphertexts]
 
     # -- training --------------------------------------------------------------------------------
 
@@ -433,7 +435,13 @@ class PoissonDataRole:
         other, y, e = self.other, self.y, self.exposure
         if y is None:
             raise RuntimeError("only the label party learns the loss")
-        exp_b = _receive_rows(fed, key, other, "exp-all", len(self.x), -EXP_BITS)
+        u = self.x @ model
+        check_partial_scores(u, fed.name)
+        powers = to_fixed(e * np.exp(u), RATE_BITS)
+        nsq = key.nsquare
+        mu = gmpy2.mpz(1)  # each part multiplied in as it arrives: no copy of all rows held
+        for lo, ciphertexts in _receive_parts(fed, key, other, "exp-all", len(y), -EXP_BITS):
+            mu = mu * multiexp_big(ciphertexts, powers[lo : lo + len(ciphertexts)], nsq) % nsq
         piece = vector_from(key, VPR.recv(fed, other, "loss-piece", Encrypted).data, other)
         if piece.shape != (1,) or piece.exponent != PIECE_EXPONENT:
             Encrypted.refuse(
@@ -442,9 +450,6 @@ class PoissonDataRole:
                 f"holds {piece.shape} values at exponent {piece.exponent}, not "
                 f"one loss piece at {PIECE_EXPONENT}",
             )
-        u = self.x @ model
-        check_partial_scores(u, fed.name)
-        mu = multiexp_big(exp_b, to_fixed(e * np.exp(u), RATE_BITS), key.nsquare)
         total = EncryptedVector(key, [mu], RESIDUAL_EXPONENT) - piece
         own = label_loss_part(y, e, u) + len(y) * penalty_value(
             model, self.spec.alpha, fed.name, intercept=True
@@ -519,12 +524,11 @@ class PoissonDataRole:
         VPR.send(fed, label, "loss-piece", Encrypted(data=total.to_wire()))
 
 
-def _receive_rows(
+def _receive_parts(
     fed: Federation, key: PaillierPublicKey, sender: str, step: str, n: int, exponent: int
-) -> list[Any]:
-    """The ciphertexts of one value per row from ``sender``, in parts of
-    :data:`LABELS_PER_MESSAGE`, each checked for its size and exponent."""
-    out: list[Any] = []
+) -> Iterator[tuple[int, list[Any]]]:
+    """``(first row, ciphertexts)`` of one value per row from ``sender``, part by part
+    (:data:`LABELS_PER_MESSAGE` each), each checked for its size and exponent."""
     for k, lo in enumerate(range(0, n, LABELS_PER_MESSAGE)):
         size = min(n, lo + LABELS_PER_MESSAGE) - lo
         vec = vector_from(key, VPR.recv(fed, sender, step, Encrypted, k).data, sender)
@@ -534,8 +538,7 @@ def _receive_rows(
                 "data",
                 f"holds {vec.shape} values at exponent {vec.exponent}, not {size} at {exponent}",
             )
-        out += vec.ciphertexts
-    return out
+        yield lo, vec.ciphertexts
 
 
 class PoissonCoordinatorRole:

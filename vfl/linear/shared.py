@@ -36,7 +36,8 @@ The maths. Both losses (:mod:`vfl.linear.losses`) have the gradient numerator
   it. P's share is the masked value, Q's is minus its mask.
   * **Update.** Heavy-ball momentum (or SGD), linear in the gradient:
     ``velocity = beta velocity + N / (c rows) + alpha w; w -= step_p * velocity``, the label
-    party's block with its step and B's with B's (:func:`~vfl.linear.protocol.shared_step`). Each party applies it to its own
+    party's block with its step and B's with B's (:func:`~vfl.linear.protocol.shared_step`).
+    Each party applies it to its own
     shares, truncating locally, which is exact to 2 units of ``2**-W_BITS``. The label
     party then re-randomises the shares with a fresh uniform offset and sends that offset
     to B.

@@ -5,18 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from sklearn.exceptions import ConvergenceWarning
-
-__all__ = ["RESTART_FACTOR", "DivergenceWarning", "LossCurve"]
+__all__ = ["RESTART_FACTOR", "LossCurve"]
 
 RESTART_FACTOR = 0.25
 """What a restart multiplies the step by."""
-
-
-class DivergenceWarning(ConvergenceWarning):  # type: ignore[misc]
-    """The training loss rose or became non-finite, and training resumed from the best epoch
-    with a smaller step (or gave up after :attr:`LossCurve.max_restarts` tries). A subclass of
-    scikit-learn's ``ConvergenceWarning``, so filters for that one catch it too."""
 
 
 @dataclass
@@ -47,8 +39,9 @@ class LossCurve:
     **Divergence.** An epoch whose loss is not finite, or above both the best loss so far by
     more than ``rise`` of it (and more than ``tol``) and the ``initial`` loss of the untrained
     model (when known: a model worse than no model; in the first epoch, the initial loss by
-    ``rise``), is a divergence (momentum's swings on
-    a full batch rise by more than half but stay below the untrained model's loss): :attr:`restart` is set, the fit goes back to the best
+    ``rise``), is a divergence (momentum's swings on a full batch rise by more than half
+    but stay below the untrained model's loss): :attr:`restart` is set, the fit goes back
+    to the best
     epoch's model (epoch 0: the initial one) and multiplies its step by
     :data:`RESTART_FACTOR`, at most ``max_restarts`` times; once more and :meth:`add` says
     stop (:attr:`gave_up`). A diverged epoch is never kept and does not count towards

@@ -20,7 +20,8 @@ from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
 from vfl.linear.logistic import probabilities
 from vfl.linear.reference import plaintext_reference, plaintext_scores
 from vfl.synthetic import make_heavy_tailed_credit
-from vfl.training.convergence import DivergenceWarning, LossCurve
+from vfl.training.convergence import LossCurve
+from vfl.training.divergence import DivergenceWarning
 from vfl.validation import LabelWarning, check_class_labels
 
 pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.SecurityWarning")

@@ -19,7 +19,7 @@ from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
 from vfl.linear.messages import VLR, Outputs
 from vfl.linear.reference import plaintext_reference
 from vfl.linear.shared import SS, Plan, SharedCoordinatorRole, Sizes, fixed_point_step
-from vfl.training.convergence import DivergenceWarning
+from vfl.training.divergence import DivergenceWarning
 from vfl.training.optimizers import make_optimizer
 
 pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.SecurityWarning")
