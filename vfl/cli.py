@@ -275,6 +275,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose or args.command == "party" else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # warnings (a diverged or unconverged fit, labels that look like counts) go to the log
+    # with everything else, as WARNING lines of the "py.warnings" logger
+    logging.captureWarnings(True)
     if args.command is None:
         parser.print_help()
         return 0

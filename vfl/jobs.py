@@ -115,6 +115,28 @@ def _linear(**params: Any) -> Any:
     return VerticalLinearRegression(**params)
 
 
+def _poisson(**params: Any) -> Any:
+    """Vertical Poisson regression; it trains under ``protocol = "coordinator"`` only, which
+    ``[job.params]`` must name (it reveals each party its gradient; the default secret-shared
+    protocol is refused with the reason)."""
+    from vfl.linear import VerticalPoissonRegression
+
+    return VerticalPoissonRegression(**params)
+
+
+def _evaluate_poisson(
+    estimator: Any, labels: np.ndarray[Any, Any], predicted: np.ndarray[Any, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    from sklearn.metrics import d2_tweedie_score, mean_poisson_deviance
+
+    truth = np.asarray(labels, dtype=float)
+    metrics = {
+        "test_d2": float(d2_tweedie_score(truth, predicted, power=1)) if len(truth) > 1 else None,
+        "test_mean_poisson_deviance": float(mean_poisson_deviance(truth, predicted)),
+    }
+    return metrics, {"predicted": predicted}
+
+
 def _split(**params: Any) -> Any:
     """A split network; ``protected_layer = true`` or a table of
     :class:`~vfl.split.ProtectedLayer`'s arguments, ``embedding_noise`` a table of
@@ -202,6 +224,7 @@ register_job(
     )
 )
 register_job(Job("linear", _linear, _evaluate_regressor, ("test_r2", "test_rmse")))
+register_job(Job("poisson", _poisson, _evaluate_poisson, ("test_d2", "test_mean_poisson_deviance")))
 
 
 def predictions_frame(

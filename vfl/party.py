@@ -546,6 +546,9 @@ def outputs(run: PartyRun, summary: dict[str, Any]) -> dict[str, str | bytes]:
                 columns,
             )
         summary.update(metrics, model=run.learner.name, epochs=int(run.estimator.n_iter_))
+        restarts = getattr(run.estimator, "restarts_", None)
+        if restarts is not None:  # what the divergence rule did (vfl.training.LossCurve)
+            summary.update(best_epoch=int(run.estimator.best_epoch_), restarts=list(restarts))
         files["predictions.csv"] = predictions.to_csv(index=False)
         files["metrics.json"] = json.dumps(summary, indent=1)
     return files

@@ -201,7 +201,7 @@ def test_config_errors_name_the_file_the_party_and_the_fix(tmp_path: Path) -> No
     for extra, message in [
         (
             'model = "svm"\n',
-            "model must be one of \\['linear', 'logistic', 'split', 'transfer'\\], got 'svm'",
+            "model must be one of \\['linear', 'logistic', 'poisson', 'split', 'transfer'\\], got 'svm'",
         ),
         ("[job.model]\nmax_iter = 3\n", "\\[job.model\\] is now \\[job.params\\]"),
         ('model = "linear"\n[job.params]\nmax_iterations = 3\n', "unexpected keyword"),
@@ -298,6 +298,8 @@ def test_a_linear_regression_job_runs_from_the_registry(tmp_path: Path) -> None:
     out = tmp_path / "out"
     metrics = json.loads((out / "imaging" / "metrics.json").read_text())
     assert metrics["model"] == "linear" and metrics["test_rmse"] > 0
+    # what the divergence rule did is reported (nothing, here) beside the epoch it kept
+    assert metrics["restarts"] == [] and 1 <= metrics["best_epoch"] <= metrics["epochs"]
     # the imaging columns listed predict the necrosis fraction (correlated with suv_max): R^2
     # 0.13-0.38 in-process over 15 splits (the test rows differ per run); 0 is the mean's
     assert metrics["test_r2"] > 0.0
