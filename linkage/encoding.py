@@ -47,9 +47,9 @@ import numpy as np
 import pandas as pd
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from tqdm import tqdm
 
 from linkage import workers as _workers
+from linkage.progress import Stage
 from linkage.schema import Field, Schema
 from linkage.workers import Workers, map_chunks
 
@@ -208,8 +208,16 @@ def _encode(frame: pd.DataFrame, schema: Schema, secret: bytes | str, *, warn: b
     """:func:`encode` of a checked frame; ``warn=False`` (a chunk in a worker) gives no
     warning and touches no warning filter, which other threads share: the caller warns once
     per column from :attr:`Encodings.invalid`."""
-    show = len(frame) >= PROGRESS_MIN_RECORDS and os.environ.get("VFLINK_PROGRESS", "1") != "0"
-    steps = tqdm(total=len(schema.fields) + 1, desc="encoding", leave=False, disable=not show)
+    desc = f"encoding {len(frame):,} records, fields"
+    show = len(frame) >= PROGRESS_MIN_RECORDS
+    with Stage(desc, total=len(schema.fields) + 1, show=show) as steps:
+        return _encode_fields(frame, schema, secret, warn, steps)
+
+
+def _encode_fields(
+    frame: pd.DataFrame, schema: Schema, secret: bytes | str, warn: bool, steps: Stage
+) -> Encodings:
+    """:func:`_encode`'s work, one step of ``steps`` per field and one for the end."""
     values: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
     invalid: dict[str, int] = {}
     for spec in schema.fields:
@@ -248,7 +256,7 @@ def _encode(frame: pd.DataFrame, schema: Schema, secret: bytes | str, *, warn: b
         filters = _filters(token_lists, key, spec.hash_count, schema.bits)
         words[present] |= filters[combo_codes]
         any_value |= present
-        steps.update()
+        steps.advance()
     if not any_value.all():
         rows = frame.index[~any_value][:10].tolist()
         raise ValueError(
@@ -260,8 +268,7 @@ def _encode(frame: pd.DataFrame, schema: Schema, secret: bytes | str, *, warn: b
     block_secret = derive_key(secret, "blocking-keys")
     for k, parts in enumerate(schema.blocking_keys):
         block_keys[:, k] = _blocking_key(values, schema, parts, block_secret, k)
-    steps.update()
-    steps.close()
+    steps.advance()
     return Encodings(
         frame.index.copy(),
         words,

@@ -16,15 +16,14 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
 from linkage.encoding import Encodings
 from linkage.kernels import dice_all_pairs, dice_of_pairs
+from linkage.progress import Stage
 from linkage.threshold import TOP_K, auto_threshold, greedy, top_k_pairs
 from linkage.workers import Workers, check_workers, executor_slots, is_executor, run_on_executor
 
@@ -83,18 +82,25 @@ def dice_pairs(
         ia, ib, scores, best = _dice_pairs_on(workers, a.words, b.words, floor, chunk, backend)
     else:
         check_workers(workers)  # a bad argument is named even where it changes nothing
-        show = (
-            len(a) * len(b) >= PROGRESS_MIN_PAIRS and os.environ.get("VFLINK_PROGRESS", "1") != "0"
-        )
+        show = len(a) * len(b) >= PROGRESS_MIN_PAIRS
 
-        def progress(starts: Any) -> Any:
-            return tqdm(starts, desc="comparing encodings", leave=False, disable=not show)
+        def progress(starts: Any) -> Any:  # counts the rows of A compared
+            return _rows_compared(starts, len(a), chunk, show)
 
         ia, ib, scores, best = dice_all_pairs(
             a.words, b.words, floor=floor, chunk=chunk, backend=backend, progress=progress
         )
     order = np.lexsort((ib, ia))  # one order however the work was cut
     return ia[order], ib[order], scores[order], best
+
+
+def _rows_compared(starts: Any, rows: int, chunk: int, show: bool) -> Any:
+    """``starts`` (of chunks of ``chunk`` rows of A), counting the rows compared in a labelled
+    stage (:mod:`linkage.progress`) when ``show``."""
+    with Stage("comparing encodings, rows", total=rows, show=show) as compared:
+        for start in starts:
+            yield start
+            compared.advance(min(chunk, rows - start))
 
 
 def _dice_pairs_on(

@@ -40,7 +40,8 @@ patient. Without it the source learns only ``v`` (``d`` numbers per iteration, i
 gradient). After training the source gives the target ``Phi`` (``d`` numbers: the
 label-weighted mean of its representations), so that the target scores its rows alone.
 
-What each party learns. The source: ``v`` per iteration, and ``Phi``'s use. The target: its
+What each party learns. The source: ``v`` per iteration, ``Phi``'s use and, with early
+stopping, whether the target's validation loss fell. The target: its
 gradient ``g_r`` per trained row, which mixes ``Phi``, the source's labels and representations
 of the overlapping patients (``c_r``): a target that reads them can infer the source's labels
 of the patients they share, about as well as its transferred model predicts them --
@@ -50,6 +51,23 @@ source's representations say. Neither
 sees the other's features, labels or encoder. ``secure=False`` sends the same terms in the
 clear (simulation only; warns). Semi-honest parties.
 
+**Early stopping** (``tol`` set and enough labels, see :func:`held_out`). The target holds
+out some of its own labelled rows (outside the overlap: they leave ``L``) and says so in its
+setup message. Each iteration it then asks for ``[Phi / 2]`` with its gradients (one more
+ciphertext in the same masked decryption, of the same checked layout), scores the held-out
+rows ``Phi . u_B`` with the model as the iteration began, and computes their loss ``l`` (the
+objective's Taylor form; :class:`vfl.training.LossCurve` decides). Its step-2 message
+carries two bits: ``keep`` (this iteration's model is the best so far: each party keeps its
+own encoder as the iteration began) and ``stop``. With validation one more iteration
+evaluates the last update and updates nothing. At the end both restore the kept encoders
+and the source sends the kept model's ``Phi``. What this adds: the target learns ``Phi`` at
+every iteration -- which its own rows' gradients already give it (each is ``Phi`` times a
+number it can solve for: ``g_r = Phi (Phi . u_B(r) / 4 - y_r / 2) / |L|``) -- and the
+source learns, one bit an iteration, whether the target's validation loss fell. A target
+that lies about the bits can stop training early or choose which iteration's ``Phi`` it
+keeps, all of which it saw: a denial of service, nothing more; a ``keep`` or ``stop`` from
+a target that announced no held-out rows is refused.
+
 Every term crosses multiplied by ``|L|`` (the receiver divides after decrypting), so that the
 small per-row terms keep their precision. Fixed point: representations and ``Phi`` with 20
 fractional bits as exponents, ``M`` and ``Q`` with 30, every encrypted sum with 50; bounded by
@@ -58,7 +76,9 @@ fractional bits as exponents, ``M`` and ``Q`` with 30, every encrypted sum with 
 
 from __future__ import annotations
 
+import copy
 import logging
+import math
 import secrets
 import time
 import warnings
@@ -78,8 +98,18 @@ from vfl.crypto.vector import EncryptedVector
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
 from vfl.federation.wire import CiphertextBlock
+from vfl.progress import EpochProgress
+from vfl.training.convergence import LossCurve
 
-__all__ = ["FTL", "FTLSpec", "SourceRole", "TargetRole"]
+__all__ = [
+    "FTL",
+    "MIN_VALIDATION_ROWS",
+    "FTLSpec",
+    "SourceRole",
+    "TargetRole",
+    "held_out",
+    "stopping_rule",
+]
 
 logger = logging.getLogger("vflink.transfer")
 
@@ -120,6 +150,16 @@ class FTLSpec:
     policy: KeyPolicy
     random_state: int
     n_overlap: int
+    tol: float | None = None
+    """Early stopping (see the module docstring): the least fall of the validation loss that
+    counts as progress; None: a fixed ``max_iter`` iterations, the last model kept."""
+    patience: int = 10
+    """Iterations without progress after which training stops."""
+    validation_fraction: float = 0.0
+    """The share of the target's labelled rows (outside the overlap) it holds out."""
+    verbose: int = 0
+    """What each party shows of its iterations (:class:`vfl.progress.EpochProgress`); local
+    to each party, not agreed."""
 
 
 @dataclass
@@ -131,6 +171,12 @@ class FTLResult:
     loss_curve: list[float] = field(default_factory=list)
     iteration_seconds: list[float] = field(default_factory=list)
     view: list[np.ndarray[Any, Any]] | None = None  # the target's gradients of its rows
+    n_iter: int = 0
+    """Updates made."""
+    best_epoch: int | None = None
+    """With early stopping, the updates in the kept model (0: the initial one)."""
+    validation_loss: list[float] = field(default_factory=list)
+    """The target's: the held-out loss of the model after ``k`` updates, ``k = 0, 1, ...``."""
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -169,6 +215,10 @@ class TargetTerms(Message):
     u: np.ndarray | None = None
     s: np.ndarray | None = None
     q: np.ndarray | None = None
+    keep: bool = False
+    """Early stopping: the model of this iteration (as it began) is the best so far."""
+    stop: bool = False
+    """Early stopping: end training now, before this iteration's update."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +229,9 @@ class Setup(Message):
     KIND = "transfer setup"
     overlap: int
     labelled: int
+    validation: bool = False
+    """Whether the target holds out rows for early stopping (then it asks for ``Phi`` with
+    its gradients, and says when to keep and when to stop)."""
 
 
 @dataclass(frozen=True)
@@ -328,6 +381,7 @@ class SourceRole(_Party):
             Setup.refuse(peer, "labelled", f"is {setup.labelled}")
         self.n_labelled = spec.n_overlap + setup.labelled
         self.n_own = setup.labelled
+        self.validating = setup.validation
         if self.n_labelled == 0:
             raise ValueError("no overlap and no target labels: nothing to transfer through")
         if spec.secure:
@@ -339,21 +393,34 @@ class SourceRole(_Party):
         else:
             _warn_plain()
         result = FTLResult(encoder=self.encoder)
-        for it in range(spec.max_iter):
-            began = time.perf_counter()
-            self.encoder.train()
-            u = self.encoder(self.x)
-            phi = (self.y[:, None] * u).mean(dim=0)
-            own = nn.functional.softplus(-self.y * (u @ phi)).mean()
-            self._send_terms(fed, u.detach().numpy(), phi.detach().numpy(), it)
-            self._serve_target(fed, it)
-            v = self._source_gradient(fed, phi.detach().numpy(), it)
-            surrogate = spec.source_weight * own + phi @ torch.as_tensor(v, dtype=torch.float32)
-            self.optimizer.zero_grad()
-            surrogate.backward()
-            self.optimizer.step()
-            result.loss_curve.append(float(own.detach()))
-            result.iteration_seconds.append(time.perf_counter() - began)
+        kept: dict[str, Any] | None = None
+        with EpochProgress(fed.name, spec.max_iter, spec.verbose) as shown:
+            # with validation, one more round evaluates the last update (and updates nothing)
+            for it in range(spec.max_iter + int(self.validating)):
+                began = time.perf_counter()
+                self.encoder.train()
+                u = self.encoder(self.x)
+                phi = (self.y[:, None] * u).mean(dim=0)
+                own = nn.functional.softplus(-self.y * (u @ phi)).mean()
+                self._send_terms(fed, u.detach().numpy(), phi.detach().numpy(), it)
+                self._serve_target(fed, it)
+                v, control = self._source_gradient(fed, phi.detach().numpy(), it)
+                if control.keep:  # the model as this iteration began
+                    kept, result.best_epoch = copy.deepcopy(self.encoder.state_dict()), it
+                if control.stop or it == spec.max_iter:
+                    if it < spec.max_iter:
+                        shown.note(f"{peer!r} stopped early, kept epoch {result.best_epoch}")
+                    break
+                surrogate = spec.source_weight * own + phi @ torch.as_tensor(v, dtype=torch.float32)
+                self.optimizer.zero_grad()
+                surrogate.backward()
+                self.optimizer.step()
+                result.loss_curve.append(float(own.detach()))
+                result.iteration_seconds.append(time.perf_counter() - began)
+                result.n_iter = it + 1
+                shown.update(it + 1, loss=result.loss_curve[-1], best=result.best_epoch)
+        if kept is not None:
+            self.encoder.load_state_dict(kept)
         self.encoder.eval()
         with torch.no_grad():
             u = self.encoder(self.x)
@@ -406,7 +473,7 @@ class SourceRole(_Party):
         if not self.spec.secure:
             return
         packing, per = _grad_layout(self.spec, self.public, self.n_labelled)
-        rows = -(-self.spec.n_overlap // per) + -(-self.n_own // per)
+        rows = -(-self.spec.n_overlap // per) + -(-self.n_own // per) + int(self.validating)
         serve_decryption(
             fed,
             self.spec.target,
@@ -417,10 +484,19 @@ class SourceRole(_Party):
             workers=DECRYPT_THREADS,
         )
 
-    def _source_gradient(self, fed: Federation, phi: np.ndarray[Any, Any], it: int) -> Any:
-        """``v = dL/dPhi`` (step 2; it comes times ``|L|``)."""
-        spec, peer = self.spec, self.spec.target
+    def _source_gradient(
+        self, fed: Federation, phi: np.ndarray[Any, Any], it: int
+    ) -> tuple[Any, TargetTerms]:
+        """``v = dL/dPhi`` (step 2; it comes times ``|L|``) and the target's message, whose
+        ``keep`` and ``stop`` only a validating target may set."""
+        peer = self.spec.target
         terms = FTL.recv(fed, peer, "tgt", TargetTerms, it)
+        if (terms.keep or terms.stop) and not self.validating:
+            TargetTerms.refuse(peer, "stop", "is set, but the target holds out no rows")
+        return self._gradient_of(terms, phi), terms
+
+    def _gradient_of(self, terms: TargetTerms, phi: np.ndarray[Any, Any]) -> Any:
+        spec, peer = self.spec, self.spec.target
         if not spec.secure:
             if terms.u is None or terms.s is None or terms.q is None:
                 TargetTerms.refuse(peer, "u", "is missing in the plaintext simulation")
@@ -450,6 +526,45 @@ def _v_bits(spec: FTLSpec, n_labelled: int) -> int:
     return _sum_bits(n_labelled * (spec.dim + 1))
 
 
+MIN_VALIDATION_ROWS = 8
+"""Held-out rows below which the target does not stop early (the loss of fewer is noise)."""
+
+
+def held_out(y: np.ndarray[Any, Any], spec: FTLSpec) -> np.ndarray[Any, Any]:
+    """Which of the target's own labelled rows (labels ``y``, +-1) it holds out for early
+    stopping: ``validation_fraction`` of each class, drawn from ``random_state``; none when
+    ``tol`` is None or that leaves fewer than :data:`MIN_VALIDATION_ROWS` rows, a class
+    without a held-out row, or a class without a training row."""
+    held = np.zeros(len(y), dtype=bool)
+    if spec.tol is None or spec.validation_fraction <= 0:
+        return held
+    rng = np.random.default_rng([spec.random_state, 11])
+    for sign in (-1.0, 1.0):
+        rows = np.flatnonzero(y == sign)
+        count = round(len(rows) * spec.validation_fraction)
+        if count < 1 or count >= len(rows):
+            return np.zeros(len(y), dtype=bool)
+        held[rng.choice(rows, size=count, replace=False)] = True
+    return held if held.sum() >= MIN_VALIDATION_ROWS else np.zeros(len(y), dtype=bool)
+
+
+def stopping_rule(spec: FTLSpec) -> LossCurve:
+    """The target's early-stopping rule: :class:`vfl.training.LossCurve` on the validation
+    loss, patience ``n_iter_no_change``, without its restart rules (a rise or a stall that
+    shrinks the step and goes on from the best epoch): the target cannot change the source's
+    step, and a validation loss that rises is what early stopping stops on."""
+    return LossCurve(spec.tol, spec.patience, rise=math.inf, max_restarts=0, max_shrinks=0)
+
+
+def _stopped(curve: LossCurve, patience: int) -> str:
+    if curve.gave_up:
+        return f"stopped: the validation loss is not finite; kept epoch {curve.best_epoch - 1}"
+    return (
+        f"stopped early: no better validation loss for {patience} epochs; kept epoch "
+        f"{curve.best_epoch - 1}"
+    )
+
+
 class TargetRole(_Party):
     """The target: its encoder, its rows ``x``, the positions of the overlap rows (in the
     common order) and of its own labelled rows with their labels (+-1)."""
@@ -469,43 +584,90 @@ class TargetRole(_Party):
         self.overlap = np.asarray(overlap, dtype=np.int64)
         inside = set(self.overlap.tolist())
         keep = np.array([int(r) not in inside for r in labelled], dtype=bool)
-        self.own = np.asarray(labelled, dtype=np.int64)[keep]  # labelled rows outside C
-        self.own_y = np.asarray(y, dtype=np.float64)[keep]
+        own = np.asarray(labelled, dtype=np.int64)[keep]  # labelled rows outside C
+        own_y = np.asarray(y, dtype=np.float64)[keep]
+        held = held_out(own_y, spec)
+        self.val, self.val_y = own[held], own_y[held]
+        self.own, self.own_y = own[~held], own_y[~held]
         self.rows = np.concatenate([self.overlap, self.own])
         self.n_labelled = len(self.rows)
         self.keep_view = keep_view
 
+    @property
+    def validating(self) -> bool:
+        """Whether this fit stops early on held-out rows (see :func:`held_out`)."""
+        return len(self.val) > 0
+
     def __call__(self, fed: Federation) -> FTLResult:
         spec, peer = self.spec, self.spec.source
-        FTL.send(fed, peer, "setup", Setup(overlap=len(self.overlap), labelled=len(self.own)))
+        FTL.send(
+            fed,
+            peer,
+            "setup",
+            Setup(overlap=len(self.overlap), labelled=len(self.own), validation=self.validating),
+        )
         if spec.secure:
             self.peer_key = _target_key(fed, peer, spec.policy)
             got = vector_from(self.peer_key, FTL.recv(fed, peer, "labels", Labels).signs, peer)
             self.signs = slots.expect(got, spec.n_overlap, Labels, peer, "signs")
         else:
             _warn_plain()
+        if spec.tol is not None and not self.validating:
+            logger.info(
+                "party %r: early stopping is off: %s",
+                fed.name,
+                "validation_fraction is 0"
+                if spec.validation_fraction == 0
+                else f"too few labelled rows outside the overlap to hold out "
+                f"{MIN_VALIDATION_ROWS} with both classes",
+            )
         result = FTLResult(encoder=self.encoder, view=[] if self.keep_view else None)
-        for it in range(spec.max_iter):
-            began = time.perf_counter()
-            self.encoder.train()
-            u = self.encoder(self.x[self.rows])
-            u_np = u.detach().double().numpy()
-            g = self._gradient(fed, u_np, it)
-            self._send_terms(fed, u_np, it)
-            if result.view is not None:
-                result.view.append(g[: spec.n_overlap].copy())
-            self.optimizer.zero_grad()
-            u.backward(torch.as_tensor(g, dtype=torch.float32))
-            self.optimizer.step()
-            result.iteration_seconds.append(time.perf_counter() - began)
+        curve = stopping_rule(spec)
+        kept: dict[str, Any] | None = None
+        with EpochProgress(fed.name, spec.max_iter, spec.verbose) as shown:
+            # with validation, one more round evaluates the last update (and updates nothing)
+            for it in range(spec.max_iter + int(self.validating)):
+                began = time.perf_counter()
+                self.encoder.train()
+                u = self.encoder(self.x[self.rows])
+                u_np = u.detach().double().numpy()
+                g, phi = self._gradient(fed, u_np, it)
+                keep = stop = False
+                if phi is not None:  # asked for whenever validating
+                    loss = self._validation_loss(phi)
+                    stop = curve.add(loss) or it == spec.max_iter
+                    keep = curve.keep
+                    if keep:  # the model as this iteration began: after `it` updates
+                        kept, result.best_epoch = copy.deepcopy(self.encoder.state_dict()), it
+                    result.validation_loss.append(loss)
+                    shown.update(it, val_loss=loss, best=curve.best_epoch - 1)
+                    if stop and it < spec.max_iter:
+                        shown.note(_stopped(curve, spec.patience))
+                self._send_terms(fed, u_np, it, keep=keep, stop=stop)
+                if result.view is not None:
+                    result.view.append(g[: spec.n_overlap].copy())
+                if stop:
+                    break
+                self.optimizer.zero_grad()
+                u.backward(torch.as_tensor(g, dtype=torch.float32))
+                self.optimizer.step()
+                result.iteration_seconds.append(time.perf_counter() - began)
+                result.n_iter = it + 1
+                if not self.validating:
+                    shown.update(it + 1)
+        if kept is not None:
+            self.encoder.load_state_dict(kept)
         result.phi = FTL.recv(fed, peer, "phi", Plain).values.astype(np.float64)
         if result.phi.shape != (spec.dim,) or not np.all(np.isfinite(result.phi)):
             Plain.refuse(peer, "values", f"is not a finite vector of {spec.dim}")
         self.encoder.eval()
         return result
 
-    def _gradient(self, fed: Federation, u: np.ndarray[Any, Any], it: int) -> Any:
-        """``dL/du_B`` of the trained rows (step 1; computed times ``|L|``)."""
+    def _gradient(
+        self, fed: Federation, u: np.ndarray[Any, Any], it: int
+    ) -> tuple[Any, np.ndarray[Any, Any] | None]:
+        """``dL/du_B`` of the trained rows (step 1; computed times ``|L|``) and, when
+        validating, this iteration's ``Phi`` (decrypted with them)."""
         spec, peer = self.spec, self.spec.source
         terms = FTL.recv(fed, peer, "src", SourceTerms, it)
         n_c, d = spec.n_overlap, spec.dim
@@ -519,7 +681,7 @@ class TargetRole(_Party):
             g = u @ m.T
             g[:n_c] += c + align * u[:n_c]
             g[n_c:] += -self.own_y[:, None] * half_phi[None, :]
-            return g / self.n_labelled
+            return g / self.n_labelled, 2.0 * half_phi if self.validating else None
         key = self.peer_key
         packing, per = _grad_layout(spec, key, self.n_labelled)
         c_groups = -(-n_c // per)
@@ -554,23 +716,41 @@ class TargetRole(_Party):
                     ct = ct * c_cts[(lo - start) // per] % nsq
                 out.append(ct)
                 plain_rows.append(local)
+        if self.validating:  # [Phi / 2] in block 0, decrypted with the gradients
+            out.append(phi_cts[0])
+            plain_rows.append(np.zeros(per * d, dtype=object))
         out = slots.add_plain(out, np.array(plain_rows, dtype=object), packing, key)
         vector, masks = _masked(out, packing, key)
         ints = request_decryption(fed, peer, FTL.child(f"dec-t{it}"), vector, masks)
         values = np.asarray(ints, dtype=np.float64).reshape(-1, per, d) * 2.0**-S
+        own_groups = -(-len(self.own) // per)
         c_part = values[:c_groups].reshape(-1, d)[:n_c]
-        own_part = values[c_groups:].reshape(-1, d)[: len(self.own)]
-        return np.concatenate([c_part, own_part]) / self.n_labelled
+        own_part = values[c_groups : c_groups + own_groups].reshape(-1, d)[: len(self.own)]
+        phi = 2.0 * values[-1, 0] if self.validating else None
+        return np.concatenate([c_part, own_part]) / self.n_labelled, phi
 
-    def _send_terms(self, fed: Federation, u: np.ndarray[Any, Any], it: int) -> None:
-        """Step 2: ``[v]`` times ``|L|``, computed under the source's key."""
+    def _validation_loss(self, phi: np.ndarray[Any, Any]) -> float:
+        """The transferred prediction loss (the objective's Taylor form) of the held-out rows,
+        scored ``Phi . u_B`` by the model as this iteration began."""
+        self.encoder.eval()  # no dropout, no statistics updated on held-out rows
+        with torch.no_grad():
+            u = self.encoder(self.x[self.val]).double().numpy()
+        score = u @ phi
+        return float(np.mean(np.log(2.0) - self.val_y * score / 2 + score**2 / 8))
+
+    def _send_terms(
+        self, fed: Federation, u: np.ndarray[Any, Any], it: int, *, keep: bool, stop: bool
+    ) -> None:
+        """Step 2: ``[v]`` times ``|L|``, computed under the source's key, with the early
+        stopping bits."""
         spec = self.spec
         n_c = spec.n_overlap
         half_u = 0.5 * u[:n_c]
         s = -0.5 * (self.own_y[:, None] * u[n_c:]).sum(axis=0)
         q = 0.25 * u.T @ u
         if not spec.secure:
-            FTL.send(fed, spec.source, "tgt", TargetTerms(u=half_u, s=s, q=q), it)
+            terms = TargetTerms(u=half_u, s=s, q=q, keep=keep, stop=stop)
+            FTL.send(fed, spec.source, "tgt", terms, it)
             return
         key = self.peer_key
         bound = UB + _log2(self.n_labelled)
@@ -582,4 +762,4 @@ class TargetRole(_Party):
         v = slots.combine(bases, 1, exps.astype(np.int64), key.nsquare)
         v = slots.add_plain(v, s_int, slots.packing(_v_bits(spec, self.n_labelled), 1, key), key)
         vector = slots.block(key, slots.for_owner(key, v))
-        FTL.send(fed, spec.source, "tgt", TargetTerms(v=vector), it)
+        FTL.send(fed, spec.source, "tgt", TargetTerms(v=vector, keep=keep, stop=stop), it)

@@ -12,6 +12,10 @@ nothing of another's), and this module runs them:
 Roles return their results; the estimator reads them afterwards in its ``_collect``
 (never written to from party threads), so the same estimator code path serves both.
 
+Both runners label what a role shows with its party (:func:`vfl.progress.party_context`):
+every progress bar and epoch line a role draws names it (``lab: encrypting values ...``), and
+a deployed role's epoch lines go to its log.
+
 :class:`FederatedEstimator` is the scikit-learn-style base: ``fit(parts, y, label_party=...)``
 and ``fit_party(federation, frame, y, ...)`` both call :meth:`FederatedEstimator._fit_roles`
 and :meth:`FederatedEstimator._collect`; subclasses implement those two.
@@ -27,12 +31,14 @@ from sklearn.exceptions import NotFittedError
 
 from vfl.federation.base import Federation, Transcript
 from vfl.federation.local import LocalFederation
+from vfl.progress import party_context
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "SECONDS_PER_ROW",
     "FederatedEstimator",
     "Role",
+    "labelled",
     "run_deployed",
     "run_simulation",
     "wait_limit",
@@ -65,7 +71,7 @@ def run_simulation(
 ) -> tuple[dict[str, Any], Transcript]:
     """Run every role in one process (a thread each); ``({party: result}, transcript)``."""
     federation = LocalFederation(timeout=timeout, record_payloads=record_payloads)
-    results = federation.run(dict(roles))
+    results = federation.run({name: labelled(name, role) for name, role in roles.items()})
     return results, federation.transcript
 
 
@@ -74,7 +80,18 @@ def run_deployed(roles: Mapping[str, Role], federation: Federation) -> dict[str,
     name = federation.name
     if name not in roles:
         raise ValueError(f"party {name!r} has no role in this job (roles: {sorted(roles)})")
-    return {name: roles[name](federation)}
+    return {name: labelled(name, roles[name], deployed=True)(federation)}
+
+
+def labelled(party: str, role: Role, *, deployed: bool = False) -> Role:
+    """``role``, run with its progress labelled ``party`` (:func:`vfl.progress.party_context`;
+    ``deployed``: the party's own process, whose epoch lines go to its log)."""
+
+    def run(federation: Federation) -> Any:
+        with party_context(party, deployed=deployed):
+            return role(federation)
+
+    return run
 
 
 class FederatedEstimator(BaseEstimator):  # type: ignore[misc]

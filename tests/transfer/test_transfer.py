@@ -25,6 +25,7 @@ from transfer import (
     overlap_pairs,
     pretrain_encoder,
 )
+from transfer.ftl import held_out
 from vfl.audit.transcript import find_plaintext
 from vfl.datasets import make_transfer_pair
 
@@ -116,13 +117,93 @@ def test_nothing_raw_crosses_and_the_source_sees_no_target_representation() -> N
     assert len(clear) == 1 and clear[0].sender == "source"
 
 
+def _held_out_loss(model: Any, pair: Any, target: pd.DataFrame) -> float:
+    """The fitted model's transferred loss on the rows the target held out, recomputed."""
+    labelled = pair.target_labels.drop(pair.overlap["target"], errors="ignore")
+    signs = np.where(labelled.to_numpy() == model.classes_[1], 1.0, -1.0)
+    rows = labelled.index[held_out(signs, model.spec_)]
+    design = (target - target.mean()) / target.std(ddof=0)
+    with torch.no_grad():
+        u = model.target_encoder_(torch.as_tensor(design.loc[rows].to_numpy(), dtype=torch.float32))
+    score = u.double().numpy() @ model.phi_
+    y = signs[held_out(signs, model.spec_)]
+    return float(np.mean(np.log(2.0) - y * score / 2 + score**2 / 8))
+
+
+def test_early_stopping_stops_on_a_plateau_and_keeps_the_best_iteration() -> None:
+    pair = make_transfer_pair(600, 400, n_overlap=80, target_labels=80, random_state=7)
+    _source, target = _features(pair)
+    model = _fit(pair, secure=False, max_iter=300, learning_rate=0.1, n_iter_no_change=5)
+    curve = model.validation_loss_curve_
+    assert model.n_iter_ < 300  # it stopped before max_iter
+    assert len(curve) == model.n_iter_ + 1  # iterations 0 (the initial model) .. n_iter_
+    assert model.best_epoch_ == int(np.argmin(curve))
+    # it stopped because the last n_iter_no_change=5 losses fell by less than tol=1e-4
+    assert all(curve[k] > min(curve[:k]) - 1e-4 for k in range(len(curve) - 5, len(curve)))
+    assert min(curve) < curve[-1] and min(curve) < curve[0]  # a minimum inside the run
+    # the kept model is the best iteration's, not the last: its held-out loss is the minimum
+    assert _held_out_loss(model, pair, target) == pytest.approx(min(curve), abs=1e-5)
+    without = _fit(pair, secure=False, max_iter=20, learning_rate=0.1, tol=None)
+    assert without.n_iter_ == 20 and without.validation_loss_curve_ == []
+
+
+def test_the_encrypted_protocol_stops_where_its_simulation_does() -> None:
+    # tol=10: no iteration counts as progress, so training stops after n_iter_no_change=1
+    pair = make_transfer_pair(400, 300, n_overlap=60, target_labels=60, random_state=1)
+    fitted = {
+        secure: _fit(pair, max_iter=4, secure=secure, tol=10.0, n_iter_no_change=1, **SMALL)
+        for secure in (False, True)
+    }
+    for model in fitted.values():
+        assert (model.n_iter_, len(model.validation_loss_curve_)) == (1, 2)
+        assert model.best_epoch_ == int(np.argmin(model.validation_loss_curve_))
+    assert fitted[True].best_epoch_ == fitted[False].best_epoch_
+    np.testing.assert_allclose(
+        fitted[True].validation_loss_curve_, fitted[False].validation_loss_curve_, atol=1e-6
+    )
+    np.testing.assert_allclose(fitted[True].phi_, fitted[False].phi_, atol=1e-6)
+    for name in ("source_encoder_", "target_encoder_"):  # both kept the same iteration
+        for a, b in zip(
+            getattr(fitted[False], name).parameters(),
+            getattr(fitted[True], name).parameters(),
+            strict=True,
+        ):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    longer = {
+        secure: _fit(pair, max_iter=3, secure=secure, **SMALL, keep_views=True)
+        for secure in (False, True)
+    }
+    assert len(longer[True].validation_loss_curve_) == 4  # the last update evaluated too
+    np.testing.assert_allclose(
+        longer[True].validation_loss_curve_, longer[False].validation_loss_curve_, atol=1e-6
+    )
+    for plain, encrypted in zip(longer[False].views_, longer[True].views_, strict=True):
+        np.testing.assert_allclose(encrypted, plain, rtol=0, atol=1e-7)
+
+
+def test_a_target_that_stops_without_holding_out_rows_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from transfer.ftl import TargetRole
+
+    honest = TargetRole._send_terms
+
+    def stopper(self: Any, fed: Any, u: Any, it: int, *, keep: bool, stop: bool) -> None:
+        honest(self, fed, u, it, keep=keep, stop=True)
+
+    monkeypatch.setattr(TargetRole, "_send_terms", stopper)
+    pair = make_transfer_pair(300, 200, n_overlap=40, target_labels=10, random_state=6)
+    with pytest.raises(Exception, match="'stop' is set, but the target holds out no rows"):
+        _fit(pair, max_iter=3, secure=False, tol=None)
+
+
 @pytest.mark.slow
 def test_transfer_helps_the_target_at_small_label_counts() -> None:
     for labels in (20, 50):
         pair = make_transfer_pair(target_labels=labels, random_state=0)
         source, target = _features(pair)
         base = _alone_auc(pair)
-        ftl = _fit(pair, max_iter=100, secure=False, random_state=0)
+        ftl = _fit(pair, secure=False, random_state=0)  # the defaults: early stopping at 50
         assert _target_auc(ftl, pair, target) > base + 0.03
         artifact = pretrain_encoder(
             {"hospital": (source, pair.source_labels)}, columns=pair.shared_columns, rounds=10
@@ -214,6 +295,17 @@ def test_bad_input_gets_clear_errors() -> None:
         FederatedTransferClassifier(secure=False, source_encoder=nn.Linear(3, 8)).fit(
             source, target, overlap=pair.overlap, **fit
         )
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"validation_fraction": 0.5}, r"validation_fraction must be in \[0, 0.5\)"),
+        ({"n_iter_no_change": 0}, "n_iter_no_change must be a positive integer"),
+        ({"tol": -1.0}, "tol must be None"),
+        ({"verbose": -1}, "verbose must be an integer >= 0"),
+    ]
+    for option, message in cases:
+        with pytest.raises(ValueError, match=message):
+            FederatedTransferClassifier(secure=False, **option).fit(
+                source, target, overlap=pair.overlap, **fit
+            )
     artifact = pretrain_encoder(
         {"hospital": (source, pair.source_labels)}, columns=["crp_mg_l", "alt_u_l"], rounds=1
     )
@@ -226,9 +318,9 @@ def test_transfer_does_not_hurt_with_many_target_labels() -> None:
     pair = make_transfer_pair(target_labels=1000, random_state=0)
     _source, target = _features(pair)
     base = _alone_auc(pair)
-    ftl = _fit(pair, max_iter=100, secure=False, random_state=0)
+    ftl = _fit(pair, secure=False, random_state=0)
     assert _target_auc(ftl, pair, target) > base - 0.01
-    paper = _fit(pair, max_iter=100, secure=False, head="phi", random_state=0)
+    paper = _fit(pair, secure=False, head="phi", random_state=0)
     assert _target_auc(paper, pair, target) < base - 0.02  # what the stacked head is for
 
 

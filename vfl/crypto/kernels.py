@@ -23,7 +23,7 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from vfl.progress import progress
+from vfl.progress import progress, stage
 
 __all__ = [
     "FixedBaseTable",
@@ -92,9 +92,11 @@ class FixedBaseTable:
     def random_powers(self, count: int, *, show_progress: bool = False) -> list[Any]:
         """``base**a`` for ``count`` independent uniformly random ``a`` of ``rows*w`` bits."""
         out: list[Any] = []
-        starts = range(0, count, 1024)  # bounded temporary memory for the digits
-        for start in progress(starts, total=len(starts), desc="encrypting", show=show_progress):
-            out += [self.pow_digits(d) for d in self.random_digits(min(1024, count - start))]
+        with stage("encrypting values", total=count, show=show_progress) as shown:
+            for start in range(0, count, 1024):  # bounded temporary memory for the digits
+                size = min(1024, count - start)
+                out += [self.pow_digits(d) for d in self.random_digits(size)]
+                shown.advance(size)
         return out
 
 
@@ -277,7 +279,9 @@ def multiexp_rows(
     """
     inverses: list[Any] | None = None
     out = []
-    for row in progress(rows, total=len(rows), desc="matrix @ ciphertexts", show=show_progress):
+    for row in progress(
+        rows, total=len(rows), desc="matrix @ ciphertexts, rows", show=show_progress
+    ):
         exps = np.asarray(row, dtype=np.int64)
         negative = exps < 0
         if negative.any():

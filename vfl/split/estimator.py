@@ -72,6 +72,7 @@ class _SplitNN(FederatedEstimator):
         compression: Any = None,
         protected_layer: ProtectedLayer | None = None,
         timeout: float = 600.0,
+        verbose: int = 0,
     ) -> None:
         self.bottoms = bottoms
         self.top = top
@@ -92,6 +93,7 @@ class _SplitNN(FederatedEstimator):
         self.compression = compression
         self.protected_layer = protected_layer
         self.timeout = timeout
+        self.verbose = verbose
 
     # -- checks and modules ----------------------------------------------------------------
 
@@ -116,6 +118,8 @@ class _SplitNN(FederatedEstimator):
             )
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        if not isinstance(self.verbose, int) or self.verbose < 0:  # True counts as 1
+            raise ValueError(f"verbose must be an integer >= 0, got {self.verbose!r}")
         if self.gradient_protection not in (None, "norm"):
             raise ValueError(
                 f'gradient_protection must be None or "norm", got {self.gradient_protection!r}'
@@ -155,6 +159,7 @@ class _SplitNN(FederatedEstimator):
             ledger=ledger,
             protected=self.protected_layer,
             width=width,
+            verbose=int(self.verbose),
         )
 
     def _layer_width(self) -> int:
@@ -638,6 +643,12 @@ class SplitNNClassifier(_SplitNN):
         Randomised response on the labels (epsilon-label-DP).
     compression : None, "float16" or int
         What the embeddings and gradients travel as.
+    verbose : int
+        ``0`` (default): nothing shown but bars for long work (the epoch lines still go to
+        the ``vflink.progress`` logger at INFO where logging is configured: a deployed
+        party's log); ``1``: the label party shows every epoch (training and validation
+        loss, best epoch) -- a bar on a terminal, else one line an epoch
+        (:class:`vfl.progress.EpochProgress`).
 
     Attributes
     ----------

@@ -30,7 +30,6 @@ first top layer's outputs instead of the embeddings.
 from __future__ import annotations
 
 import copy
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,14 +40,13 @@ from torch import nn
 
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
+from vfl.progress import EpochProgress
 from vfl.split.defences import EmbeddingNoise, Quantizer, match_norms
 from vfl.split.interactive import LabelSide, ProtectedLayer, SenderSide
 from vfl.training.convergence import LossCurve
 from vfl.training.schedule import Schedule
 
 __all__ = ["SPLIT", "DataRole", "Embedding", "EmbeddingGrad", "LabelRole", "SplitSpec"]
-
-logger = logging.getLogger("vflink.split")
 
 SPLIT = Namespace("split")
 """The tags of split learning (``split/emb/<epoch>/<batch>``, ``split/grad/...``)."""
@@ -116,6 +114,9 @@ class SplitSpec:
     keep_views: bool = False
     protected: ProtectedLayer | None = None
     width: int = 0  # the protected layer's outputs
+    verbose: int = 0
+    """What the label party shows of its epochs (:class:`vfl.progress.EpochProgress`); local
+    to each party, not agreed."""
 
     @property
     def layer_rate(self) -> float:
@@ -323,54 +324,62 @@ class LabelRole:
         result = SplitResult()
         kept = self._state()
         senders = list(spec.senders)
-        for epoch in range(spec.max_iter):
-            SPLIT.broadcast(fed, "control", Control(stop=False, keep=curve.keep), to=senders)
-            if curve.keep:
-                kept = self._state()
-            began = time.perf_counter()
-            self._mode(train=True)
-            total, count = 0.0, 0
-            for b, batch in enumerate(next(epochs)):
-                rows = train[batch]
-                received = self._receive(fed, rows, epoch, b)
-                loss = loss_fn(self.forward(rows, received), y[rows])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                if self.sides:
-                    delta = received["layer"].grad
-                    d = (
-                        delta.numpy()
-                        if delta is not None
-                        else np.zeros(tuple(received["layer"].shape))
-                    )
-                    if spec.gradient_protection == "norm":
-                        d = match_norms(d)
-                    for p in senders:
-                        self.sides[p].backward(fed, d, epoch, b)
-                    received = {}
-                for p, sent in received.items():
-                    g = sent.grad.numpy() if sent.grad is not None else np.zeros(tuple(sent.shape))
-                    if spec.gradient_protection == "norm":
-                        g = match_norms(g)
-                    _send(fed, p, "grad", EmbeddingGrad, g, spec, epoch, b)
-                total += float(loss.detach()) * len(rows)
-                count += len(rows)
-            watched = total / max(count, 1)
-            if len(val):
-                received = self._receive(fed, val, epoch, train=False)
-                self._mode(train=False)
-                with torch.no_grad():
-                    watched = float(loss_fn(self.forward(val, received), y[val]))
-            result.epoch_seconds.append(time.perf_counter() - began)
-            logger.info(
-                "epoch %d: %s loss %.6f",
-                epoch + 1,
-                "validation" if len(val) else "training",
-                watched,
-            )
-            if curve.add(watched):
-                break
+        with EpochProgress(fed.name, spec.max_iter, spec.verbose) as shown:
+            for epoch in range(spec.max_iter):
+                SPLIT.broadcast(fed, "control", Control(stop=False, keep=curve.keep), to=senders)
+                if curve.keep:
+                    kept = self._state()
+                began = time.perf_counter()
+                self._mode(train=True)
+                total, count = 0.0, 0
+                for b, batch in enumerate(next(epochs)):
+                    rows = train[batch]
+                    received = self._receive(fed, rows, epoch, b)
+                    loss = loss_fn(self.forward(rows, received), y[rows])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    if self.sides:
+                        delta = received["layer"].grad
+                        d = (
+                            delta.numpy()
+                            if delta is not None
+                            else np.zeros(tuple(received["layer"].shape))
+                        )
+                        if spec.gradient_protection == "norm":
+                            d = match_norms(d)
+                        for p in senders:
+                            self.sides[p].backward(fed, d, epoch, b)
+                        received = {}
+                    for p, sent in received.items():
+                        g = (
+                            sent.grad.numpy()
+                            if sent.grad is not None
+                            else np.zeros(tuple(sent.shape))
+                        )
+                        if spec.gradient_protection == "norm":
+                            g = match_norms(g)
+                        _send(fed, p, "grad", EmbeddingGrad, g, spec, epoch, b)
+                    total += float(loss.detach()) * len(rows)
+                    count += len(rows)
+                watched = training = total / max(count, 1)
+                figures: dict[str, float] = {}
+                if len(val):
+                    received = self._receive(fed, val, epoch, train=False)
+                    self._mode(train=False)
+                    with torch.no_grad():
+                        watched = float(loss_fn(self.forward(val, received), y[val]))
+                    figures["val_loss"] = watched
+                result.epoch_seconds.append(time.perf_counter() - began)
+                stop = curve.add(watched)
+                shown.update(epoch + 1, loss=training, best=curve.best_epoch, **figures)
+                if stop:
+                    if spec.tol is not None:
+                        shown.note(
+                            f"stopped early: no better {'validation' if len(val) else 'training'} "
+                            f"loss for {spec.patience} epochs; kept epoch {curve.best_epoch}"
+                        )
+                    break
         SPLIT.broadcast(fed, "control", Control(stop=True, keep=curve.keep), to=senders)
         if curve.keep:
             kept = self._state()
