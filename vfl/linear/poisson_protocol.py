@@ -375,7 +375,7 @@ class PoissonDataRole:
             raise RuntimeError("only the label party leads the epochs")
         y, e = self.y, self.exposure
         initial = half_deviance(y, e * np.exp(self.x @ weights.w)) / len(y)
-        curve = LossCurve(spec.tol, spec.patience, initial=initial)
+        curve = LossCurve.restarting(spec.tol, spec.patience, initial)
         result = PoissonResult(part=None)
         followers = [other, spec.coordinator]
         epochs = schedule.epochs()

@@ -52,10 +52,10 @@ def poisson_reference(
         tracks[name] = PartyWeights(
             spec, w, intercept=is_label, batches=schedule.batches_per_epoch()
         )
-    curve = LossCurve(
+    curve = LossCurve.restarting(
         spec.tol,
         spec.patience,
-        initial=half_deviance(targets, rates * np.exp(_score(xs, tracks))) / n,
+        half_deviance(targets, rates * np.exp(_score(xs, tracks))) / n,
     )
     epochs = schedule.epochs()
     for epoch in range(spec.max_iter):

@@ -550,8 +550,8 @@ def loss_curve(spec: FitSpec, targets: np.ndarray[Any, Any] | None) -> LossCurve
         per_epoch = Schedule(len(targets), spec.batch_size, 0).batches_per_epoch()
         patience = max(patience, math.ceil(PATIENCE_STEPS / per_epoch))
     if spec.label_noise is not None:
-        return LossCurve(spec.tol, patience, initial=None, rise=math.inf, max_restarts=0)
-    return LossCurve(spec.tol, patience, initial=initial)
+        return LossCurve(spec.tol, patience)
+    return LossCurve.restarting(spec.tol, patience, initial)
 
 
 def log_epoch(

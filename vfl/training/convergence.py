@@ -46,15 +46,19 @@ class LossCurve:
     :data:`RESTART_FACTOR`, at most ``max_restarts`` times; once more and :meth:`add` says
     stop (:attr:`gave_up`). A diverged epoch is never kept and does not count towards
     ``patience``. ``max_restarts=0`` turns the rule off (a diverged epoch then stops the fit).
+
+    Both rules are off by default (``rise=inf``: only a non-finite loss stops the fit), since
+    acting on :attr:`restart` takes a protocol that can go back to the kept model; the
+    vertical linear models turn them on (:meth:`restarting`).
     """
 
     tol: float | None
     patience: int = 1
     initial: float | None = None
     """The loss before training (of the initial model), when the label party knows it."""
-    rise: float = 0.5
-    max_restarts: int = 6
-    max_shrinks: int = 2
+    rise: float = math.inf
+    max_restarts: int = 0
+    max_shrinks: int = 0
     values: list[float] = field(default_factory=list)
     best: float = math.inf
     best_epoch: int = 0
@@ -72,6 +76,13 @@ class LossCurve:
     gave_up: bool = False
     """Whether the fit stopped because it diverged again after ``max_restarts`` restarts."""
     _stale: int = 0
+
+    @classmethod
+    def restarting(cls, tol: float | None, patience: int, initial: float | None) -> LossCurve:
+        """A curve with both rules on, for a fit that can go back to its kept model: a rise
+        by half the best loss (and above ``initial``) restarts, 6 times at most; a stall
+        shrinks the step twice before stopping."""
+        return cls(tol, patience, initial=initial, rise=0.5, max_restarts=6, max_shrinks=2)
 
     def __post_init__(self) -> None:
         if not isinstance(self.patience, int) or self.patience < 1:

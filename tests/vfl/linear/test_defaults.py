@@ -149,7 +149,7 @@ def breast_parts() -> tuple[dict[str, pd.DataFrame], pd.Series]:
 
 
 def test_the_divergence_rule_restarts_shrinks_and_gives_up() -> None:
-    curve = LossCurve(tol=1e-3, patience=2, initial=0.69, max_restarts=1, max_shrinks=1)
+    curve = LossCurve(tol=1e-3, patience=2, initial=0.69, rise=0.5, max_restarts=1, max_shrinks=1)
     assert not curve.add(0.5) and curve.keep and not curve.restart
     assert not curve.add(0.9) and curve.restart and not curve.keep  # 0.9 > 1.5 * 0.5
     assert curve.restarts == [2] and curve.best_epoch == 1
@@ -159,8 +159,9 @@ def test_the_divergence_rule_restarts_shrinks_and_gives_up() -> None:
     assert curve.step_factor == pytest.approx(1 / 16)
     assert curve.add(float("nan"))  # a second divergence, beyond max_restarts: stop
     assert curve.gave_up and "stopped" in curve.describe()
-    off = LossCurve(tol=None, initial=0.69, rise=float("inf"), max_restarts=0)
-    assert not off.add(5.0) and off.keep  # label DP: no rule on the exact loss
+    off = LossCurve(tol=None, initial=0.69)  # the rules are off by default (label DP, split)
+    assert not off.add(5.0) and off.keep and not off.restart
+    assert off.add(float("nan")) and off.gave_up  # only a non-finite loss stops it
 
 
 def test_the_default_penalty_is_scikit_learns_c() -> None:
