@@ -72,6 +72,7 @@ class VerticalLinearModel(FederatedEstimator):
         label_epsilon: float | None = None,
         label_delta: float = 1e-5,
         row_clip: float | None = None,
+        verbose: int = 0,
     ) -> None:
         self.max_iter = max_iter
         self.batch_size = batch_size
@@ -95,6 +96,7 @@ class VerticalLinearModel(FederatedEstimator):
         self.label_epsilon = label_epsilon
         self.label_delta = label_delta
         self.row_clip = row_clip
+        self.verbose = verbose
 
     # -- what subclasses provide -------------------------------------------------------------
 
@@ -266,6 +268,7 @@ class VerticalLinearModel(FederatedEstimator):
             shared=self.protocol in SHARED,
             alpha=self._alpha(rows),
             warm_start=bool(self.warm_start and getattr(self, "parts_", None)),
+            verbose=int(self.verbose),
             policy=self._policy(),
             workers=self._workers(),
             random_state=self.random_state,

@@ -119,6 +119,12 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
     row_clip : float, optional
         With label DP, every party scales each of its standardised rows to at most this L2
         norm (default: the square root of its column count), which bounds one label's effect.
+    verbose : int
+        0 (default): nothing shown beyond long stages' progress (the label party's epoch
+        lines still go to the ``vflink.progress`` logger at INFO, as in a ``vflink party``
+        log); 1: the label party's loss, step and best epoch live, labelled with its name
+        (``imaging: epoch 3/100 loss 0.4123 step 0.21 best 3``; a bar in simulation on a
+        terminal, lines elsewhere).
 
     Attributes
     ----------

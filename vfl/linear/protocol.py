@@ -44,6 +44,7 @@ from vfl.linear.losses import (
 from vfl.linear.messages import VLR, CrossScores, Encrypted, EpochControl, Outputs, SetupCounts
 from vfl.linear.model import FEATURE_BITS, PartyModel, clip_rows
 from vfl.privacy.mechanisms import gaussian_noise
+from vfl.progress import EpochProgress
 from vfl.training.convergence import RESTART_FACTOR, LossCurve
 from vfl.training.optimizers import ADAM_RATE, block_step, curvature_bound, make_optimizer
 from vfl.training.schedule import Schedule, agree_seed, auto_batch_size
@@ -57,6 +58,7 @@ __all__ = [
     "loss_curve",
     "party_step",
     "shared_step",
+    "show_epoch",
 ]
 
 logger = logging.getLogger(__name__)
@@ -86,6 +88,7 @@ class FitSpec:
     row_clip: float | None = None
     ledger: Any = None
     warm_start: bool = False
+    verbose: int = 0
 
     @property
     def passives(self) -> list[str]:
@@ -331,6 +334,10 @@ class _LabelTrainer(_Trainer):
         self.followers = [*spec.passives, *([spec.coordinator] if spec.coordinator else [])]
 
     def run(self, schedule: Schedule) -> FitResult:
+        with EpochProgress(self.fed.name, self.spec.max_iter, self.spec.verbose) as shown:
+            return self._run(schedule, shown)
+
+    def _run(self, schedule: Schedule, shown: EpochProgress) -> FitResult:
         result = FitResult(part=None, steps=[self.rate])
         curve = loss_curve(self.spec, self.t)
         epochs = schedule.epochs()
@@ -347,7 +354,7 @@ class _LabelTrainer(_Trainer):
             loss = self.epoch_loss(len(self.x))
             result.epoch_seconds.append(time.perf_counter() - began)
             stop = curve.add(loss)
-            log_epoch(self.fed.name, epoch, self.spec.max_iter, loss, self.rate, curve)
+            show_epoch(shown, epoch, loss, self.rate, curve)
             if stop:
                 result.converged = not curve.gave_up
                 break
@@ -554,21 +561,16 @@ def loss_curve(spec: FitSpec, targets: np.ndarray[Any, Any] | None) -> LossCurve
     return LossCurve.restarting(spec.tol, patience, initial)
 
 
-def log_epoch(
-    party: str, epoch: int, max_iter: int, loss: float, step: float, curve: LossCurve
+def show_epoch(
+    shown: EpochProgress, epoch: int, loss: float, step: float, curve: LossCurve
 ) -> None:
-    """One INFO line per epoch at the label party: loss, step, best epoch, and restarts."""
-    note = " (diverged: back to the best epoch, smaller step)" if curve.restart else ""
-    logger.info(
-        "%s: epoch %d/%d loss %.6f step %.4g best %d%s",
-        party,
-        epoch + 1,
-        max_iter,
-        loss,
-        step,
-        curve.best_epoch,
-        note,
-    )
+    """The label party's epoch, live (:class:`~vfl.progress.EpochProgress`: a bar or a line
+    with ``verbose``, an INFO line of the ``vflink.progress`` logger always): loss, step,
+    best epoch, and what the divergence and stalling rules did."""
+    shown.update(epoch + 1, loss=loss, step=step, best=curve.best_epoch)
+    if curve.restart:
+        what = "diverged" if curve.restarts and curve.restarts[-1] == epoch + 1 else "stalled"
+        shown.note(f"epoch {epoch + 1} {what}: back to epoch {curve.best_epoch}, step / 4")
 
 
 def finish(result: FitResult, curve: LossCurve) -> None:

@@ -72,6 +72,7 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
         workers: Any = None,
         timeout: float | None = None,
         insecure: bool = False,
+        verbose: int = 0,
     ) -> None:
         super().__init__(
             max_iter=max_iter,
@@ -93,6 +94,7 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
             workers=workers,
             timeout=timeout,
             insecure=insecure,
+            verbose=verbose,
         )
         self.standardize_target = standardize_target
 

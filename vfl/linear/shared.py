@@ -113,11 +113,12 @@ from vfl.linear.protocol import (
     FitResult,
     FitSpec,
     finish,
-    log_epoch,
     loss_curve,
     penalty_weight,
     shared_step,
+    show_epoch,
 )
+from vfl.progress import EpochProgress
 from vfl.training.convergence import RESTART_FACTOR
 from vfl.training.optimizers import Optimizer, curvature_bound, make_optimizer
 from vfl.training.schedule import Schedule, agree_seed, auto_batch_size
@@ -592,6 +593,7 @@ class SharedDataRole(DataRole):
         model = kept = v
         epoch = 0
         stopped = False
+        shown = EpochProgress(fed.name, spec.max_iter, spec.verbose if self.is_label else 0)
         while True:
             if self.is_label:
                 stop = epoch >= spec.max_iter or stopped
@@ -627,8 +629,9 @@ class SharedDataRole(DataRole):
                 result.epoch_seconds.append(time.perf_counter() - began)
                 stopped = curve.add(loss)
                 result.converged = stopped and not curve.gave_up
-                log_epoch(fed.name, epoch, spec.max_iter, loss, rates[0], curve)
+                show_epoch(shown, epoch, loss, rates[0], curve)
             epoch += 1
+        shown.close()
         if self.is_label:
             finish(result, curve)
         result.n_iter = epoch

@@ -270,3 +270,21 @@ def test_count_labels_and_tiny_classes_are_named() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", LabelWarning)
         check_class_labels(np.arange(1000) % 10, index, "imaging", max_classes=256)
+
+
+def test_verbose_shows_the_label_partys_epochs_labelled(breast_parts, capsys) -> None:  # type: ignore[no-untyped-def]
+    """``verbose=1``: one labelled line per epoch with loss, step and best epoch (not a
+    terminal here, so lines); ``verbose=0`` shows none of them."""
+    parts, y = breast_parts
+    small_model(VerticalLogisticRegression, max_iter=2, tol=None, verbose=1).fit(
+        parts, y, label_party="imaging"
+    )
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "epoch" in line and "loss" in line]
+    assert len(lines) == 2, err
+    assert lines[0].startswith("imaging: epoch 1/2 loss ") and " step " in lines[0]
+    assert " best 1" in lines[0] and lines[1].startswith("imaging: epoch 2/2")
+    small_model(VerticalLogisticRegression, max_iter=2, tol=None).fit(
+        parts, y, label_party="imaging"
+    )
+    assert "epoch 1/2" not in capsys.readouterr().err
