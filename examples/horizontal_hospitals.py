@@ -197,11 +197,16 @@ def compare(
         )
         drift[name] = float(np.mean([r.drift for r in models[name].history_[-5:]]))
     # one client holding every training row: centralised training, same model and optimiser
-    models["centralised (same model, SGD)"] = FederatedClassifier(**OPTIONS).fit({"pooled": pooled})
+    models["centralised (same model, SGD)"] = FederatedClassifier(strategy="fedavg", **OPTIONS).fit(
+        {"pooled": pooled}
+    )
     models["centralised (scikit-learn LR)"] = make_pipeline(
         StandardScaler(), LogisticRegression(max_iter=2000)
     ).fit(*pooled)
-    alone = {name: FederatedClassifier(**OPTIONS).fit({name: xy_}) for name, xy_ in clients.items()}
+    alone = {
+        name: FederatedClassifier(strategy="fedavg", **OPTIONS).fit({name: xy_})
+        for name, xy_ in clients.items()
+    }
 
     names = list(train)
     at_hospital = {  # AUC at each hospital's own test rows

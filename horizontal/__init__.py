@@ -3,10 +3,14 @@ aggregation, robust aggregation and compression, built on :mod:`vfl`'s runtime.
 
 * :mod:`horizontal.estimator` -- :class:`FederatedClassifier` and :class:`FederatedRegressor`
   (a torch module trained by a strategy over the federation runtime);
-* :mod:`horizontal.strategies` -- FedSGD, FedAvg, FedProx, FedAvgM, FedAdam, Scaffold, over the
-  pure kernels of :mod:`horizontal.aggregate`; :mod:`horizontal.training` -- their roles;
+* :mod:`horizontal.strategies` -- FedSGD, FedAvg, FedProx, FedAvgM, FedAdam, Scaffold, FedLBFGS
+  (:mod:`horizontal.lbfgs`), over the pure kernels of :mod:`horizontal.aggregate`;
+  :mod:`horizontal.training` -- their roles, :mod:`horizontal.local` -- a client's round,
+  :mod:`horizontal.stopping` -- early stopping; :mod:`horizontal.baseline` -- the pooled twin
+  the defaults are measured against;
 * :mod:`horizontal.privacy` -- client-level DP (central :class:`ClientDP`, local
   :class:`LocalDP`) and record-level DP-SGD (:class:`RecordDP`), spends in the ledger;
+  :mod:`horizontal.scaling` -- standardisation under DP (:class:`DPScaling`);
 * :mod:`horizontal.partition` -- splitting a data set among simulated clients (IID, Dirichlet
   label skew, quantity skew) and measuring the skew (total variation, earth mover's distance);
 * :mod:`horizontal.secagg` -- secure aggregation that survives dropouts (Bonawitz et al.
@@ -36,6 +40,7 @@ _EXPORTS = {
     "FedAdam": "horizontal.strategies",
     "FedAvg": "horizontal.strategies",
     "FedAvgM": "horizontal.strategies",
+    "FedLBFGS": "horizontal.strategies",
     "FedProx": "horizontal.strategies",
     "FedSGD": "horizontal.strategies",
     "Scaffold": "horizontal.strategies",
@@ -46,6 +51,8 @@ _EXPORTS = {
     "ClientDP": "horizontal.privacy",
     "LocalDP": "horizontal.privacy",
     "RecordDP": "horizontal.privacy",
+    "DPScaling": "horizontal.scaling",
+    "pooled_twin": "horizontal.baseline",
     "dirichlet_label_split": "horizontal.partition",
     "earth_movers": "horizontal.partition",
     "iid_split": "horizontal.partition",
@@ -57,9 +64,11 @@ _EXPORTS = {
 
 __all__ = [
     "ClientDP",
+    "DPScaling",
     "FedAdam",
     "FedAvg",
     "FedAvgM",
+    "FedLBFGS",
     "FedProx",
     "FedSGD",
     "FederatedClassifier",
@@ -75,12 +84,14 @@ __all__ = [
     "earth_movers",
     "iid_split",
     "label_distributions",
+    "pooled_twin",
     "quantity_skew_split",
     "skew_report",
     "total_variation",
 ]
 
 if TYPE_CHECKING:
+    from horizontal.baseline import pooled_twin
     from horizontal.estimator import FederatedClassifier, FederatedRegressor
     from horizontal.lasso import FederatedLasso, LassoDP
     from horizontal.partition import (
@@ -93,7 +104,17 @@ if TYPE_CHECKING:
         total_variation,
     )
     from horizontal.privacy import ClientDP, LocalDP, RecordDP
+    from horizontal.scaling import DPScaling
     from horizontal.secagg import SecAggConfig
-    from horizontal.strategies import FedAdam, FedAvg, FedAvgM, FedProx, FedSGD, Scaffold, Strategy
+    from horizontal.strategies import (
+        FedAdam,
+        FedAvg,
+        FedAvgM,
+        FedLBFGS,
+        FedProx,
+        FedSGD,
+        Scaffold,
+        Strategy,
+    )
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -34,9 +34,11 @@ fitted estimator (``predict_proba`` works) is :meth:`VflinkStrategy.fitted`;
 :func:`server_app` saves it to the run config's ``model-path`` when given.
 
 Not (yet) on Flower: Scaffold (its clients keep a control variate across rounds), secure
-aggregation, compression, and :class:`~horizontal.privacy.LocalDP` /
-:class:`~horizontal.privacy.RecordDP` (their spends are recorded at the clients): refused
-with a ValueError.
+aggregation, compression, :class:`~horizontal.privacy.LocalDP` /
+:class:`~horizontal.privacy.RecordDP` (their spends are recorded at the clients), and the
+estimators' ``"auto"`` defaults -- FedLBFGS and early stopping, which end a fit by rounds
+Flower does not know in advance, and standardisation under DP: refused with a ValueError
+(pass ``strategy="fedavg"``, ``rounds=<int>``).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from horizontal.training import (
     Update,
     _check_diverged,
     aggregate_updates,
+    settled,
 )
 from vfl.federation import wire
 from vfl.federation.base import Federation, FederationTimeoutError
@@ -160,6 +163,12 @@ def _check_supported(spec: FitSpec) -> None:
     problems = []
     if spec.strategy.local.scaffold:
         problems.append("Scaffold (its clients keep a control variate across rounds)")
+    if spec.strategy.local.gradient:
+        problems.append("FedLBFGS (strategy='auto' without DP): pass strategy='fedavg'")
+    if spec.early_stopping:
+        problems.append("early stopping (rounds='auto'): pass rounds=<int>")
+    if spec.dp_scaling is not None:
+        problems.append("standardisation under DP (a setup of several steps)")
     if spec.secure_aggregation is not None:
         problems.append("secure aggregation")
     if spec.compression is not None:
@@ -217,9 +226,9 @@ def client_train(
     values, labels, columns = _client_data({name: (x, y)}, None)[name]
     spec = _client_spec(estimator, name, clients)
     _check_supported(spec)
+    spec = settled(spec, scaling)
     role = ClientRole(spec, values, labels, columns)
-    xt = torch.as_tensor((values - scaling.mean) / scaling.scale, dtype=torch.float32)
-    yt = role._targets(scaling)
+    xt, yt = role._tensors(values, labels, scaling)
     outputs = len(scaling.classes) if spec.task == "classification" else 1
     module = build_module(spec.module, xt.shape[1], outputs, spec.hidden, spec.random_state)
     loss_fn: Any = nn.CrossEntropyLoss() if spec.task == "classification" else nn.MSELoss()
@@ -597,7 +606,7 @@ def run_server(
     result = strategy.start(
         grid,
         ArrayRecord({WEIGHTS: Array(initial)}),
-        num_rounds=int(estimator.rounds),
+        num_rounds=strategy._spec().rounds,
         timeout=max(1.0, deadline - time.monotonic()),
     )
     final = result.arrays[WEIGHTS].numpy() if result.arrays is not None else initial

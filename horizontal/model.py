@@ -78,8 +78,9 @@ def load_vector(module: nn.Module, vector: Vector) -> None:
     size = sum(p.numel() for p in module.parameters())
     if np.shape(vector) != (size,):
         raise ValueError(f"a parameter vector of shape {np.shape(vector)} for {size} parameters")
+    dtype = next(iter(module.parameters()), torch.zeros(0)).dtype  # float32, or float64
     with torch.no_grad():
-        values = torch.as_tensor(np.asarray(vector), dtype=torch.float32)
+        values = torch.as_tensor(np.asarray(vector), dtype=dtype)
         nn.utils.vector_to_parameters(values, module.parameters())
 
 

@@ -37,10 +37,13 @@ the epsilon so far is also logged after each round and kept in its record
 Noise is drawn from the OS's randomness (:func:`vfl.privacy.gaussian_noise`), never from
 ``random_state``.
 
-What DP does not cover here: the setup's pooled statistics (the estimators refuse
-``standardize=True`` and a missing ``classes=`` under DP), the number of rows a client
-sends with its update (used as FedAvg weight without DP; DP averages without weights), and
-timing.
+Standardisation under DP (``standardize=True``, the default) releases the clients' column
+statistics through the Gaussian mechanism, record-level, each client's spend in the ledger
+(:mod:`horizontal.scaling`); ``standardize=False`` leaves the scaling to the user.
+
+What DP does not cover here: the label set (the estimators refuse a missing ``classes=``
+under DP), the number of rows a client sends with its update (used as FedAvg weight without
+DP; DP averages without weights), and timing.
 """
 
 from __future__ import annotations
@@ -81,11 +84,26 @@ def _largest_client_epsilon(spec: Any) -> float | None:
 
 def largest_epsilon(ledger: Any, clients: Any) -> float | None:
     """The largest epsilon any holder of the ledger has spent (``"every client"`` or a
-    client of ``clients``); None without a ledger or a spend."""
+    client of ``clients``); None without a ledger or a spend. A client's own entries (its
+    DP standardisation, say) are composed with those of ``"every client"``, which cover its
+    records too."""
     if ledger is None:
         return None
-    holders = [h for h in ledger.holders() if h == EVERY_CLIENT or h in clients]
-    return max((float(ledger.epsilon(holder=h)) for h in holders), default=None)
+    from vfl.privacy.accounting import epsilon
+
+    entries = ledger.entries
+    shared = [e for e in entries if e.holder == EVERY_CLIENT]
+    found = [float(ledger.epsilon(holder=EVERY_CLIENT))] if shared else []
+    for holder in ledger.holders():
+        if holder == EVERY_CLIENT or holder not in clients:
+            continue
+        if not shared:
+            found.append(float(ledger.epsilon(holder=holder)))
+            continue
+        own = [e for e in entries if e.holder == holder]
+        events = [e.event() for e in [*shared, *own]]
+        found.append(float(epsilon(events, delta=ledger.delta, accountant=ledger.accountant)))
+    return max(found, default=None)
 
 
 @functools.lru_cache(maxsize=256)
@@ -433,6 +451,7 @@ class RecordDP:
         wrapped = GradSampleModule(module, loss_reduction="sum")
         params = [p for p in module.parameters() if p.requires_grad]
         expected = rate * n
+        alpha = float(spec.alpha or 0.0)
         try:
             for _ in range(steps):
                 rows = torch.as_tensor(np.flatnonzero(draw.random(n) < rate))
@@ -450,7 +469,10 @@ class RecordDP:
                         noise = torch.as_tensor(
                             _noise(p.numel(), z * self.max_grad_norm), dtype=p.dtype
                         ).view_as(p)
-                        p -= spec.learning_rate * (g + noise) / expected
+                        step = (g + noise) / expected
+                        if alpha and p.ndim >= 2:  # the L2 penalty: no record in it
+                            step = step + alpha * p
+                        p -= spec.learning_rate * step
         finally:
             wrapped.remove_hooks()
             for p in params:

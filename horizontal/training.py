@@ -2,25 +2,36 @@
 
 The protocol (tags under ``fed/``):
 
-1. **setup** -- each client sends the server its :class:`Profile`: row count, column names,
-   and, unless the estimator is told the scaling and classes (as differential privacy
-   requires), its column sums and sums of squares and its distinct labels. The server checks
-   that every client has the same columns, pools the statistics and answers with the
-   :class:`Scaling` every client standardises with (and the classes);
+1. **setup** -- each client (having held out ``validation_fraction`` of its rows when the fit
+   stops early) sends the server its :class:`Profile`: its training and held-out row counts,
+   column names, and, unless the estimator is told the scaling and classes, its column sums
+   and sums of squares and its distinct labels -- under DP noisy statistics instead
+   (:mod:`horizontal.scaling`: a noisy histogram, then noisy moments). The server checks that
+   every client has the same columns, pools the statistics and answers with the
+   :class:`Scaling` every client standardises with (the classes, and what the estimator
+   left to the data: the step size, the L2 penalty from the pooled row count);
 2. **rounds** -- the server samples clients (``client_fraction``; a fixed count drawn from
    ``random_state``, or Poisson sampling from the OS under client-level DP), sends each a
    :class:`Task` with the global weights (and Scaffold's control variate, and DP's clipping
    norm), and gathers their :class:`Update` (``local - global``, the row count, Scaffold's
-   control change), waiting for at least ``min_clients`` of them: clients that fail or drop
-   out are left out and the weights renormalise over those that replied; fewer abort the
-   fit naming the round;
-3. **stop** -- the server sends every client the final weights.
+   control change; with early stopping the sent model's loss summed over the held-out rows;
+   under :class:`~horizontal.strategies.FedLBFGS` minus the gradient of the objective at
+   the sent weights and the objective summed over the rows), waiting for at least
+   ``min_clients`` of them: clients that fail or drop out are left out and the weights
+   renormalise over those that replied; fewer abort the fit naming the round. With early
+   stopping (:mod:`horizontal.stopping`) the server stops when the pooled held-out loss has
+   not improved for ``n_iter_no_change`` rounds, FedLBFGS when it has converged;
+3. **stop** -- the server sends every client the final weights (with early stopping, the
+   model of the lowest held-out loss: after the last round, if no round has evaluated it,
+   an ``evaluate`` task asks for its held-out loss first).
 
 What a party learns: a client, the global models it is sent (and, during setup, the pooled
-means, deviations and classes); the server, each sampled client's row count, column sums
-(unless told the scaling) and its model update each round -- not its records, but an update
-is a function of them (gradient inversion can reconstruct records from one small batch's
-update; see :mod:`horizontal.privacy` for the defences that bound what it reveals).
+means, deviations and classes); the server, each sampled client's row counts, column sums
+(unless told the scaling; noisy under DP) and its model update each round, with early
+stopping its held-out loss sum, under FedLBFGS its exact gradient and objective -- not its
+records, but an update is a function of them (gradient inversion can reconstruct records
+from one small batch's update; see :mod:`horizontal.privacy` for the defences that bound
+what it reveals).
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -39,7 +50,9 @@ import torch
 from torch import nn
 
 from horizontal.aggregate import l2_norms, weighted_mean
+from horizontal.local import full_gradient, held_out_loss, holdout, local_train, seed_for
 from horizontal.model import build_module, flatten, load_vector
+from horizontal.stopping import EarlyStopping
 from horizontal.strategies import Strategy
 from vfl.federation.base import Federation, FederationTimeoutError
 from vfl.federation.messages import Message, Namespace
@@ -82,17 +95,20 @@ class Profile(Message):
     the scaling, its column sums and sums of squares, and its labels' distinct values)."""
 
     KIND = "client profile"
-    samples: int
+    samples: int  # the rows it trains on
     columns: list[str]
     sums: np.ndarray | None = None
     squares: np.ndarray | None = None
     labels: list[str] | None = None
+    holdout: int = 0  # the rows it holds out for early stopping (sums cover these too)
+    histogram: np.ndarray | None = None  # DP scaling: noisy magnitude counts (bounds unknown)
 
 
 @dataclass(frozen=True)
 class Scaling(Message):
-    """The server to every client: how to standardise the columns (and the target), and the
-    classes in their order."""
+    """The server to every client at setup: how to standardise the columns (and the target),
+    the classes in their order, and what the estimator left to the data (the step size from
+    the column count, the L2 penalty from the pooled row count)."""
 
     KIND = "scaling"
     mean: np.ndarray
@@ -100,16 +116,20 @@ class Scaling(Message):
     classes: list[str]
     target_mean: float = 0.0
     target_scale: float = 1.0
+    learning_rate: float | None = None  # the step size, when chosen from the data
+    alpha: float = 0.0  # the L2 penalty, when chosen from the pooled row count
 
 
 @dataclass(frozen=True)
 class Task(Message):
-    """The server to a sampled client: train from ``weights`` in round ``round`` (or stop)."""
+    """The server to a sampled client: train from ``weights`` in round ``round`` (or stop, or
+    only evaluate them on the held-out rows)."""
 
     KIND = "task"
     round: int
     weights: np.ndarray
     stop: bool = False
+    evaluate: bool = False  # only the validation loss of ``weights`` (early stopping's last)
     control: np.ndarray | None = None
     clip: float | None = None
     peers: int | None = None  # under secure aggregation: the clients sampled this round
@@ -118,7 +138,10 @@ class Task(Message):
 @dataclass(frozen=True)
 class Update(Message):
     """A client's answer: ``local - global`` after its local training, its row count, and
-    Scaffold's control-variate change, or DP's clipped-or-not bit (adaptive clipping)."""
+    Scaffold's control-variate change, or DP's clipped-or-not bit (adaptive clipping); with
+    early stopping the sent model's loss summed over its held-out rows, and for
+    :class:`~horizontal.strategies.FedLBFGS` its training objective (summed over its rows,
+    ``n_k`` times the penalty included; ``delta`` is then minus the objective's gradient)."""
 
     KIND = "model update"
     round: int
@@ -130,6 +153,9 @@ class Update(Message):
     low: float = 0.0
     scale: float = 0.0
     indices: np.ndarray | None = None  # compressed: top-k positions (delta holds the values)
+    loss: float | None = None  # the training objective at the sent weights, summed over rows
+    validation_loss: float | None = None  # the loss at the sent weights over held-out rows
+    validation_rows: int = 0
 
 
 # -- the agreed plan ---------------------------------------------------------------------------
@@ -147,7 +173,7 @@ class FitSpec:
     rounds: int
     local_epochs: int
     batch_size: int
-    learning_rate: float
+    learning_rate: float | None  # None: chosen from the data at setup (Scaling)
     client_fraction: float
     min_clients: int | None
     strategy: Strategy
@@ -165,6 +191,12 @@ class FitSpec:
     adversaries: Any = None
     """Simulation only, for audits: ``{client: tamper(delta, round) -> delta}``, what a
     malicious client sends instead of its honest update."""
+    alpha: float | None = None  # None: chosen from the pooled row count at setup (Scaling)
+    early_stopping: bool = False
+    validation_fraction: float = 0.1
+    n_iter_no_change: int = 10
+    tol: float = 1e-4
+    dp_scaling: Any = None  # horizontal.scaling.DPScaling: standardise from noisy statistics
 
 
 @dataclass
@@ -181,6 +213,11 @@ class RoundRecord:
     max_drift: float
     clip: float | None = None
     epsilon: float | None = None
+    loss: float | None = None
+    """The pooled training objective at the round's model (FedLBFGS, which asks for it)."""
+    validation_loss: float | None = None
+    """The pooled mean loss on the clients' held-out rows of the model the round started
+    from (with early stopping)."""
 
 
 @dataclass
@@ -192,9 +229,25 @@ class FitResult:
     history: list[RoundRecord] = field(default_factory=list)
     scaling: Scaling | None = None
     n_features: int = 0
+    best_round: int | None = None  # early stopping: after how many rounds the kept model was
 
 
 # -- the client ----------------------------------------------------------------------------------
+
+
+def settled(spec: FitSpec, scaling: Scaling) -> FitSpec:
+    """The plan with what the server chose from the data at setup (the step size, the L2
+    penalty) where the estimator left them to it; each checked."""
+    rate, alpha = spec.learning_rate, spec.alpha
+    if rate is None:
+        rate = scaling.learning_rate
+        if rate is None or not (math.isfinite(rate) and rate > 0):
+            Scaling.refuse(spec.server, "learning_rate", f"is not a positive step: {rate!r}")
+    if alpha is None:
+        alpha = scaling.alpha
+        if not (math.isfinite(alpha) and alpha >= 0):
+            Scaling.refuse(spec.server, "alpha", f"is not a penalty >= 0: {alpha!r}")
+    return replace(spec, learning_rate=float(rate), alpha=float(alpha))
 
 
 class ClientRole:
@@ -202,15 +255,21 @@ class ClientRole:
 
     def __init__(self, spec: FitSpec, x: Vector, y: Vector, columns: list[str]) -> None:
         self.spec, self.x, self.y, self.columns = spec, x, y, columns
+        self.held_x, self.held_y = x[:0], y[:0]  # early stopping's held-out rows (at setup)
         self.topk: Any = None  # top-k compression's error feedback, kept across rounds
 
     def __call__(self, fed: Federation) -> FitResult:
-        spec, server = self.spec, self.spec.server
+        server = self.spec.server
         scaling = self._setup(fed)
-        x = torch.as_tensor((self.x - scaling.mean) / scaling.scale, dtype=torch.float32)
-        y = self._targets(scaling)
+        spec = self.spec = settled(self.spec, scaling)
+        x, y = self._tensors(self.x, self.y, scaling)
+        held_x, held_y = self._tensors(self.held_x, self.held_y, scaling)
         outputs = len(scaling.classes) if spec.task == "classification" else 1
         module = build_module(spec.module, x.shape[1], outputs, spec.hidden, spec.random_state)
+        if spec.strategy.local.gradient:  # gradients for a line search: in double precision
+            module, x, held_x = module.double(), x.double(), held_x.double()
+            if spec.task == "regression":
+                y, held_y = y.double(), held_y.double()
         loss_fn: Any = nn.CrossEntropyLoss() if spec.task == "classification" else nn.MSELoss()
         own_control: Vector | None = None  # Scaffold's c_k
         while True:
@@ -219,7 +278,14 @@ class ClientRole:
                 load_vector(module, task.weights)
                 return FitResult(flatten(module), scaling=scaling, n_features=x.shape[1])
             with _TRAINING:  # the training: simulated clients take turns (see _TRAINING)
-                own_control, reply = self._round(fed, module, x, y, loss_fn, task, own_control)
+                load_vector(module, task.weights)
+                held = held_out_loss(module, held_x, held_y, loss_fn)
+                if task.evaluate:
+                    reply: Any = Update(task.round, np.zeros(0, np.float32), len(x))
+                else:
+                    own_control, reply = self._round(fed, module, x, y, loss_fn, task, own_control)
+                if spec.early_stopping and isinstance(reply, Update):
+                    reply = replace(reply, validation_loss=held, validation_rows=len(held_x))
             self._reply(fed, task, reply)  # outside: secure aggregation needs every client
 
     def _round(
@@ -236,19 +302,24 @@ class ClientRole:
         :class:`Update`, or under secure aggregation the vector to sum)."""
         spec = self.spec
         load_vector(module, task.weights)
-        start = task.weights.astype(np.float64)  # what the module now holds
-        seed = _seed(spec.random_state, task.round, fed.name)
+        start = flatten(module)  # what the module now holds
+        seed = seed_for(spec.random_state, task.round, fed.name)
         own_control = own_control if own_control is not None else np.zeros_like(start)
         control = task.control if task.control is not None else np.zeros_like(start)
-        steps = local_train(
-            module, x, y, loss_fn, spec, start, control, own_control, seed, fed.name
-        )
-        delta = flatten(module) - start
+        objective = None
+        if spec.strategy.local.gradient:  # FedLBFGS: the gradient, nothing trained
+            gradient, objective = full_gradient(module, x, y, loss_fn, float(spec.alpha or 0))
+            delta, steps = -gradient, 1
+        else:
+            steps = local_train(
+                module, x, y, loss_fn, spec, start, control, own_control, seed, fed.name
+            )
+            delta = flatten(module) - start
         if spec.adversaries and fed.name in spec.adversaries:  # an audit's malicious client
             delta = np.asarray(spec.adversaries[fed.name](delta, task.round), dtype=np.float64)
         update_control = None
         if spec.strategy.local.scaffold:  # option II of Karimireddy et al. 2020
-            new_control = own_control - control - delta / (steps * spec.learning_rate)
+            new_control = own_control - control - delta / (steps * float(spec.learning_rate or 1))
             update_control = (new_control - own_control).astype(np.float32)
             own_control = new_control
         unclipped = None
@@ -269,6 +340,7 @@ class ClientRole:
             samples=len(x),
             control=update_control,
             unclipped=unclipped,
+            loss=objective,
         )
         if spec.compression is not None:
             update = self._compress(update, delta)
@@ -305,137 +377,95 @@ class ClientRole:
 
     def _setup(self, fed: Federation) -> Scaling:
         spec = self.spec
-        told = not spec.standardize and spec.classes is not None
-        x = self.x
-        profile = Profile(samples=len(x), columns=list(self.columns))
-        if not told:
-            labels = (
-                sorted({str(v) for v in self.y.tolist()}) if spec.task == "classification" else None
+        if spec.early_stopping:  # hold out rows, from the seed and this client's name
+            seed = seed_for(spec.random_state, -1, fed.name)
+            train, held = holdout(
+                self.y, spec.validation_fraction, seed, stratify=spec.task == "classification"
+            )
+            self.x, self.held_x = self.x[train], self.x[held]
+            self.y, self.held_y = self.y[train], self.y[held]
+        x = np.vstack([self.x, self.held_x])  # the statistics cover every row it holds
+        y = np.concatenate([self.y, self.held_y])
+        counts = Profile(samples=len(self.x), columns=list(self.columns), holdout=len(self.held_x))
+        if spec.dp_scaling is not None:  # noisy statistics instead (horizontal.scaling)
+            spec.dp_scaling.client_setup(fed, spec, x, y, counts)
+        elif told(spec):
+            FED.send(fed, spec.server, "profile", counts)
+        else:
+            labels_seen = (
+                sorted({str(v) for v in y.tolist()}) if spec.task == "classification" else None
             )
             extra = (
-                np.array([self.y.sum(), (self.y.astype(float) ** 2).sum()])
+                np.array([y.sum(), (y.astype(float) ** 2).sum()])
                 if spec.task == "regression"
                 else np.zeros(2)
             )
-            profile = Profile(
-                samples=len(x),
-                columns=list(self.columns),
+            profile = replace(
+                counts,
                 sums=np.concatenate([x.sum(axis=0), extra[:1]]),
                 squares=np.concatenate([(x**2).sum(axis=0), extra[1:]]),
-                labels=labels,
+                labels=labels_seen,
             )
-        FED.send(fed, spec.server, "profile", profile)
+            FED.send(fed, spec.server, "profile", profile)
         scaling = FED.recv(fed, spec.server, "scaling", Scaling)
         d = x.shape[1]
         if scaling.mean.shape != (d,) or scaling.scale.shape != (d,):
             Scaling.refuse(spec.server, "mean", f"does not match the {d} columns")
         return scaling
 
-    def _targets(self, scaling: Scaling) -> torch.Tensor:
+    def _tensors(self, x: Vector, y: Vector, scaling: Scaling) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows standardised with the agreed scaling, and their targets."""
+        values = torch.as_tensor((x - scaling.mean) / scaling.scale, dtype=torch.float32)
         if self.spec.task == "classification":
             index = {c: k for k, c in enumerate(scaling.classes)}
-            unknown = sorted({str(v) for v in self.y.tolist()} - set(index))
+            unknown = sorted({str(v) for v in y.tolist()} - set(index))
             if unknown:
                 raise ValueError(
                     f"client labels {unknown[:5]} are not among the classes {scaling.classes}"
                 )
-            return torch.as_tensor([index[str(v)] for v in self.y.tolist()], dtype=torch.long)
-        t = (self.y.astype(float) - scaling.target_mean) / scaling.target_scale
-        return torch.as_tensor(t, dtype=torch.float32).reshape(-1, 1)
-
-
-def local_train(
-    module: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    loss_fn: Any,
-    spec: FitSpec,
-    start: Vector,
-    control: Vector,
-    own_control: Vector,
-    seed: int,
-    client: str = "",
-) -> int:
-    """A client's local training in one round; returns the number of optimiser steps.
-
-    Plain SGD at ``learning_rate`` (local momentum would persist across rounds unseen by the
-    server): one full-batch step (FedSGD), or ``local_epochs`` of mini-batches in an order
-    drawn from ``seed``; FedProx's proximal term and Scaffold's correction when the
-    strategy asks; record-level DP-SGD when ``spec.privacy`` is a ``RecordDP``."""
-    plan = spec.strategy.local
-    if spec.privacy is not None and getattr(spec.privacy, "record_level", False):
-        return int(spec.privacy.local_train(module, x, y, loss_fn, spec, client))
-    params = list(module.parameters())
-    anchor = torch.as_tensor(start, dtype=torch.float32) if plan.mu else None
-    correction = (
-        torch.as_tensor(control - own_control, dtype=torch.float32) if plan.scaffold else None
-    )
-    n = len(x)
-    if plan.full_batch:
-        batches: list[torch.Tensor] = [torch.arange(n)]
-    else:
-        generator = torch.Generator().manual_seed(seed)
-        batches = [
-            order[i : i + spec.batch_size]
-            for order in (torch.randperm(n, generator=generator) for _ in range(spec.local_epochs))
-            for i in range(0, n, spec.batch_size)
-        ]
-    for rows in batches:
-        for p in params:
-            p.grad = None
-        loss = loss_fn(module(x[rows]), y[rows])
-        if anchor is not None:
-            flat = nn.utils.parameters_to_vector(params)
-            loss = loss + plan.mu / 2 * torch.sum((flat - anchor) ** 2)
-        loss.backward()
-        with torch.no_grad():
-            offset = 0
-            for p in params:
-                grad = p.grad if p.grad is not None else torch.zeros_like(p)
-                if correction is not None:
-                    grad = grad + correction[offset : offset + p.numel()].view_as(p)
-                    offset += p.numel()
-                p.sub_(spec.learning_rate * grad)
-    return len(batches)
-
-
-def _seed(random_state: int | None, round_: int, client: str) -> int:
-    """A client's batch-order seed for a round: from ``random_state`` (reproducible), else
-    fresh."""
-    if random_state is None:
-        return int(np.random.default_rng().integers(2**62))
-    digest = np.frombuffer(client.encode(), dtype=np.uint8).astype(np.int64)
-    return int((random_state * 1_000_003 + round_ * 7919 + int(digest.sum()) * 31) % 2**62)
+            targets = torch.as_tensor([index[str(v)] for v in y.tolist()], dtype=torch.long)
+            return values, targets
+        t = (y.astype(float) - scaling.target_mean) / scaling.target_scale
+        return values, torch.as_tensor(t, dtype=torch.float32).reshape(-1, 1)
 
 
 # -- the server ----------------------------------------------------------------------------------
 
 
 class ServerRole:
-    """The server: pools the scaling, samples clients, aggregates, steps the strategy."""
+    """The server: pools the scaling, samples clients, aggregates, steps the strategy, and
+    with early stopping keeps the model of the lowest pooled held-out loss."""
 
     def __init__(self, spec: FitSpec) -> None:
         self.spec = spec
+        self.holdouts: dict[str, int] = {}
 
     def __call__(self, fed: Federation) -> FitResult:
-        spec = self.spec
-        clients = list(spec.clients)
+        clients = list(self.spec.clients)
         scaling, columns, sizes = self._setup(fed, clients)
+        spec = self.spec = settled(self.spec, scaling)
         total_rows = sum(sizes.values())
         self.total_rows = total_rows
         outputs = len(scaling.classes) if spec.task == "classification" else 1
         module = build_module(spec.module, len(columns), outputs, spec.hidden, spec.random_state)
         weights = flatten(module)
         result = FitResult(weights=weights, scaling=scaling, n_features=len(columns))
-        state: dict[str, Any] = {}
+        strategy = spec.strategy
+        state: dict[str, Any] = {"tol": spec.tol}
+        stopper = (
+            EarlyStopping(n_iter_no_change=spec.n_iter_no_change, tol=spec.tol)
+            if spec.early_stopping
+            else None
+        )
+        replied: set[str] | None = None  # FedLBFGS: whose objective the last round was
         sampler = np.random.default_rng(spec.random_state)
         privacy = spec.privacy
         clip = privacy.initial_clip if privacy is not None and privacy.client_level else None
         for round_ in range(spec.rounds):
             began = time.perf_counter()
             sampled = self._sample(sampler, clients)
-            control = state.get("control") if spec.strategy.local.scaffold else None
-            if control is None and spec.strategy.local.scaffold:
+            control = state.get("control") if strategy.local.scaffold else None
+            if control is None and strategy.local.scaffold:
                 control = np.zeros_like(weights)
             task = Task(
                 round=round_,
@@ -458,18 +488,27 @@ class ServerRole:
                 c: _expand(Update.from_payload(p, c), spec.compression, weights.size, c)
                 for c, p in replies.items()
             }
+            validation = self._held_out(updates, round_) if stopper is not None else None
+            if stopper is not None and validation is not None:
+                stopper.observe(round_, task.weights.astype(np.float64), validation)
             mean_delta, clip, norms = aggregate_updates(
                 spec, updates, weights, round_, sizes, clip, len(clients)
             )
+            objective = None
+            if strategy.local.gradient:
+                objective = _objective(updates, round_)
+                if replied is not None and set(updates) != replied:  # another objective now
+                    state["restart"] = True
+                replied = set(updates)
             control_step = None
-            if spec.strategy.local.scaffold and updates:
+            if strategy.local.scaffold and updates:
                 control_step = np.zeros_like(weights)
                 for client, u in updates.items():
                     if u.control is None or u.control.shape != weights.shape:
                         Update.refuse(client, "control", f"is not {weights.size} values")
                     control_step += (u.samples / total_rows) * u.control.astype(np.float64)
-            weights = spec.strategy.server_step(
-                weights, mean_delta, state, control_step=control_step
+            weights = strategy.server_step(
+                weights, mean_delta, state, control_step=control_step, objective=objective
             )
             _check_diverged(weights, round_)
             record = RoundRecord(
@@ -480,6 +519,8 @@ class ServerRole:
                 drift=float(norms.mean()) if len(norms) else 0.0,
                 max_drift=float(norms.max()) if len(norms) else 0.0,
                 clip=task.clip,
+                loss=objective,
+                validation_loss=validation,
             )
             if privacy is not None:
                 record.epsilon = privacy.record_round(spec, round_, len(clients))
@@ -492,7 +533,7 @@ class ServerRole:
                     )
             result.history.append(record)
             if spec.on_round is not None:
-                spec.on_round(record, weights, scaling)
+                spec.on_round(record, strategy.result(weights, state), scaling)
             logger.info(
                 "round %d: %d of %d sampled clients replied, drift %.4f",
                 round_ + 1,
@@ -500,14 +541,56 @@ class ServerRole:
                 len(sampled),
                 record.drift,
             )
+            if strategy.converged(state) or (stopper is not None and stopper.done):
+                logger.info("stopped after round %d: converged, or held-out loss", round_ + 1)
+                break
+        weights = strategy.result(weights, state)
+        if stopper is not None:
+            rounds_run = len(result.history)
+            if not stopper.done and not strategy.local.gradient:  # the last model, unseen
+                loss = self._evaluate(fed, clients, weights, rounds_run)
+                if loss is not None:
+                    stopper.observe(rounds_run, weights, loss)
+            if stopper.best_weights is not None:
+                weights, result.best_round = stopper.best_weights, stopper.best_round
         FED.broadcast(
             fed,
             "task",
-            Task(round=spec.rounds, weights=weights.astype(np.float32), stop=True),
+            Task(round=len(result.history), weights=weights.astype(np.float32), stop=True),
             to=clients,
         )
         result.weights = weights
         return result
+
+    def _held_out(self, updates: Mapping[str, Update], round_: int) -> float | None:
+        """The pooled mean held-out loss of the round's model (None: no held-out rows
+        replied), each client's sum and count checked against its setup."""
+        total, rows = 0.0, 0
+        for client, update in updates.items():
+            expected = self.holdouts.get(client, 0)
+            loss = update.validation_loss
+            if update.validation_rows != expected:
+                Update.refuse(client, "validation_rows", f"is not its {expected} held-out rows")
+            if expected and (loss is None or not (math.isfinite(loss) and loss >= 0)):
+                Update.refuse(client, "validation_loss", f"is not a loss sum >= 0: {loss!r}")
+            total += float(loss or 0.0)
+            rows += expected
+        return total / rows if rows else None
+
+    def _evaluate(
+        self, fed: Federation, clients: list[str], weights: Vector, round_: int
+    ) -> float | None:
+        """Ask every client for the held-out loss of ``weights`` (the model after the last
+        round, which no round has evaluated)."""
+        task = Task(round=round_, weights=weights.astype(np.float32), evaluate=True)
+        for client in clients:
+            FED.send(fed, client, "task", task)
+        replies = self._gather(fed, clients, round_)
+        updates = {c: Update.from_payload(p, c) for c, p in replies.items()}
+        for client, update in updates.items():
+            if update.round != round_:
+                Update.refuse(client, "round", f"is not the evaluation round {round_}")
+        return self._held_out(updates, round_)
 
     def _secure_round(
         self,
@@ -568,42 +651,61 @@ class ServerRole:
                     f"client {client!r} has other columns than {first!r}: missing {missing}, "
                     f"extra {extra}{order}; every client needs the same columns in the same order"
                 )
+        for client, profile in profiles.items():
+            if profile.samples < 0 or profile.holdout < 0:
+                Profile.refuse(client, "samples", "is negative")
+            if profile.holdout and not spec.early_stopping:
+                Profile.refuse(client, "holdout", "is not 0: the fit has no early stopping")
+        self.holdouts = {c: p.holdout for c, p in profiles.items()}
+        if spec.early_stopping and not sum(self.holdouts.values()):
+            raise ValueError(
+                "early stopping needs held-out rows, and no client holds two rows or more: "
+                "pass early_stopping=False"
+            )
         d = len(columns)
-        if not spec.standardize and spec.classes is not None:
-            scaling = Scaling(mean=np.zeros(d), scale=np.ones(d), classes=list(spec.classes))
+        if told(spec):
+            scaling = Scaling(mean=np.zeros(d), scale=np.ones(d), classes=list(spec.classes or []))
+        elif spec.dp_scaling is not None:
+            mean, scale, target_mean, target_scale = spec.dp_scaling.server_scaling(
+                fed, profiles, spec, d
+            )
+            scaling = Scaling(
+                mean=mean,
+                scale=scale,
+                classes=_classes(spec, profiles),
+                target_mean=target_mean,
+                target_scale=target_scale,
+            )
         else:
-            total = sum(p.samples for p in profiles.values())
+            total = sum(p.samples + p.holdout for p in profiles.values())
             sums = sum(_field(p, "sums", d + 1, c) for c, p in profiles.items())
             squares = sum(_field(p, "squares", d + 1, c) for c, p in profiles.items())
             mean = np.asarray(sums / total, dtype=np.float64)
             var = np.maximum(squares / total - mean**2, 0.0)
             scale = np.where(var > 0, np.sqrt(var), 1.0)
             if spec.task == "classification":
-                classes = (
-                    list(spec.classes)
-                    if spec.classes is not None
-                    else sorted(set().union(*(set(p.labels or []) for p in profiles.values())))
-                )
-                if len(classes) < 2:
-                    raise ValueError(
-                        f"the clients' labels hold one class only ({classes}); a classifier "
-                        "needs two or more"
-                    )
                 target_mean, target_scale = 0.0, 1.0
             else:
-                classes = []
                 target_mean, target_scale = float(mean[-1]), float(scale[-1])
             if not spec.standardize:
                 mean, scale = np.zeros(d + 1), np.ones(d + 1)
             scaling = Scaling(
                 mean=mean[:d],
                 scale=scale[:d],
-                classes=classes,
+                classes=_classes(spec, profiles),
                 target_mean=target_mean,
                 target_scale=target_scale,
             )
+        sizes = {c: p.samples for c, p in profiles.items()}
+        scaling = replace(
+            scaling,
+            learning_rate=default_step(spec, d) if spec.learning_rate is None else None,
+            alpha=default_alpha(spec, sum(sizes.values()), len(scaling.classes))
+            if spec.alpha is None
+            else 0.0,
+        )
         FED.broadcast(fed, "scaling", scaling, to=clients)
-        return scaling, columns, {c: p.samples for c, p in profiles.items()}
+        return scaling, columns, sizes
 
     def _gather(self, fed: Federation, sampled: list[str], round_: int) -> dict[str, Any]:
         """The sampled clients' updates, at least ``min_clients`` of them."""
@@ -711,3 +813,73 @@ def _field(profile: Profile, name: str, size: int, client: str) -> Vector:
         Profile.refuse(client, name, f"is not {size} numbers")
     out: Vector = value.astype(np.float64)
     return out
+
+
+def told(spec: FitSpec) -> bool:
+    """Whether the clients send no statistics at setup: no standardisation, and the classes
+    given (or, under DP, a regression: its target is then not standardised either, since DP
+    would not cover its sums)."""
+    return not spec.standardize and (spec.classes is not None or spec.privacy is not None)
+
+
+def _classes(spec: FitSpec, profiles: Mapping[str, Profile]) -> list[str]:
+    """The classes (the agreed ones, else the union of the clients' labels); none for a
+    regression."""
+    if spec.task != "classification":
+        return []
+    classes = (
+        list(spec.classes)
+        if spec.classes is not None
+        else sorted(set().union(*(set(p.labels or []) for p in profiles.values())))
+    )
+    if len(classes) < 2:
+        raise ValueError(
+            f"the clients' labels hold one class only ({classes}); a classifier needs two or more"
+        )
+    return classes
+
+
+def _objective(updates: Mapping[str, Update], round_: int) -> float:
+    """The pooled training objective of the round's model (FedLBFGS): the clients' sums over
+    their rows, each checked, over their rows."""
+    total = 0.0
+    for client, update in updates.items():
+        if update.loss is None or not math.isfinite(update.loss):
+            Update.refuse(client, "loss", f"is not round {round_}'s objective: {update.loss!r}")
+        total += update.loss
+    rows = sum(u.samples for u in updates.values())
+    if not rows:
+        raise ValueError(f"round {round_ + 1}: the replying clients hold no rows")
+    return total / rows
+
+
+def is_linear(spec: FitSpec) -> bool:
+    """Whether the fit's module is a linear model (``"linear"``, or no hidden layer)."""
+    return spec.module == "linear" or (spec.module is None and not spec.hidden)
+
+
+def default_step(spec: FitSpec, n_features: int) -> float:
+    """The local SGD step chosen from the data: ``1 / L`` with ``L`` the largest curvature a
+    row can give the loss of a linear model on standardised columns (whose squared norm is
+    ``n_features`` on average, plus 1 for the intercept): ``L = (d + 1) / 2`` for the
+    softmax cross-entropy (its curvature in the logits is at most 1/2), ``2 (d + 1)`` for
+    the squared error -- the step scikit-learn's SAG solver takes (Schmidt et al. 2017),
+    which keeps SGD stable without tuning to a table; a network's SGD takes the same step.
+    Local Adam takes 1e-3 (its steps do not scale with the gradients; scikit-learn's MLP
+    default). FedLBFGS ignores it (its line search picks each step)."""
+    if spec.strategy.local.optimizer == "adam":
+        return 1e-3
+    curvature = 0.5 if spec.task == "classification" else 2.0
+    return 1.0 / (curvature * (n_features + 1))
+
+
+def default_alpha(spec: FitSpec, rows: int, n_classes: int) -> float:
+    """The L2 penalty chosen from the pooled training rows: for a linear classifier,
+    scikit-learn's ``LogisticRegression(C=1)`` -- ``1 / (C n)`` on the mean loss, doubled for
+    two classes, whose two logits each carry half of the binary model's weights (so the
+    penalty on those weights is C=1's); none for a regression (``LinearRegression``) or a
+    network (regularised by early stopping, as scikit-learn's ``MLPClassifier``, whose
+    default ``alpha`` is about ``1e-4 / n`` on this scale)."""
+    if not is_linear(spec) or spec.task != "classification" or not rows:
+        return 0.0
+    return (2.0 if n_classes == 2 else 1.0) / rows

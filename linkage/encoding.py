@@ -226,7 +226,7 @@ def _encode_fields(
         if count:
             invalid[spec.name] = count
             if warn:
-                warnings.warn(notice, InvalidValueWarning, stacklevel=3)
+                warnings.warn(notice, InvalidValueWarning, stacklevel=4)
     if schema.salt is not None:
         salt_codes, salt_values = _part(values, schema, schema.salt)
     else:

@@ -211,6 +211,15 @@ def test_unsupported_settings_are_refused() -> None:
     strategy = as_flower_strategy(Scaffold(), rounds=1)
     with pytest.raises(ValueError, match="Scaffold"):
         strategy.begin(["a", "b"])
+    # the estimators' "auto" defaults end a fit at a round Flower does not know in advance
+    with pytest.raises(ValueError, match="FedLBFGS"):
+        as_flower_strategy("auto", module="linear", rounds=5).begin(["a", "b"])
+    with pytest.raises(ValueError, match="early stopping"):
+        as_flower_strategy("fedavg").begin(["a", "b"])
+    with pytest.raises(ValueError, match="standardisation under DP"):
+        as_flower_strategy(
+            "fedavg", rounds=2, privacy=ClientDP(noise_multiplier=1.0), classes=[0, 1]
+        ).begin(["a", "b"])
 
 
 # -- SuperLink and SuperNodes on loopback --------------------------------------------------------
@@ -309,7 +318,13 @@ def test_superlink_and_two_supernodes_train_as_vflink(
     bin_dir = Path(sys.executable).parent
     if shutil.which("flower-superlink", path=str(bin_dir)) is None:
         pytest.skip("flower-superlink is not installed beside this Python")
-    params = {"module": "linear", "rounds": 3, "learning_rate": 0.1, "random_state": 0}
+    params = {
+        "module": "linear",
+        "rounds": 3,
+        "learning_rate": 0.1,
+        "strategy": "fedavg",  # "auto" would be FedLBFGS, which Flower's fixed rounds refuse
+        "random_state": 0,
+    }
     app = tmp_path / "app"
     app.mkdir()
     (app / "pyproject.toml").write_text(PYPROJECT)

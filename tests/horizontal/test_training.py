@@ -365,8 +365,25 @@ def test_bad_input_gets_clear_errors(breast) -> None:  # type: ignore[no-untyped
         FederatedClassifier(privacy=ClientDP(noise_multiplier=1.0, delta=1.0), **options).fit(
             breast
         )
-    with pytest.raises(ValueError, match="standardize=False"):
+    with pytest.raises(ValueError, match="pass classes="):
         FederatedClassifier(privacy=ClientDP(noise_multiplier=1.0)).fit(breast)
+    with pytest.raises(ValueError, match="early stopping needs each client's held-out loss"):
+        FederatedClassifier(
+            privacy=ClientDP(noise_multiplier=1.0), classes=[0, 1], early_stopping=True
+        ).fit(breast)
+    with pytest.raises(ValueError, match="FedLBFGS needs every client's exact gradient"):
+        FederatedClassifier(strategy="lbfgs", compression=8).fit(breast)
+    for name, value in [
+        ("rounds", 0),
+        ("learning_rate", -1.0),
+        ("alpha", -0.1),
+        ("early_stopping", "yes"),
+        ("validation_fraction", 1.0),
+        ("n_iter_no_change", 0),
+        ("tol", -1.0),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            FederatedClassifier(**{name: value}).fit(breast)
     with pytest.raises(ValueError, match="strategy must be one of"):
         FederatedClassifier(strategy="fedbest").fit(breast)
     with pytest.raises(ValueError, match="client_fraction"):
