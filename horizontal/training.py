@@ -56,6 +56,7 @@ from horizontal.stopping import EarlyStopping
 from horizontal.strategies import Strategy
 from vfl.federation.base import Federation, FederationTimeoutError
 from vfl.federation.messages import Message, Namespace
+from vfl.progress import EpochProgress
 
 __all__ = [
     "FED",
@@ -197,6 +198,7 @@ class FitSpec:
     n_iter_no_change: int = 10
     tol: float = 1e-4
     dp_scaling: Any = None  # horizontal.scaling.DPScaling: standardise from noisy statistics
+    verbose: int = 0
 
 
 @dataclass
@@ -441,6 +443,10 @@ class ServerRole:
         self.holdouts: dict[str, int] = {}
 
     def __call__(self, fed: Federation) -> FitResult:
+        with EpochProgress(fed.name, self.spec.rounds, self.spec.verbose, desc="round") as shown:
+            return self._run(fed, shown)
+
+    def _run(self, fed: Federation, shown: EpochProgress) -> FitResult:
         clients = list(self.spec.clients)
         scaling, columns, sizes = self._setup(fed, clients)
         spec = self.spec = settled(self.spec, scaling)
@@ -532,6 +538,8 @@ class ServerRole:
                         privacy.delta,
                     )
             result.history.append(record)
+            best = None if stopper is None or stopper.best_round is None else stopper.best_round
+            shown.update(round_ + 1, loss=objective, val_loss=validation, best=best)
             if spec.on_round is not None:
                 spec.on_round(record, strategy.result(weights, state), scaling)
             logger.info(

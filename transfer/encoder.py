@@ -179,6 +179,7 @@ def pretrain_encoder(
     model = FederatedClassifier(
         module=network,
         rounds=rounds,
+        strategy="fedavg",  # local SGD at this step, the pretraining this was tuned with
         local_epochs=local_epochs,
         batch_size=batch_size,
         learning_rate=learning_rate,

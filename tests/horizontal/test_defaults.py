@@ -305,3 +305,16 @@ def test_auto_resolves_to_what_each_setting_allows() -> None:
     assert resolved(module="linear", privacy=dp) == (20, FedAvg(), False)  # a fixed schedule
     assert resolved(secure_aggregation=2) == (20, FedAvg(), False)
     assert resolved(strategy="fedprox", early_stopping=True)[2] is True
+
+
+def test_verbose_shows_the_servers_rounds_labelled(capsys: pytest.CaptureFixture[str]) -> None:
+    """``verbose=1``: one labelled line per round from the server (not a terminal here)."""
+    from sklearn.datasets import make_classification
+
+    x, y = make_classification(400, 5, random_state=0)
+    clients = {"a": (x[:200], y[:200]), "b": (x[200:], y[200:])}
+    FederatedClassifier(module="linear", rounds=3, verbose=1, random_state=0).fit(clients)
+    lines = [
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("server: round")
+    ]
+    assert lines and lines[0].startswith("server: round 1/3") and "loss" in lines[0]

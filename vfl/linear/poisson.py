@@ -30,9 +30,9 @@ from vfl.linear.poisson_math import (
 from vfl.linear.poisson_protocol import (
     PoissonCoordinatorRole,
     PoissonDataRole,
-    PoissonResult,
     PoissonSpec,
 )
+from vfl.linear.protocol import FitResult
 from vfl.linear.scoring import ScoreCoordinatorRole, ScoreRole, ScoreSpec
 from vfl.training.divergence import DivergenceWarning
 from vfl.training.optimizers import OPTIMIZERS
@@ -306,7 +306,7 @@ class VerticalPoissonRegression(RegressorMixin, FederatedEstimator):  # type: ig
         return roles
 
     def _collect(self, results: dict[str, Any], spec: PoissonSpec) -> None:
-        done = {n: r for n, r in results.items() if isinstance(r, PoissonResult)}
+        done = {n: r for n, r in results.items() if isinstance(r, FitResult)}
         self.parts_: dict[str, PartyModel] = {
             n: r.part for n, r in done.items() if r.part is not None
         }

@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gmpy2
@@ -79,6 +79,7 @@ from vfl.linear.poisson_math import (
     penalty_value,
     to_fixed,
 )
+from vfl.linear.protocol import FitResult
 from vfl.training.convergence import RESTART_FACTOR, LossCurve
 from vfl.training.optimizers import make_optimizer
 from vfl.training.schedule import Schedule, agree_seed, check_batch_size
@@ -91,7 +92,6 @@ __all__ = [
     "PoissonCoordinatorRole",
     "PoissonDataRole",
     "PoissonPlan",
-    "PoissonResult",
     "PoissonSpec",
     "label_loss_part",
     "residuals",
@@ -138,22 +138,6 @@ class PoissonSpec:
     workers: Any
     random_state: int | None
     keep_views: bool = False
-
-
-@dataclass
-class PoissonResult:
-    """What a role returns: its fitted part (None at the coordinator) and what it learnt."""
-
-    part: PartyModel | None
-    n_iter: int = 0
-    loss_curve: list[float] = field(default_factory=list)
-    epoch_seconds: list[float] = field(default_factory=list)
-    setup_seconds: float = 0.0
-    converged: bool = False
-    best_epoch: int = 0
-    restarts: list[int] = field(default_factory=list)
-    gave_up: bool = False
-    view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None
 
 
 class PartyWeights:
@@ -278,7 +262,7 @@ class PoissonDataRole:
         spec = self.spec
         return spec.passive if self.is_label else spec.label_party
 
-    def __call__(self, fed: Federation) -> PoissonResult:
+    def __call__(self, fed: Federation) -> FitResult:
         spec = self.spec
         began = time.perf_counter()
         key = spec.policy.accept(
@@ -367,7 +351,7 @@ class PoissonDataRole:
 
     def lead(
         self, fed: Federation, key: PaillierPublicKey, schedule: Schedule, weights: PartyWeights
-    ) -> PoissonResult:
+    ) -> FitResult:
         """The label party: drives the epochs, computes the residuals, learns the loss of each
         epoch's model over all rows."""
         spec, name, other = self.spec, fed.name, self.other
@@ -376,7 +360,7 @@ class PoissonDataRole:
         y, e = self.y, self.exposure
         initial = half_deviance(y, e * np.exp(self.x @ weights.w)) / len(y)
         curve = LossCurve.restarting(spec.tol, spec.patience, initial)
-        result = PoissonResult(part=None)
+        result = FitResult(part=None)
         followers = [other, spec.coordinator]
         epochs = schedule.epochs()
         for epoch in range(spec.max_iter):
@@ -469,7 +453,7 @@ class PoissonDataRole:
         schedule: Schedule,
         weights: PartyWeights,
         labels: list[Any],
-    ) -> PoissonResult:
+    ) -> FitResult:
         """The passive party: ``[[exp(u_B)]]`` per batch; for the loss of each epoch's model,
         ``[[exp(u_B)]]`` of every row and ``[[sum y u_B]]``."""
         name, label = fed.name, self.other
@@ -494,7 +478,7 @@ class PoissonDataRole:
             weights.end_epoch()
             self.send_model_scores(fed, key, weights.model, labels)
             epoch += 1
-        return PoissonResult(part=None, n_iter=epoch)
+        return FitResult(part=None, n_iter=epoch)
 
     def encrypt_exp(self, key: PaillierPublicKey, u: np.ndarray[Any, Any]) -> EncryptedVector:
         """``[[exp(u)]]`` at exponent ``-EXP_BITS``: fresh encryptions."""
@@ -549,7 +533,7 @@ class PoissonCoordinatorRole:
     def __init__(self, spec: PoissonSpec) -> None:
         self.spec = spec
 
-    def __call__(self, fed: Federation) -> PoissonResult:
+    def __call__(self, fed: Federation) -> FitResult:
         spec = self.spec
         label, passive = spec.label_party, spec.passive
         public_key, private_key = spec.policy.generate()
@@ -603,4 +587,4 @@ class PoissonCoordinatorRole:
                 layout=loss_layout,
             )
             epochs += 1
-        return PoissonResult(part=None, n_iter=epochs)
+        return FitResult(part=None, n_iter=epochs)

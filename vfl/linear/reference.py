@@ -40,15 +40,7 @@ def plaintext_reference(
     outputs = targets.shape[1]
     xs, ws, rates, radius = {}, {}, {}, {}
     for name, frame in frames.items():
-        part = PartyModel.fresh(
-            name,
-            frame,
-            standardize=estimator.standardize,
-            active=name == label_party,
-            outputs=outputs,
-            clip=estimator.clip_outliers,
-        )
-        x = part.design(frame)
+        x = fresh_part(estimator, name, frame, label_party).design(frame)
         if spec.shared:
             x = np.round(x * 2.0**FEATURE_BITS) / 2.0**FEATURE_BITS
         if name == label_party:
@@ -118,15 +110,7 @@ def plaintext_scores(
     frames = check_parts(parts, label_party)
     total: np.ndarray[Any, Any] | None = None
     for name, frame in frames.items():
-        part = PartyModel.fresh(
-            name,
-            frame,
-            standardize=estimator.standardize,
-            active=name == label_party,
-            outputs=1,
-            clip=estimator.clip_outliers,
-        )
-        x = part.design(test_parts[name])
+        x = fresh_part(estimator, name, frame, label_party).design(test_parts[name])
         if name == label_party:
             x = np.column_stack([x, np.ones(len(x))])
         w = weights[name]
@@ -135,3 +119,18 @@ def plaintext_scores(
     if total is None:
         raise ValueError("no parties to score")
     return total
+
+
+def fresh_part(
+    estimator: VerticalLinearModel, name: str, frame: pd.DataFrame, label_party: str
+) -> PartyModel:
+    """The part a fit starts ``name`` with: its fences and standardisation fitted on
+    ``frame``, as the estimator's roles fit them (zero weights)."""
+    return PartyModel.fresh(
+        name,
+        frame,
+        standardize=estimator.standardize,
+        active=name == label_party,
+        outputs=1,
+        clip=estimator.clip_outliers,
+    )
