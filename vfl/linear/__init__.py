@@ -59,9 +59,10 @@ three or more data parties.
   2017, FATE's hetero-LR), or by itself in ``"two_party"``.
 
 Each data party learns its own weights and **its own exact gradient of each mini-batch**. The
-label party learns the loss per epoch. The coordinator decrypts only masked values. As under
-the shared protocols, the fitted model is the last epoch's mean iterate: each party
-averages its own weights.
+label party learns the loss per epoch; the others learn the keep and restart bits per epoch.
+Each party steps by its own curvature-derived step (Adam: 0.05), which it tells nobody. The
+coordinator decrypts only masked values. As under the shared protocols, the fitted model is
+the best epoch's mean iterate: each party averages its own weights.
 
 .. warning::
    A party's exact gradients give away **labels and scores**. From zero weights, a passive
