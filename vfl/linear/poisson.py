@@ -88,8 +88,8 @@ class VerticalPoissonRegression(RegressorMixin, FederatedEstimator):  # type: ig
       the score ``u_A + u_B`` of each predicted row, so ``u_B`` too.
     * The passive party: its own exact gradient ``X_B^T (mu - y)`` of each mini-batch, the
       label party's column count, the row count, when training stops, one bit per epoch (keep
-      this epoch's model) and its own part. It holds the targets encrypted under the
-      coordinator's key, and cannot read them.
+      this epoch's model) and its own part. The targets never leave the label party, not even
+      encrypted (the loss's ``sum y u_B`` is formed there from B's encrypted scores).
     * The coordinator: the row and column counts, the batch size and the number of epochs;
       every value it decrypts carries a mask ``KAPPA`` (40) bits longer than the value, fresh
       from the requester's OS randomness, and each request's layout is one it derived
@@ -97,6 +97,13 @@ class VerticalPoissonRegression(RegressorMixin, FederatedEstimator):  # type: ig
 
     No feature, target, exposure, ``exp(u)``, partial score or gradient of a party crosses a
     party boundary in the clear (``tests/vfl/linear/test_poisson.py`` searches every message).
+
+    .. warning::
+       Against a party that deviates, the coordinator is a decryption oracle for whatever
+       ciphertexts the requester holds under its key, packed into a request of the agreed
+       layout: the passive party could have its batch's ``[[mu - y]]`` opened, the label
+       party the ``[[exp(u_B)]]`` it receives. Honest-but-curious parties learn only what is
+       listed above.
 
     .. warning::
        As under ``protocol="coordinator"`` of :class:`VerticalLogisticRegression`, each data

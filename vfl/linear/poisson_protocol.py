@@ -14,8 +14,9 @@ Setup.
    Both tell C the same, plus the other's column count (``vpr/plan``); C refuses a mismatch,
    naming the party, and derives the layout of every request it will decrypt from these
    public numbers.
-3. A encrypts its targets ``y`` under C's key, once, and sends them to B (``vpr/labels``, in
-   parts): B needs them only for its piece of the loss, ``[[sum y u_B]]``.
+3. Nothing of the targets leaves A, not even encrypted: a party holding ciphertexts under
+   C's key could slip them into its masked requests and have C decrypt them (the loss's
+   ``sum y u_B`` is formed by A from B's encrypted scores instead).
 
 Per batch (A drives the epochs with ``vpr/epoch``, as the other linear protocols):
 
@@ -28,11 +29,12 @@ Per batch (A drives the epochs with ``vpr/epoch``, as the other linear protocols
 
 Per epoch, the objective of the epoch's model (each party's mean iterate) over all rows:
 
-4. B -> A ``vpr/exp-all``: ``[[exp(u_B)]]`` of every row (in parts), and ``vpr/loss-piece``:
-   ``[[sum y u_B - n alpha/2 |w_B|^2]]``, one multi-exponentiation over the encrypted targets;
+4. B -> A ``vpr/exp-all``: ``[[exp(u_B)]]`` of every row, ``vpr/scores-all``: ``[[u_B]]`` of
+   every row (both in parts), and ``vpr/loss-piece``: ``[[n alpha/2 |w_B|^2]]``;
 5. A -> C ``vpr/loss/req``, C -> A ``vpr/loss/plain``: ``[[sum mu]]`` (one
-   multi-exponentiation of B's ciphertexts to A's rates ``e exp(u_A)``) minus B's piece plus
-   A's own part, masked, decrypted once.
+   multi-exponentiation of B's ``[[exp(u_B)]]`` to A's rates ``e exp(u_A)``) minus
+   ``[[sum y u_B]]`` (one of B's ``[[u_B]]`` to A's targets) plus B's penalty and A's own part,
+   masked, decrypted once.
 
 The exact loss of the epoch's model, rather than the running loss of the iterates, costs B
 one more encryption per row and epoch; the running loss wanders by 1e-3 on a dvisits-like
@@ -56,7 +58,6 @@ from vfl.crypto.kernels import multiexp_big, multiexp_rows
 from vfl.crypto.keys import PaillierPublicKey
 from vfl.crypto.masked import decrypt_masked, serve_decryption
 from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
-from vfl.crypto.store import signed_multiexp
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
 from vfl.linear.losses import penalty
@@ -274,7 +275,6 @@ class PoissonDataRole:
         rows, columns = self.x.shape
         plan = PoissonPlan(rows, columns, spec.batch_size, peer_columns)
         VPR.send(fed, spec.coordinator, "plan", plan)
-        labels = self.share_labels(fed, key)
         setup = time.perf_counter() - began
         schedule = Schedule(rows, spec.batch_size, seed)
         weights = PartyWeights(
@@ -286,7 +286,7 @@ class PoissonDataRole:
         if self.is_label:
             result = self.lead(fed, key, schedule, weights)
         else:
-            result = self.follow(fed, key, schedule, weights, labels)
+            result = self.follow(fed, key, schedule, weights)
         self.part.set_weights(weights.kept[:, None], with_intercept=self.is_label)
         result.part, result.setup_seconds, result.view = self.part, setup, self.view
         return result
@@ -313,21 +313,6 @@ class PoissonDataRole:
         # it cannot be solved for per-row values (checked by us, not only by it)
         check_batch_size(other, rows, theirs.columns, spec.batch_size)
         return theirs.columns
-
-    def share_labels(self, fed: Federation, key: PaillierPublicKey) -> list[Any]:
-        """The label party sends its targets encrypted under the coordinator's key, once;
-        the passive party receives and checks them (the ciphertexts, in row order)."""
-        if self.y is not None:
-            for k, lo in enumerate(range(0, len(self.x), LABELS_PER_MESSAGE)):
-                part = key.encrypt(
-                    self.y[lo : lo + LABELS_PER_MESSAGE],
-                    precision=2.0**-LABEL_BITS,
-                    workers=self.spec.workers,
-                )
-                VPR.send(fed, self.other, "labels", Encrypted(data=part.to_wire()), k)
-            return []
-        parts = _receive_parts(fed, key, self.other, "labels", len(self.x), -LABEL_BITS)
-        return [c for _, ciphertexts in parts for c in ciphertexts]
 
     # -- training --------------------------------------------------------------------------------
 
@@ -426,7 +411,20 @@ class PoissonDataRole:
         mu = gmpy2.mpz(1)  # each part multiplied in as it arrives: no copy of all rows held
         for lo, ciphertexts in _receive_parts(fed, key, other, "exp-all", len(y), -EXP_BITS):
             mu = mu * multiexp_big(ciphertexts, powers[lo : lo + len(ciphertexts)], nsq) % nsq
-        piece = vector_from(key, VPR.recv(fed, other, "loss-piece", Encrypted).data, other)
+        counts = np.rint(np.ldexp(y, LABEL_BITS)).astype(object)  # exact: y * 2**LABEL_BITS
+        yu = gmpy2.mpz(1)  # [[sum y u_B]], formed here: the targets never leave this party
+        for lo, ciphertexts in _receive_parts(fed, key, other, "scores-all", len(y), -SCORE_BITS):
+            exponents = [int(c) for c in counts[lo : lo + len(ciphertexts)]]
+            yu = yu * multiexp_big(ciphertexts, exponents, nsq) % nsq
+        penalty = vector_from(key, VPR.recv(fed, other, "loss-piece", Encrypted).data, other)
+        if penalty.shape != (1,) or penalty.exponent != PIECE_EXPONENT:
+            Encrypted.refuse(
+                other,
+                "data",
+                f"holds {penalty.shape} values at exponent {penalty.exponent}, not "
+                f"one penalty at {PIECE_EXPONENT}",
+            )
+        piece = EncryptedVector(key, [yu], PIECE_EXPONENT) - penalty
         if piece.shape != (1,) or piece.exponent != PIECE_EXPONENT:
             Encrypted.refuse(
                 other,
@@ -452,10 +450,9 @@ class PoissonDataRole:
         key: PaillierPublicKey,
         schedule: Schedule,
         weights: PartyWeights,
-        labels: list[Any],
     ) -> FitResult:
         """The passive party: ``[[exp(u_B)]]`` per batch; for the loss of each epoch's model,
-        ``[[exp(u_B)]]`` of every row and ``[[sum y u_B]]``."""
+        ``[[exp(u_B)]]`` and ``[[u_B]]`` of every row and ``[[n alpha/2 |w_B|^2]]``."""
         name, label = fed.name, self.other
         epochs = schedule.epochs()
         epoch = 0
@@ -476,7 +473,7 @@ class PoissonDataRole:
                     )
                 weights.step(self.open_gradient(fed, rows, r), len(rows), epoch)
             weights.end_epoch()
-            self.send_model_scores(fed, key, weights.model, labels)
+            self.send_model_scores(fed, key, weights.model)
             epoch += 1
         return FitResult(part=None, n_iter=epoch)
 
@@ -491,21 +488,25 @@ class PoissonDataRole:
         fed: Federation,
         key: PaillierPublicKey,
         model: np.ndarray[Any, Any],
-        labels: list[Any],
     ) -> None:
-        """For the loss of the epoch's model: ``[[exp(u_B)]]`` of every row (in parts) and
-        ``[[sum y u_B - n alpha/2 |w_B|^2]]`` from the encrypted targets."""
+        """For the loss of the epoch's model: ``[[exp(u_B)]]`` and ``[[u_B]]`` of every row
+        (in parts) and ``[[n alpha/2 |w_B|^2]]``, all under the coordinator's key."""
         label = self.other
         u = self.x @ model
         check_partial_scores(u, fed.name)
         for k, lo in enumerate(range(0, len(u), LABELS_PER_MESSAGE)):
             exp_b = self.encrypt_exp(key, u[lo : lo + LABELS_PER_MESSAGE])
             VPR.send(fed, label, "exp-all", Encrypted(data=exp_b.to_wire()), k)
-        scores = np.rint(np.ldexp(u, SCORE_BITS)).astype(np.int64)
-        piece = signed_multiexp(labels, scores, key.nsquare)
+        for k, lo in enumerate(range(0, len(u), LABELS_PER_MESSAGE)):
+            part = key.encrypt(
+                u[lo : lo + LABELS_PER_MESSAGE],
+                precision=2.0**-SCORE_BITS,
+                workers=self.spec.workers,
+            )
+            VPR.send(fed, label, "scores-all", Encrypted(data=part.to_wire()), k)
         own = len(u) * penalty_value(model, self.spec.alpha, fed.name, intercept=False)
-        total = EncryptedVector(key, [piece], PIECE_EXPONENT) - own  # A subtracts it
-        VPR.send(fed, label, "loss-piece", Encrypted(data=total.to_wire()))
+        penalty = key.encrypt(np.array([own]), precision=2.0**PIECE_EXPONENT)
+        VPR.send(fed, label, "loss-piece", Encrypted(data=penalty.to_wire()))
 
 
 def _receive_parts(

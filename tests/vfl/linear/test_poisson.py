@@ -31,6 +31,7 @@ from vfl.linear.poisson_math import (
     LABEL_BITS,
     PIECE_EXPONENT,
     RESIDUAL_EXPONENT,
+    SCORE_BITS,
     SCORE_LIMIT,
     check_partial_scores,
     gradient_bound,
@@ -183,7 +184,7 @@ def test_no_plaintext_crosses_a_party_boundary(table) -> None:  # type: ignore[n
         "vpr/exp": -EXP_BITS,
         "vpr/exp-all": -EXP_BITS,
         "vpr/residual": RESIDUAL_EXPONENT,
-        "vpr/labels": -LABEL_BITS,
+        "vpr/scores-all": -SCORE_BITS,
         "vpr/loss-piece": PIECE_EXPONENT,
     }
     seen = set()
@@ -195,6 +196,10 @@ def test_no_plaintext_crosses_a_party_boundary(table) -> None:  # type: ignore[n
             assert list(block.exponents) == [exponents[step]]
             seen.add(step)
     assert seen == set(exponents)
+    # the counts never leave the label party, not even encrypted: a passive holding them under
+    # the coordinator's key could slip them into its masked gradient request and read them
+    from_label = {r.tag.rsplit("/", 1)[0] for r in est.transcript_.records if r.sender == LABEL}
+    assert not any("labels" in tag for tag in from_label)
     to_coordinator = {r.tag for r in est.transcript_.records if r.receiver == "coordinator"}
     assert to_coordinator == {"vpr/epoch", "vpr/plan", "vpr/grad/req", "vpr/loss/req"}
     # what is left to each party is its own model part: nothing of the other's
@@ -264,6 +269,13 @@ def test_deviating_parties_are_refused_by_name(table) -> None:  # type: ignore[n
             peer = super().agree_plan(fed)
             self.x = np.column_stack([self.x, self.x[:, :1]])
             return peer
+
+        def lead(self, fed, key, schedule, weights):  # type: ignore[no-untyped-def]
+            # waits (its widened rows fit no weights) until the coordinator's refusal ends it
+            from vfl.linear.messages import EpochControl
+            from vfl.linear.poisson_protocol import VPR
+
+            VPR.recv(fed, self.spec.coordinator, "never", EpochControl)
 
     with pytest.raises(PartyFailedError, match=r"party 'insurer' .* received"):
         _run_with(Wide, LABEL, table)
