@@ -632,7 +632,7 @@ class VerticalLinearModel(FederatedEstimator):
 
 def warn_training(result: FitResult, spec: FitSpec) -> None:
     """Say what went wrong in a fit, at the label party (in the caller's thread): a
-    :class:`~vfl.training.convergence.DivergenceWarning` when the loss diverged (what the fit
+    :class:`~vfl.training.divergence.DivergenceWarning` when the loss diverged (what the fit
     did about it, and which epoch it kept), else scikit-learn's ``ConvergenceWarning`` when
     ``max_iter`` ran out before the loss settled."""
     import warnings

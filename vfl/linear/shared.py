@@ -65,8 +65,8 @@ layout it derives from the public plan.
 * B: the number of the label party's columns and outputs, the row count, the label party's
   curvature bound, per epoch the keep bit and the restart bit (the loss rose past the
   divergence rule, or stalled: :class:`~vfl.training.LossCurve`), and its own final weights.
-* The coordinator: the public plan and nothing else. Every value it decrypts carries a mask
-  ``KAPPA`` bits longer than the value.
+* The coordinator: the public plans (with both curvature bounds) and nothing else. Every
+  value it decrypts carries a mask ``KAPPA`` bits longer than the value.
 
 Neither data party learns a gradient, a residual, a score or a label. Each party's view is
 made of values masked by the other party's fresh OS randomness, so an attack on it,
@@ -188,7 +188,9 @@ class Sizes:
     key_bits: int
     penalty: int = 0
     """``penalty_weight`` at the scale of ``N`` over that of the weights (``2**(2 *
-    FEATURE_BITS)``), an integer both parties derive from the public alpha and rows."""
+    FEATURE_BITS)``), an integer both data parties derive from the public alpha and rows (0
+    at the coordinator, which is not told the penalty and uses no layout that depends on
+    it: the products' layout does not, and it opens the loss as one exact value)."""
 
     @property
     def joint(self) -> int:
@@ -422,7 +424,7 @@ class SharedDataRole(DataRole):
         theirs = SS.recv(fed, peer, "plan", Plan)
         if theirs.rows != len(self.x):
             Plan.refuse(peer, "rows", f"is {theirs.rows}; this party has {len(self.x)} rows")
-        if not 0 <= theirs.curvature <= 2.0**60:  # NaN fails this too
+        if not 0 < theirs.curvature <= 2.0**60:  # NaN fails this too; columns are not constant
             Plan.refuse(peer, "curvature", f"is {theirs.curvature}, not a curvature bound")
         plans = {spec.label_party: plan if self.is_label else theirs}
         plans[peer if self.is_label else fed.name] = theirs if self.is_label else plan
