@@ -57,8 +57,10 @@ __all__ = [
     "check_setup",
     "loss_curve",
     "party_step",
+    "project",
     "shared_step",
     "show_epoch",
+    "weight_radius",
 ]
 
 logger = logging.getLogger(__name__)
@@ -269,16 +271,11 @@ class _Trainer:
         self.kept = w  # what the fit returns: the model of the best epoch (LossCurve)
         self._sum: np.ndarray[Any, Any] = np.zeros_like(w)
         self._steps = 0
-        # |u_p| <= SCORE_BOUND / (4 P) whatever the step: a diverging run stays within the
-        # encryption's bounds, shows in the epoch loss and restarts (never reached otherwise)
-        peak = float(np.sqrt(np.max(np.einsum("ij,ij->i", x, x)))) if x.size else 0.0
-        self.radius = SCORE_BOUND / (4 * len(spec.data_parties) * max(peak, 1e-12))
+        self.radius = weight_radius(x, len(spec.data_parties))
 
     def step(self, grad: np.ndarray[Any, Any], rows: int, epoch: int, intercept: bool) -> None:
         scaled = grad / (self.spec.loss.c * rows) + penalty(self.w, self.spec.alpha, intercept)
-        w = self.optimizer.step(self.w, scaled, epoch)
-        norms = np.linalg.norm(w, axis=0)
-        self.w = w * np.minimum(1.0, self.radius / np.maximum(norms, 1e-300))
+        self.w = project(self.optimizer.step(self.w, scaled, epoch), self.radius)
         self._sum = self._sum + self.w
         self._steps += 1
 
@@ -495,6 +492,21 @@ class _PassiveTrainer(_Trainer):
         for c in products[1:]:
             total = total + EncryptedVector(self.exchange.key, [c], total.exponent)
         VLR.send(self.fed, label, "cross-sum", Encrypted(data=total.to_wire()))
+
+
+def weight_radius(x: np.ndarray[Any, Any], parties: int) -> float:
+    """The norm a party's weights (per output) are kept within, from its own rows ``x``:
+    ``|u_p| <= SCORE_BOUND / (4 P)`` whatever the step, so a diverging run stays within the
+    encryption's bounds, shows in the epoch loss and restarts (never reached otherwise)."""
+    peak = float(np.sqrt(np.max(np.einsum("ij,ij->i", x, x)))) if x.size else 0.0
+    return SCORE_BOUND / (4 * parties * max(peak, 1e-12))
+
+
+def project(w: np.ndarray[Any, Any], radius: float) -> np.ndarray[Any, Any]:
+    """``w`` with each output's column scaled to a norm of at most ``radius``."""
+    norms = np.linalg.norm(w, axis=0)
+    out: np.ndarray[Any, Any] = w * np.minimum(1.0, radius / np.maximum(norms, 1e-300))
+    return out
 
 
 def party_step(spec: FitSpec, x: np.ndarray[Any, Any]) -> float:

@@ -10,9 +10,15 @@ import numpy as np
 import pandas as pd
 
 from vfl.linear.base import VerticalLinearModel
-from vfl.linear.losses import SCORE_BOUND, penalty
+from vfl.linear.losses import penalty
 from vfl.linear.model import FEATURE_BITS, PartyModel
-from vfl.linear.protocol import loss_curve, party_step, penalty_weight
+from vfl.linear.protocol import (
+    loss_curve,
+    party_step,
+    penalty_weight,
+    project,
+    weight_radius,
+)
 from vfl.training.convergence import RESTART_FACTOR
 from vfl.training.optimizers import make_optimizer
 from vfl.training.schedule import Schedule
@@ -47,8 +53,7 @@ def plaintext_reference(
             x = np.column_stack([x, np.ones(len(x))])
         xs[name], ws[name] = x, np.zeros((x.shape[1], outputs))
         rates[name] = party_step(spec, x)
-        peak = float(np.sqrt(np.max(np.einsum("ij,ij->i", x, x))))
-        radius[name] = SCORE_BOUND / (4 * len(frames) * peak)  # the revealing protocols'
+        radius[name] = weight_radius(x, len(frames))  # the revealing protocols' bound
     opts = {p: make_optimizer(spec.optimizer, learning_rate=r) for p, r in rates.items()}
     n = len(targets)
     schedule = Schedule(n, spec.batch_size, int(estimator.random_state))
@@ -73,8 +78,7 @@ def plaintext_reference(
                 grad = grad + penalty(ws[p], spec.alpha, p == label_party)
                 ws[p] = opts[p].step(ws[p], grad, epoch)
                 if not spec.shared:  # each party's bound on its weights (never binds sanely)
-                    norms = np.linalg.norm(ws[p], axis=0)
-                    ws[p] = ws[p] * np.minimum(1.0, radius[p] / np.maximum(norms, 1e-300))
+                    ws[p] = project(ws[p], radius[p])
                 sums[p] += ws[p]
         model = {p: s / len(batches) for p, s in sums.items()}  # the epoch's mean iterate
         if spec.shared:  # the secret-shared protocols' loss: of that model, over all rows
