@@ -1,12 +1,13 @@
-# Two commands: `make demo` and `make test`. Both create .venv with the project installed
-# (all extras, torch pinned by constraints.txt) when it is missing or out of date.
+# Two commands: `make demo` and `make test` (lint, the manual's strict build, the tests). Both
+# create .venv with the project installed (all extras, torch pinned by constraints.txt) when it
+# is missing or out of date.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.vflink-installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint format install clean
+.PHONY: demo test lint docs format install clean
 
 install: $(STAMP)
 
@@ -29,7 +30,12 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check linkage vfl transfer horizontal tests examples benchmarks
 	$(PY) -m mypy
 
-test: $(STAMP) lint
+# the manual (docs/, mkdocs.yml) in strict mode: a broken link, a missing example file or an
+# API reference that does not resolve fails the build
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --quiet --site-dir build/site
+
+test: $(STAMP) lint docs
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 format: $(STAMP)

@@ -1,6 +1,6 @@
 """Every partition scheme's cost against the centralised baseline of the same run.
 
-Runs :func:`vfl.compare.compare` (the table of ``examples/partition_schemes.py``) and prints,
+Runs :func:`vfl.app.compare.compare` (the table of ``examples/partition_schemes.py``) and prints,
 per scheme, against the centralised logistic regression measured in the same run on the same
 population: the AUC gap, the seconds, the bytes every party sent and their ratio to what
 handing the rows over would cost (the centralised row's bytes: the features and labels as
@@ -24,7 +24,7 @@ from pathlib import Path
 # benchmarks/linkage.py would shadow the linkage package: keep this folder off the import path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from vfl.compare import compare  # noqa: E402
+from vfl.app.compare import compare  # noqa: E402
 
 
 def main() -> None:

@@ -47,10 +47,10 @@ from sklearn.metrics import roc_auc_score  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
+from horizontal import pretrain_encoder  # noqa: E402
 from transfer import (  # noqa: E402
     EncoderTransferClassifier,
     FederatedTransferClassifier,
-    pretrain_encoder,
 )
 from vfl.datasets import make_transfer_pair  # noqa: E402
 

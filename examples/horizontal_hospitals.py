@@ -62,11 +62,11 @@ from horizontal import (
     FedProx,
     LocalDP,
     Scaffold,
+    comparison,
     iid_split,
     skew_report,
 )
-from vfl.compare import FULL, QUICK, Context
-from vfl.compare import horizontal as comparison
+from vfl.comparison import FULL, QUICK, Context
 from vfl.datasets import HOSPITAL_FEATURES, LABEL, make_hospital_cohort, make_population
 
 # The non-IID cohort: Dirichlet concentrations for the prevalences (label skew) and the sizes

@@ -46,7 +46,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 import linkage
-from vfl.compare import FULL, QUICK
+from vfl.comparison import FULL, QUICK
 from vfl.crypto import SecurityWarning
 from vfl.datasets import IMAGING_FEATURES, LAB_FEATURES, LABEL, identity_schema, make_population
 from vfl.linear import VerticalLogisticRegression

@@ -34,7 +34,7 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from vfl.compare import Comparison, SchemeResult, compare
+from vfl.app.compare import Comparison, SchemeResult, compare
 
 
 def main(argv: Sequence[str] | None = None) -> Comparison:

@@ -76,9 +76,9 @@ from sklearn.preprocessing import StandardScaler
 
 from vfl import SplitNNClassifier, align
 from vfl.audit.split import split_privacy_audit
-from vfl.compare import FULL, QUICK, Context
-from vfl.compare.split import SPLIT_OPTIONS as COMPARISON_OPTIONS
-from vfl.compare.vertical import linked, linked_test
+from vfl.comparison import FULL, QUICK, Context
+from vfl.comparison.split import SPLIT_OPTIONS as COMPARISON_OPTIONS
+from vfl.comparison.vertical import linked, linked_test
 from vfl.crypto import SecurityWarning
 from vfl.datasets import IMAGING_FEATURES, LAB_FEATURES, make_lab_imaging_cohort, make_population
 from vfl.linear import VerticalLogisticRegression

@@ -48,12 +48,12 @@ from sklearn.metrics import roc_auc_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from horizontal import pretrain_encoder
 from transfer import (
     EncoderArtifact,
     EncoderTransferClassifier,
     FederatedTransferClassifier,
     overlap_pairs,
-    pretrain_encoder,
 )
 from transfer.audit import overlap_label_attack
 from vfl.datasets import make_transfer_pair

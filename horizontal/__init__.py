@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vfl._lazy import lazy_exports
+from vfl.lazy import lazy_exports
 
 _EXPORTS = {
     "FederatedClassifier": "horizontal.estimator",
@@ -53,6 +53,7 @@ _EXPORTS = {
     "RecordDP": "horizontal.privacy",
     "DPScaling": "horizontal.scaling",
     "pooled_twin": "horizontal.baseline",
+    "pretrain_encoder": "horizontal.pretrain",
     "dirichlet_label_split": "horizontal.partition",
     "earth_movers": "horizontal.partition",
     "iid_split": "horizontal.partition",
@@ -85,6 +86,7 @@ __all__ = [
     "iid_split",
     "label_distributions",
     "pooled_twin",
+    "pretrain_encoder",
     "quantity_skew_split",
     "skew_report",
     "total_variation",
@@ -94,6 +96,7 @@ if TYPE_CHECKING:
     from horizontal.baseline import pooled_twin
     from horizontal.estimator import FederatedClassifier, FederatedRegressor
     from horizontal.lasso import FederatedLasso, LassoDP
+    from horizontal.pretrain import pretrain_encoder
     from horizontal.partition import (
         dirichlet_label_split,
         earth_movers,

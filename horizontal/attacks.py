@@ -19,24 +19,53 @@ what anyone can read from the model, and what one malicious client can do to it.
   :func:`sign_flip` and :func:`random_update` (Byzantine), :func:`boost` (model replacement:
   a backdoored update scaled so that it survives averaging, Bagdasaryan et al. 2020), with
   :func:`add_trigger` and :func:`attack_success` to plant and measure a tabular backdoor.
+
+The functions are the kernels; the attacks that measure a leak are also registered audits of
+:mod:`vfl.audit` (found by ``vfl.audit.get_audit(name)`` through the ``vflink.audits`` entry
+points; each returns a :class:`vfl.audit.AuditResult`):
+
+* ``"gradient-inversion"`` (:class:`GradientInversionAudit`) and ``"gradient-matching"``
+  (:class:`GradientMatchingAudit`): records reconstructed from updates within a relative
+  tolerance, against the best guess without them (the records' mean);
+* ``"membership"`` (:class:`MembershipAudit`): the loss-threshold attack's AUC (chance 0.5);
+* ``"backdoor"`` (:class:`BackdoorAudit`): rows a planted trigger sends to the attacker's
+  class, against the rate the model gives them without it.
+
+The Byzantine tampers (:func:`sign_flip`, :func:`random_update`) are adversary behaviours,
+not measurements; their effect is the model's accuracy, which the robust-aggregation tests
+measure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
+
+from vfl.audit import Audit, AuditResult, register_audit
+from vfl.extras import optional
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:
+    torch = optional("torch", for_=__name__)
+    nn = optional("torch.nn", for_=__name__)
 
 __all__ = [
+    "BackdoorAudit",
+    "GradientInversionAudit",
+    "GradientMatchingAudit",
+    "MembershipAudit",
     "add_trigger",
     "attack_success",
     "boost",
     "dlg_attack",
     "invert_affine_update",
     "membership_auc",
+    "membership_scores",
     "random_update",
     "reconstruction_error",
     "sign_flip",
@@ -124,16 +153,22 @@ def membership_auc(
     ``others`` (not): each record scored by ``-log p(y | x)`` under the model."""
     from sklearn.metrics import roc_auc_score
 
-    def scores(x: Any, y: Any) -> Vector:
-        proba = predict_proba(x)
-        index = np.searchsorted(np.asarray(classes), np.asarray(y))
-        picked = proba[np.arange(len(index)), index]
-        out: Vector = np.log(np.clip(picked, 1e-12, 1.0))
-        return out
-
-    a, b = scores(*members), scores(*others)
+    a = membership_scores(predict_proba, *members, classes)
+    b = membership_scores(predict_proba, *others, classes)
     truth = np.concatenate([np.ones(len(a)), np.zeros(len(b))])
     return float(roc_auc_score(truth, np.concatenate([a, b])))
+
+
+def membership_scores(
+    predict_proba: Callable[[Any], Vector], x: Any, y: Any, classes: Any
+) -> Vector:
+    """Each record's membership score, ``log p(y | x)`` under the model (``-loss``: higher
+    for records it was trained on)."""
+    proba = predict_proba(x)
+    index = np.searchsorted(np.asarray(classes), np.asarray(y))
+    picked = proba[np.arange(len(index)), index]
+    out: Vector = np.log(np.clip(picked, 1e-12, 1.0))
+    return out
 
 
 def sign_flip(scale: float = 1.0) -> Tamper:
@@ -178,3 +213,180 @@ def add_trigger(x: Any, columns: list[int], value: float) -> Vector:
 def attack_success(predict: Callable[[Any], Vector], triggered: Any, target: Any) -> float:
     """The fraction of triggered rows the model assigns to the attacker's ``target`` class."""
     return float(np.mean(np.asarray(predict(triggered)) == target))
+
+
+def _sequence(values: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
+    return list(values.values()) if isinstance(values, Mapping) else list(values)
+
+
+def _reconstructions(
+    audit: str,
+    target: str,
+    estimates: list[Vector | None],
+    records: list[Any],
+    tolerance: float,
+) -> AuditResult:
+    """Score reconstructions: an estimate succeeds when it is within ``tolerance`` (relative
+    error, :func:`reconstruction_error`) of one of the records behind its update; chance is
+    the same for the best guess without the updates, the mean of all the records."""
+    rows = [np.atleast_2d(np.asarray(r, dtype=np.float64)) for r in records]
+    if len(rows) != len(estimates):
+        raise ValueError(
+            f"{len(estimates)} updates and {len(rows)} record sets: give the records behind "
+            "each update, in the same order"
+        )
+    if not rows:
+        raise ValueError("no update to attack")
+    mean = np.vstack(rows).mean(axis=0)
+    errors, guesses = [], []
+    for estimate, truth in zip(estimates, rows, strict=True):
+        found = np.inf
+        if estimate is not None:
+            found = min(reconstruction_error(estimate, row) for row in truth)
+        errors.append(found)
+        guesses.append(min(reconstruction_error(mean, row) for row in truth))
+    return AuditResult(
+        audit,
+        target,
+        trials=len(rows),
+        successes=int(np.sum(np.asarray(errors) <= tolerance)),
+        chance=float(np.mean(np.asarray(guesses) <= tolerance)),
+        details={
+            "errors": errors,
+            "median error": float(np.median(errors)),
+            "tolerance": tolerance,
+        },
+    )
+
+
+@register_audit
+class GradientInversionAudit(Audit):
+    """The server's closed-form inversion (:func:`invert_affine_update`) of every update it
+    sees.
+
+    Run it on the updates (flat, in ``module``'s parameter order; a sequence, or a mapping
+    client -> update), the module they update (its first layer must be affine with a bias),
+    and, per update, the records it was computed from (one row, or several; they only score
+    the attack: the update of a secure-aggregation round is the sum over every client, whose
+    records are all behind it). A record counts as recovered when the estimate is within
+    ``tolerance`` relative error of one of them.
+    """
+
+    name = "gradient-inversion"
+    family = "horizontal"
+
+    def run(
+        self,
+        updates: Sequence[Vector] | Mapping[str, Vector],
+        module: nn.Module,
+        records: Sequence[Any] | Mapping[str, Any],
+        *,
+        tolerance: float = 0.01,
+    ) -> AuditResult:
+        estimates: list[Vector | None] = []
+        for update in _sequence(updates):
+            try:
+                estimates.append(invert_affine_update(update, module))
+            except ValueError as error:
+                if "bias gradient is zero" not in str(error):
+                    raise  # a module the closed form does not apply to
+                estimates.append(None)  # nothing to invert: the attacker has no guess
+        return _reconstructions(
+            self.name, "records behind the updates", estimates, _sequence(records), tolerance
+        )
+
+
+@register_audit
+class GradientMatchingAudit(Audit):
+    """Gradient inversion by optimisation (:func:`dlg_attack`, Deep Leakage from Gradients)
+    on each gradient (one record's, or a sum), scored as :class:`GradientInversionAudit`.
+
+    The module (an MLP of :mod:`horizontal.model`: its first and last layers ``nn.Linear``)
+    is copied, not changed; ``steps`` and ``seed`` go to :func:`dlg_attack`.
+    """
+
+    name = "gradient-matching"
+    family = "horizontal"
+
+    def run(
+        self,
+        gradients: Sequence[Vector] | Mapping[str, Vector],
+        module: nn.Module,
+        records: Sequence[Any] | Mapping[str, Any],
+        *,
+        tolerance: float = 0.05,
+        steps: int = 300,
+        seed: int = 0,
+    ) -> AuditResult:
+        linear = [m for m in module.modules() if isinstance(m, nn.Linear)]
+        if not linear:
+            raise ValueError("the module has no nn.Linear layer")
+        inputs, classes = linear[0].in_features, linear[-1].out_features
+        estimates: list[Vector | None] = [
+            dlg_attack(copy.deepcopy(module), g, inputs, classes, steps=steps, seed=seed)
+            for g in _sequence(gradients)
+        ]
+        return _reconstructions(
+            self.name, "records behind the gradients", estimates, _sequence(records), tolerance
+        )
+
+
+@register_audit
+class MembershipAudit(Audit):
+    """The loss-threshold membership attack (:func:`membership_scores`, Yeom et al. 2018) on
+    a model's ``predict_proba``: its AUC between ``members`` ``(X, y)``, records it was
+    trained on, and ``others`` (chance 0.5; not oriented: a lower loss means member)."""
+
+    name = "membership"
+    family = "horizontal"
+
+    def run(
+        self,
+        predict_proba: Callable[[Any], Vector],
+        members: tuple[Any, Any],
+        others: tuple[Any, Any],
+        classes: Any,
+    ) -> AuditResult:
+        a = membership_scores(predict_proba, *members, classes)
+        b = membership_scores(predict_proba, *others, classes)
+        truth = np.concatenate([np.ones(len(a)), np.zeros(len(b))])
+        return AuditResult.from_auc(
+            self.name,
+            "membership of records in the training data",
+            truth,
+            np.concatenate([a, b]),
+            oriented=False,
+        )
+
+
+@register_audit
+class BackdoorAudit(Audit):
+    """A planted backdoor's success (:func:`add_trigger`, :func:`attack_success`): the share
+    of ``rows`` that the model's ``predict`` assigns to the attacker's ``target`` class once
+    ``columns`` are set to ``value``, against the share it assigns them without the trigger
+    (chance). Give rows of the other classes to measure the backdoor alone."""
+
+    name = "backdoor"
+    family = "horizontal"
+
+    def run(
+        self,
+        predict: Callable[[Any], Vector],
+        rows: Any,
+        target: Any,
+        *,
+        columns: list[int],
+        value: float,
+    ) -> AuditResult:
+        clean = np.asarray(rows, dtype=np.float64)
+        if len(clean) == 0:
+            raise ValueError("no rows to plant the trigger in")
+        hits = np.asarray(predict(add_trigger(clean, columns, value))) == target
+        return AuditResult(
+            self.name,
+            f"rows sent to class {target!r} by the trigger",
+            trials=len(clean),
+            successes=int(np.sum(hits)),
+            chance=attack_success(predict, clean, target),
+            details={"columns": list(columns), "value": value},
+        )

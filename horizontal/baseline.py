@@ -19,14 +19,20 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from horizontal.local import holdout, penalty
 from horizontal.model import build_module
+from vfl.extras import optional
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:
+    torch = optional("torch", for_=__name__)
+    nn = optional("torch.nn", for_=__name__)
 
 __all__ = ["PooledModel", "pooled_twin"]
 

@@ -207,10 +207,17 @@ class TopK:
         self._residual = None
 
     def kept(self, size: int) -> int:
-        """The number of entries a message keeps of a vector of length ``size``."""
+        """The number of entries a message keeps of a vector of length ``size``.
+
+        Raises
+        ------
+        ValueError
+            Neither ``k`` nor ``fraction`` is set (both set to None after construction).
+        """
         if self.k is not None:
             return min(self.k, size)
-        assert self.fraction is not None
+        if self.fraction is None:
+            raise ValueError("TopK keeps k entries or a fraction of them: set k= or fraction=")
         return min(size, max(1, math.ceil(self.fraction * size - 1e-9)))
 
     def compress(self, vector: Vector) -> tuple[Vector, Vector]:

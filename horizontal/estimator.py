@@ -5,7 +5,7 @@ by default, ``module="linear"`` for logistic or linear regression) on clients th
 same columns for different rows::
 
     from horizontal import FederatedClassifier, FedProx
-    model = FederatedClassifier(rounds=30, strategy=FedProx(mu=0.01), random_state=0)
+    model = FederatedClassifier(max_iter=30, strategy=FedProx(mu=0.01), random_state=0)
     model.fit({"hospital_1": (X1, y1), "hospital_2": (X2, y2)})
     model.predict_proba(X_new)
 
@@ -40,29 +40,50 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import torch
 from sklearn.base import clone
 
 from horizontal.model import build_module, load_vector
 from horizontal.strategies import FedAvg, FedLBFGS, Strategy, get_strategy
 from horizontal.training import ClientRole, FitResult, FitSpec, RoundRecord, ServerRole
 from vfl import persistence
-from vfl.estimator import FederatedEstimator, Role, run_deployed
+from vfl.estimator import FederatedEstimator, Role, deprecated_parameters, run_deployed
+from vfl.extras import optional, require
 from vfl.federation.base import Federation
 
-__all__ = ["FederatedClassifier", "FederatedRegressor"]
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = optional("torch", for_=__name__)
+
+__all__ = [
+    "PROTOCOLS",
+    "FederatedClassifier",
+    "FederatedRegressor",
+    "client_data",
+    "secure_protocol",
+]
 
 KIND = "horizontal.FederatedModel"
 
 AUTO_ROUNDS = 500
-"""The most rounds of ``rounds="auto"`` (early stopping or FedLBFGS's convergence end it
+"""The most rounds of ``max_iter="auto"`` (early stopping or FedLBFGS's convergence end it
 sooner: tens of rounds on the FATE tables)."""
 FIXED_ROUNDS = 20
-"""The rounds of ``rounds="auto"`` under DP or secure aggregation, which do not stop early."""
+"""The rounds of ``max_iter="auto"`` under DP or secure aggregation, which do not stop early."""
+
+PROTOCOLS = ("plain", "secagg")
+"""``protocol=``: ``"plain"`` (default) sends each client's update to the server;
+``"secagg"`` runs secure aggregation (:mod:`horizontal.secagg`) with a threshold of a majority
+of the sampled clients; a :class:`~horizontal.secagg.SecAggConfig` chooses its options."""
+
+RENAMED = {
+    "rounds": "max_iter",
+    "secure_aggregation": 'protocol="secagg" or protocol=SecAggConfig(threshold=...)',
+}
 
 
 @dataclass(frozen=True)
@@ -86,7 +107,7 @@ class _FederatedModel(FederatedEstimator):
         *,
         module: Any = None,
         hidden_layer_sizes: tuple[int, ...] = (64,),
-        rounds: int | str = "auto",
+        max_iter: int | str = "auto",
         local_epochs: int = 1,
         batch_size: int = 32,
         learning_rate: float | str = "auto",
@@ -102,16 +123,17 @@ class _FederatedModel(FederatedEstimator):
         standardize: Any = True,
         classes: Any = None,
         random_state: int | None = None,
-        secure_aggregation: Any = None,
+        protocol: Any = "plain",
         robust_aggregation: Any = None,
         compression: Any = None,
         server: str = "server",
-        timeout: float = 600.0,
+        timeout: float | None = None,
         verbose: int = 0,
+        **deprecated: Any,
     ) -> None:
         self.module = module
         self.hidden_layer_sizes = hidden_layer_sizes
-        self.rounds = rounds
+        self.max_iter = max_iter
         self.local_epochs = local_epochs
         self.batch_size = batch_size
         self.learning_rate = learning_rate
@@ -127,12 +149,17 @@ class _FederatedModel(FederatedEstimator):
         self.standardize = standardize
         self.classes = classes
         self.random_state = random_state
-        self.secure_aggregation = secure_aggregation
+        self.protocol = protocol
         self.robust_aggregation = robust_aggregation
         self.compression = compression
         self.server = server
         self.timeout = timeout
         self.verbose = verbose
+        old = deprecated_parameters(type(self).__name__, deprecated, RENAMED)
+        if "rounds" in old:
+            self.max_iter = old["rounds"]
+        if "secure_aggregation" in old:
+            self.protocol = secure_protocol(old["secure_aggregation"])
 
     # -- checks ----------------------------------------------------------------------------
 
@@ -203,7 +230,7 @@ class _FederatedModel(FederatedEstimator):
             raise ValueError(
                 "early stopping needs each client's held-out loss, which "
                 + ("DP does not cover" if privacy is not None else "secure aggregation hides")
-                + ": pass early_stopping=False and rounds=<int>"
+                + ": pass early_stopping=False and max_iter=<int>"
             )
         if strategy.local.gradient:
             problems = [
@@ -263,11 +290,11 @@ class _FederatedModel(FederatedEstimator):
           ``MLPClassifier`` recipe, which early stopping ends gently; L-BFGS overfits a
           network within a few rounds, and plain SGD plateaued up to 0.016 AUC below the
           pooled Adam twin); elsewhere FedAvg with SGD, as before;
-        * ``early_stopping="auto"``: on when ``rounds="auto"`` and the fit has neither DP
+        * ``early_stopping="auto"``: on when ``max_iter="auto"`` and the fit has neither DP
           nor secure aggregation (whose guarantees do not cover the held-out losses), except
           for FedLBFGS on a linear model, which converges to its penalised optimum as
           scikit-learn's does and needs no held-out rows;
-        * ``rounds="auto"``: at most :data:`AUTO_ROUNDS`, ended by early stopping or the
+        * ``max_iter="auto"``: at most :data:`AUTO_ROUNDS`, ended by early stopping or the
           solver's convergence; under DP or secure aggregation a fixed :data:`FIXED_ROUNDS`
           (DP's noise is calibrated to a schedule known in advance).
         """
@@ -276,7 +303,7 @@ class _FederatedModel(FederatedEstimator):
         )
         plain = (
             self.privacy is None
-            and self.secure_aggregation is None
+            and self.protocol == "plain"
             and self.robust_aggregation is None
             and self.compression is None
         )
@@ -290,18 +317,20 @@ class _FederatedModel(FederatedEstimator):
             else:
                 chosen = FedAvg(local_optimizer="adam")
         strategy = get_strategy(chosen)
-        rounds = self.rounds
+        rounds = self.max_iter
         if rounds == "auto":
-            private = self.privacy is not None or self.secure_aggregation is not None
+            private = self.privacy is not None or self.protocol != "plain"
             rounds = FIXED_ROUNDS if private else AUTO_ROUNDS
         elif isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-            raise ValueError(f'rounds must be an integer >= 1 or "auto", got {self.rounds!r}')
+            raise ValueError(
+                f'max_iter (rounds) must be an integer >= 1 or "auto", got {self.max_iter!r}'
+            )
         early = self.early_stopping
         if early == "auto":
             early = (
-                self.rounds == "auto"
+                self.max_iter == "auto"
                 and self.privacy is None
-                and self.secure_aggregation is None
+                and self.protocol == "plain"
                 and not (strategy.local.gradient and linear)
             )
         elif not isinstance(early, bool):
@@ -338,7 +367,7 @@ class _FederatedModel(FederatedEstimator):
         if secure is not None:
             raise ValueError(
                 "compressed updates each carry their own scale, which a masked sum cannot "
-                "combine: choose secure_aggregation or compression"
+                'combine: choose protocol="secagg" or compression'
             )
         if self.privacy is not None and self.privacy.client_level:
             raise ValueError("compression with client-level DP is not supported yet")
@@ -372,15 +401,19 @@ class _FederatedModel(FederatedEstimator):
         against what cannot run inside it."""
         from horizontal.secagg import SecAggConfig
 
-        given = self.secure_aggregation
-        if given is None:
-            return None
-        config = SecAggConfig(threshold=given) if isinstance(given, int) else given
-        if not isinstance(config, SecAggConfig):
+        given = self.protocol
+        sampled = max(2, math.ceil(self.client_fraction * n_clients))
+        if isinstance(given, str) and given in PROTOCOLS:
+            if given == "plain":
+                return None
+            given = SecAggConfig(threshold=sampled // 2 + 1)  # a majority of the sampled
+        if not isinstance(given, SecAggConfig):
             raise ValueError(
-                f"secure_aggregation must be a threshold (int) or a SecAggConfig, got {given!r}"
+                f"protocol must be one of {PROTOCOLS} or a SecAggConfig(threshold=...), got "
+                f"{given!r}"
             )
-        config.check(max(2, math.ceil(self.client_fraction * n_clients)))
+        config = given
+        config.check(sampled)
         if self.privacy is not None and getattr(self.privacy, "adaptive", False):
             raise ValueError(
                 "adaptive clipping needs the server to count the clipped updates, which secure "
@@ -424,7 +457,8 @@ class _FederatedModel(FederatedEstimator):
             makes those clients send what ``tamper`` returns instead of their honest update
             (a sign flip, a boosted backdoor).
         """
-        data = _client_data(clients, label)
+        require("torch", for_=type(self).__name__)
+        data = client_data(clients, label)
         ledger = self._ledger(ledger)
         spec = self.fit_spec(list(data), ledger=ledger)
         if adversaries:
@@ -480,12 +514,13 @@ class _FederatedModel(FederatedEstimator):
     ) -> _FederatedModel:
         """This party's role (deployment): a client passes its ``x`` and ``y``; the server
         passes neither. ``clients`` names every client, the same list everywhere."""
+        require("torch", for_=type(self).__name__)
         spec = self.fit_spec(list(clients), ledger=self._ledger(ledger))
         if federation.name == spec.server:
             result = run_deployed({spec.server: ServerRole(spec)}, federation)[spec.server]
             self._collect(result, spec)
             return self
-        values, labels, columns = _client_data({federation.name: (x, y)}, None)[federation.name]
+        values, labels, columns = client_data({federation.name: (x, y)}, None)[federation.name]
         role = ClientRole(spec, values, labels, columns)
         self._collect(run_deployed({federation.name: role}, federation)[federation.name], spec)
         if self._task == "classification":  # this client's own label values where it has them
@@ -494,9 +529,10 @@ class _FederatedModel(FederatedEstimator):
         return self
 
     def _ledger(self, ledger: Any) -> Any:
+        """The fit's ledger, kept as ``privacy_ledger_`` (a new one unless given; empty
+        without DP); what the roles record in (``ledger`` as given without DP)."""
         if self.privacy is None:
-            if hasattr(self, "privacy_ledger_"):
-                del self.privacy_ledger_
+            self._fitted_ledger(ledger)
             return ledger
         if ledger is None:
             from vfl.privacy import PrivacyLedger
@@ -507,7 +543,11 @@ class _FederatedModel(FederatedEstimator):
 
     def _collect(self, result: FitResult, spec: FitSpec) -> None:
         scaling = result.scaling
-        assert scaling is not None
+        if scaling is None:
+            raise RuntimeError(
+                "the fit returned no scaling: this party's role ended before the setup's "
+                "scaling reached it"
+            )
         outputs = len(scaling.classes) if self._task == "classification" else 1
         module = build_module(
             spec.module, result.n_features, outputs, spec.hidden, spec.random_state
@@ -571,6 +611,7 @@ class _FederatedModel(FederatedEstimator):
     def load(self, path: str | Path) -> _FederatedModel:
         """Read a model written by :meth:`save` into this estimator (whose ``module`` must be
         the same architecture when it was a user-given one), with its ledger if saved."""
+        require("torch", for_=type(self).__name__)
         meta, arrays = persistence.load_model(path, kind=KIND)
         if meta.get("task") != self._task:
             raise ValueError(f"{path} holds a {meta.get('task')} model, not a {self._task} one")
@@ -590,11 +631,10 @@ class _FederatedModel(FederatedEstimator):
         if self._task == "classification":
             values = meta.get("class_values") or classes
             self.classes_ = np.array(values if len(values) == len(classes) else classes)
-        ledger = Path(path).with_suffix(".ledger.json")
-        if ledger.exists():
-            from vfl.privacy import PrivacyLedger
+        from vfl.privacy import PrivacyLedger
 
-            self.privacy_ledger_ = PrivacyLedger.load(ledger)
+        ledger = Path(path).with_suffix(".ledger.json")
+        self.privacy_ledger_ = PrivacyLedger.load(ledger) if ledger.exists() else PrivacyLedger()
         return self
 
 
@@ -608,10 +648,11 @@ class FederatedClassifier(_FederatedModel):
         factory ``module(n_features, n_classes)``, or a module (copied); without buffers.
     hidden_layer_sizes : tuple of int
         The default MLP's hidden layers.
-    rounds : int or "auto"
+    max_iter : int or "auto"
         Communication rounds: an int runs that many (fewer only with early stopping or
         FedLBFGS's convergence); ``"auto"`` at most 500, ended by early stopping or
-        convergence (20 under DP or secure aggregation). See :meth:`resolved`.
+        convergence (20 under DP or secure aggregation). See :meth:`resolved`. Replaces the
+        deprecated ``rounds``.
     local_epochs, batch_size
         Each client's local training per round (``FedSGD``: one full-batch step instead).
     learning_rate : float or "auto"
@@ -646,7 +687,9 @@ class FederatedClassifier(_FederatedModel):
         ``"scaffold"``, ``"lbfgs"``, or an object (:mod:`horizontal.strategies`, e.g.
         ``FedProx(mu=0.1)``).
     privacy : ClientDP, LocalDP or RecordDP, optional
-        Differential privacy (:mod:`horizontal.privacy`).
+        Differential privacy (:mod:`horizontal.privacy`): client-level DP with central
+        (:class:`~horizontal.ClientDP`) or local (:class:`~horizontal.LocalDP`) Gaussian
+        noise on the updates, or record-level DP-SGD (:class:`~horizontal.RecordDP`).
     standardize : bool or DPScaling
         Standardise the columns with pooled means and deviations computed at setup from the
         clients' column sums (which the server learns). Under DP from noisy statistics
@@ -655,14 +698,18 @@ class FederatedClassifier(_FederatedModel):
     classes : sequence, optional
         The classes (else the union of the clients' labels, sent at setup; needed with DP).
     random_state : int, optional
-        Seeds the initial model, the clients' batch orders and (without DP) the sampling.
-    secure_aggregation : int or SecAggConfig, optional
-        Secure aggregation (:mod:`horizontal.secagg`) with this Shamir threshold: the server
-        learns only each round's sum of ``n_k * update`` (and ``n_k``) over the clients that
-        survive it, never one client's update; a round with fewer than ``threshold``
-        survivors stops the fit. With ``ClientDP`` the noise is distributed: each client adds
-        its share, ``1/threshold`` of the variance (not with ``adaptive=True``); ``LocalDP``
-        and ``RecordDP`` compose as they are. ``history_`` then has no drift (NaN).
+        Seeds the initial model, the clients' batch orders and (without DP) the sampling;
+        None (default): fresh randomness.
+    protocol : {"plain", "secagg"} or SecAggConfig
+        ``"plain"`` (default): each client's update reaches the server. ``"secagg"``: secure
+        aggregation (:mod:`horizontal.secagg`) with a Shamir threshold of a majority of the
+        sampled clients (a :class:`~horizontal.secagg.SecAggConfig` chooses it and the other
+        options): the server learns only each round's sum of ``n_k * update`` (and ``n_k``)
+        over the clients that survive it, never one client's update; a round with fewer than
+        ``threshold`` survivors stops the fit. With ``ClientDP`` the noise is distributed:
+        each client adds its share, ``1/threshold`` of the variance (not with
+        ``adaptive=True``); ``LocalDP`` and ``RecordDP`` compose as they are. ``history_``
+        then has no drift (NaN). Replaces the deprecated ``secure_aggregation``.
     compression : int or float, optional
         Updates sent as ``bits``-bit unbiased stochastic codes (an int) or as their top-k
         entries with error feedback (a fraction, :mod:`horizontal.compression`); not with
@@ -670,6 +717,11 @@ class FederatedClassifier(_FederatedModel):
     robust_aggregation : str or RobustAggregation, optional
         A robust rule instead of the weighted mean (:mod:`horizontal.robust`: ``"median"``,
         ``"trimmed_mean"``, ``"krum"``, ...); not with secure aggregation or client-level DP.
+    server : str
+        The server's party name.
+    timeout : float, optional
+        Seconds a simulated party waits for a message (None, the default:
+        :func:`vfl.estimator.wait_limit`, 600 s).
     verbose : int
         1: the server's rounds live (``server: round 12/500 loss 0.41 val loss 0.43 best
         10``, :class:`vfl.progress.EpochProgress`); 0 (default): only at INFO in the log.
@@ -681,7 +733,10 @@ class FederatedClassifier(_FederatedModel):
     classes_, history_, n_iter_, privacy_ledger_, transcript_
         The classes; per round, what the server saw (:class:`~horizontal.training.RoundRecord`:
         replies, drift, clipping norm, epsilon so far, FedLBFGS's objective, the held-out
-        loss); rounds run; DP's ledger; the messages of the last simulated fit.
+        loss); rounds run; the fit's privacy ledger (empty without DP); the messages of the
+        last simulated fit.
+    epsilon_ : float or None
+        With DP, the largest epsilon any holder of ``privacy_ledger_`` spent (a shortcut).
     best_round_ : int or None
         With early stopping, after how many rounds the kept model was reached.
     """
@@ -752,9 +807,24 @@ def _matrix(x: Any, what: str) -> np.ndarray[Any, Any]:
     return values
 
 
-def _client_data(
+def secure_protocol(secure_aggregation: Any) -> Any:
+    """The ``protocol=`` that the deprecated ``secure_aggregation=`` spelled: ``"plain"`` for
+    None, a :class:`~horizontal.secagg.SecAggConfig` of that threshold for an int."""
+    if secure_aggregation is None:
+        return "plain"
+    if isinstance(secure_aggregation, int) and not isinstance(secure_aggregation, bool):
+        from horizontal.secagg import SecAggConfig
+
+        return SecAggConfig(threshold=secure_aggregation)
+    return secure_aggregation
+
+
+def client_data(
     clients: Mapping[str, Any], label: str | None
 ) -> dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], list[str]]]:
+    """Each client's ``(X, y, column names)`` from ``{client: (X, y)}`` or ``{client:
+    DataFrame}`` with the labels in column ``label``, checked (numeric columns without NaN,
+    one present label per row); the errors name the client, the column and the row."""
     if not isinstance(clients, Mapping) or not clients:
         raise ValueError("fit needs {client: (X, y)} or {client: DataFrame} with label=...")
     out = {}

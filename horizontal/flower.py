@@ -11,7 +11,7 @@ vflink :class:`~vfl.privacy.PrivacyLedger`) and its robust aggregation run as a 
     from horizontal import FederatedClassifier
     from horizontal.flower import client_app, server_app
 
-    model = FederatedClassifier(module="linear", rounds=20, random_state=0)
+    model = FederatedClassifier(module="linear", max_iter=20, random_state=0)
     server = server_app(model, min_nodes=2)  # serverapp = "module:server"
     client = client_app(model, load)  # clientapp = "module:client"
 
@@ -29,7 +29,7 @@ flat parameter vector (``ArrayRecord`` key ``"weights"``; the clients answer wit
 update ``"delta"`` and ``"num-examples"``).
 
 The protocol: one ``query`` round (each node's profile: its name, rows, and unless the
-scaling is told, its column sums and labels), then ``rounds`` ``train`` rounds. The server's
+scaling is told, its column sums and labels), then ``max_iter`` ``train`` rounds. The server's
 fitted estimator (``predict_proba`` works) is :meth:`VflinkStrategy.fitted`;
 :func:`server_app` saves it to the run config's ``model-path`` when given.
 
@@ -38,7 +38,7 @@ aggregation, compression, :class:`~horizontal.privacy.LocalDP` /
 :class:`~horizontal.privacy.RecordDP` (their spends are recorded at the clients), and the
 estimators' ``"auto"`` defaults -- FedLBFGS and early stopping, which end a fit by rounds
 Flower does not know in advance, and standardisation under DP: refused with a ValueError
-(pass ``strategy="fedavg"``, ``rounds=<int>``).
+(pass ``strategy="fedavg"``, ``max_iter=<int>``).
 """
 
 from __future__ import annotations
@@ -47,11 +47,9 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from horizontal.model import build_module, flatten
 from horizontal.training import (
@@ -65,12 +63,20 @@ from horizontal.training import (
     ServerRole,
     Task,
     Update,
-    _check_diverged,
     aggregate_updates,
+    check_diverged,
     settled,
 )
+from vfl.extras import optional
 from vfl.federation import wire
 from vfl.federation.base import Federation, FederationTimeoutError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:
+    torch = optional("torch", for_=__name__)
+    nn = optional("torch.nn", for_=__name__)
 
 # importing Flower sets GRPC_VERBOSITY=error in this process's environment, which every
 # process started afterwards inherits: it silenced gRPC's own log of refused TLS handshakes
@@ -166,7 +172,7 @@ def _check_supported(spec: FitSpec) -> None:
     if spec.strategy.local.gradient:
         problems.append("FedLBFGS (strategy='auto' without DP): pass strategy='fedavg'")
     if spec.early_stopping:
-        problems.append("early stopping (rounds='auto'): pass rounds=<int>")
+        problems.append("early stopping (max_iter='auto'): pass max_iter=<int>")
     if spec.dp_scaling is not None:
         problems.append("standardisation under DP (a setup of several steps)")
     if spec.secure_aggregation is not None:
@@ -195,9 +201,9 @@ def _client_spec(estimator: EstimatorLike, name: str, clients: Sequence[str] | N
 def client_profile(estimator: EstimatorLike, name: str, x: Any, y: Any) -> bytes:
     """This client's :class:`~horizontal.training.Profile` in vflink's wire format, as
     :class:`~horizontal.training.ClientRole` builds it at setup."""
-    from horizontal.estimator import _client_data
+    from horizontal.estimator import client_data
 
-    values, labels, columns = _client_data({name: (x, y)}, None)[name]
+    values, labels, columns = client_data({name: (x, y)}, None)[name]
     spec = _client_spec(estimator, name, None)
     mailbox = _Mailbox(name, [spec.server])
     d = values.shape[1]  # the setup step waits for a scaling: a placeholder ends it
@@ -221,9 +227,9 @@ def client_train(
     """One round of this client's local training from the global ``weights``: vflink's
     :meth:`ClientRole._round <horizontal.training.ClientRole>` (local SGD, FedProx, DP's
     clipping), returning its :class:`~horizontal.training.Update`."""
-    from horizontal.estimator import _client_data
+    from horizontal.estimator import client_data
 
-    values, labels, columns = _client_data({name: (x, y)}, None)[name]
+    values, labels, columns = client_data({name: (x, y)}, None)[name]
     spec = _client_spec(estimator, name, clients)
     _check_supported(spec)
     spec = settled(spec, scaling)
@@ -477,7 +483,7 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
             spec, updates, weights, round_, self.sizes, clip, len(spec.clients)
         )
         new = spec.strategy.server_step(weights, mean_delta, self.state, control_step=None)
-        _check_diverged(new, round_)
+        check_diverged(new, round_)
         record = RoundRecord(
             round=round_ + 1,
             sampled=len(self._sampled) if self._sampled else len(updates),
@@ -544,7 +550,7 @@ def as_flower_strategy(
     """A vflink strategy (``"fedavg"``, ``FedProx(mu)``, ...) with its optional
     :class:`~horizontal.privacy.ClientDP` and robust ``aggregator`` as a Flower
     ``Strategy`` (:class:`VflinkStrategy`). ``params`` are the other
-    :class:`~horizontal.FederatedClassifier` hyperparameters (``rounds``,
+    :class:`~horizontal.FederatedClassifier` hyperparameters (``max_iter``,
     ``client_fraction``, ``random_state``, ...), or pass the whole configuration as
     ``estimator``. DP's spend is recorded in ``ledger`` (a new
     :class:`~vfl.privacy.PrivacyLedger` by default: ``strategy.ledger``)."""
@@ -601,7 +607,11 @@ def run_server(
         Profile.from_payload(wire.decode(profiles[client]), client)
     strategy = VflinkStrategy(estimator, ledger=ledger)
     initial = strategy.begin(clients, nodes=nodes, profiles=profiles)
-    assert initial is not None
+    if initial is None:
+        raise RuntimeError(
+            f"the setup with clients {clients} gave no initial model: the strategy began "
+            "without the clients' profiles"
+        )
     logger.info("vflink on Flower: clients %s", clients)
     result = strategy.start(
         grid,

@@ -43,15 +43,18 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from sklearn.base import RegressorMixin
 
-from vfl.estimator import FederatedEstimator, Role, run_deployed
+from vfl import persistence
+from vfl.estimator import FederatedEstimator, Role, deprecated_parameters, run_deployed
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
+from vfl.progress import EpochProgress
 
 __all__ = [
     "FederatedLasso",
@@ -67,6 +70,11 @@ __all__ = [
 logger = logging.getLogger("vflink.horizontal")
 
 LASSO = Namespace("lasso")
+KIND = "horizontal.FederatedLasso"
+
+RENAMED = {
+    "secure_aggregation": 'protocol="secagg" or protocol=SecAggConfig(threshold=...)',
+}
 
 Vector = np.ndarray[Any, Any]
 
@@ -171,26 +179,42 @@ class LassoDP:
 
     def multiplier(self, rounds: int) -> float:
         """The rounds' noise multiplier for ``rounds`` releases (the accountant's)."""
-        from horizontal.privacy import _resolve_multiplier
+        from vfl.privacy import resolve_noise_multiplier
 
         if self.select is None or self.epsilon is None:
             steps = rounds + (1 if self.select is not None and self.epsilon is None else 0)
             return float(
-                _resolve_multiplier(
-                    self.noise_multiplier, self.epsilon, self.delta, steps, 1.0, "LassoDP"
+                resolve_noise_multiplier(
+                    noise_multiplier=self.noise_multiplier,
+                    epsilon=self.epsilon,
+                    delta=self.delta,
+                    steps=steps,
+                    what="LassoDP",
                 )
             )
         share = self.epsilon * (1 - self.select_share)
-        return float(_resolve_multiplier(None, share, self.delta / 2, rounds, 1.0, "LassoDP"))
+        return float(
+            resolve_noise_multiplier(
+                noise_multiplier=None,
+                epsilon=share,
+                delta=self.delta / 2,
+                steps=rounds,
+                what="LassoDP",
+            )
+        )
 
     def selection_multiplier(self) -> float:
         """The selection release's noise multiplier."""
-        from horizontal.privacy import _resolve_multiplier
+        from vfl.privacy import resolve_noise_multiplier
 
         if self.epsilon is None:
             return self.multiplier(1)
         share = self.epsilon * self.select_share
-        return float(_resolve_multiplier(None, share, self.delta / 2, 1, 1.0, "LassoDP"))
+        return float(
+            resolve_noise_multiplier(
+                noise_multiplier=None, epsilon=share, delta=self.delta / 2, steps=1, what="LassoDP"
+            )
+        )
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -251,6 +275,7 @@ class LassoSpec:
     secure_aggregation: Any
     warm_start: Vector | None = None
     ledger: Any = None
+    verbose: int = 0
 
 
 @dataclass
@@ -331,7 +356,7 @@ class LassoClient:
         """The client's clipped average gradient, with its noise (local) or its share of the
         round's noise (central under secure aggregation)."""
         from horizontal.aggregate import clip_to_norm
-        from horizontal.privacy import _noise
+        from vfl.privacy import gaussian_noise
 
         clipped, _ = clip_to_norm(grad / max(rows, 1), privacy.clip)
         if privacy.where == "local":
@@ -343,10 +368,10 @@ class LassoClient:
                     noise_multiplier=z,
                     steps=1,
                 )
-            return clipped + _noise(clipped.size, z * privacy.clip)
+            return clipped + gaussian_noise(clipped.size, sigma=z * privacy.clip)
         if self.spec.secure_aggregation is not None:  # distributed central noise
             t = self.spec.secure_aggregation.threshold
-            return clipped + _noise(clipped.size, z * privacy.clip / math.sqrt(t))
+            return clipped + gaussian_noise(clipped.size, sigma=z * privacy.clip / math.sqrt(t))
         return clipped
 
 
@@ -402,7 +427,7 @@ class LassoServer:
             lipschitz = max(v / profiles[c].rows for c, v in curvature.items())
         lipschitz = max(lipschitz, 1e-12)
         x = spec.warm_start.copy() if spec.warm_start is not None else np.zeros(p)
-        point, momentum = x.copy(), 1.0
+        point = x.copy()
         result = LassoResult(coef=x, lipschitz=lipschitz)
         privacy = spec.privacy
         z = privacy.multiplier(spec.max_iter) if privacy is not None else 0.0
@@ -415,6 +440,44 @@ class LassoServer:
             keep = min(privacy.select, p)
             support = np.sort(np.argsort(-np.abs(noisy))[:keep]).astype(np.int64)
             result.support = support
+        with EpochProgress(fed.name, spec.max_iter, spec.verbose, desc="round") as shown:
+            self._rounds(fed, clients, result, (x, point, p, rows, z, support), shown)
+        x = result.coef
+        LASSO.broadcast(fed, "point", Point(round=result.n_iter, coef=x, stop=True), to=clients)
+        if privacy is not None and spec.ledger is not None and privacy.where == "central":
+            spec.ledger.record(
+                holder="every client",
+                data="its whole data (Lasso gradients, central noise)",
+                mechanism="gaussian",
+                noise_multiplier=z,
+                steps=result.n_iter,
+            )
+            if support is not None:
+                spec.ledger.record(
+                    holder="every client",
+                    data="its whole data (the Lasso's support selection, central noise)",
+                    mechanism="gaussian",
+                    noise_multiplier=privacy.selection_multiplier(),
+                    steps=1,
+                )
+        result.intercept = float(mean_y - mean_x @ x) if spec.fit_intercept else 0.0
+        result.seconds = time.perf_counter() - began
+        return result
+
+    def _rounds(
+        self,
+        fed: Federation,
+        clients: list[str],
+        result: LassoResult,
+        start: tuple[Vector, Vector, int, int, float, Vector | None],
+        shown: EpochProgress,
+    ) -> None:
+        """The proximal steps from ``start`` (the coefficients, the point, the columns, the
+        rows, the noise multiplier, DP's support), each shown live (``verbose``); the
+        coefficients, rounds and steps end in ``result``."""
+        spec = self.spec
+        x, point, p, rows, z, support = start
+        lipschitz, momentum = result.lipschitz, 1.0
         for round_ in range(spec.max_iter):
             LASSO.broadcast(
                 fed, "point", Point(round=round_, coef=point, support=support), to=clients
@@ -436,6 +499,7 @@ class LassoServer:
                 new[~mask] = 0.0
             moved = float(np.max(np.abs(new - x))) if p else 0.0
             result.history.append(moved)
+            shown.update(round_ + 1, step=moved)
             if spec.fista and spec.privacy is None:  # momentum would pile up DP's noise
                 following = (1 + math.sqrt(1 + 4 * momentum**2)) / 2
                 point = new + (momentum - 1) / following * (new - x)
@@ -443,30 +507,11 @@ class LassoServer:
             else:
                 point = new
             x = new
+            result.coef = x
             result.n_iter = round_ + 1
             if spec.privacy is None and moved < spec.tol:
+                shown.note(f"converged: no coefficient moved {spec.tol:g} or more")
                 break
-        LASSO.broadcast(fed, "point", Point(round=result.n_iter, coef=x, stop=True), to=clients)
-        if privacy is not None and spec.ledger is not None and privacy.where == "central":
-            spec.ledger.record(
-                holder="every client",
-                data="its whole data (Lasso gradients, central noise)",
-                mechanism="gaussian",
-                noise_multiplier=z,
-                steps=result.n_iter,
-            )
-            if support is not None:
-                spec.ledger.record(
-                    holder="every client",
-                    data="its whole data (the Lasso's support selection, central noise)",
-                    mechanism="gaussian",
-                    noise_multiplier=privacy.selection_multiplier(),
-                    steps=1,
-                )
-        result.coef = x
-        result.intercept = float(mean_y - mean_x @ x) if spec.fit_intercept else 0.0
-        result.seconds = time.perf_counter() - began
-        return result
 
     def _gradient(
         self, fed: Federation, clients: list[str], p: int, rows: int, round_: int, z: float
@@ -492,9 +537,9 @@ class LassoServer:
             out: Vector = total / rows
             return out
         if privacy.where == "central" and spec.secure_aggregation is None:
-            from horizontal.privacy import _noise
+            from vfl.privacy import gaussian_noise
 
-            total = total + _noise(p, z * privacy.clip)
+            total = total + gaussian_noise(p, sigma=z * privacy.clip)
         mean: Vector = total / max(count, 1)
         return mean
 
@@ -527,15 +572,37 @@ class FederatedLasso(RegressorMixin, FederatedEstimator):  # type: ignore[misc]
     fista : bool
         Nesterov's momentum (FISTA), default; False: plain proximal gradient (always under
         DP: the momentum would accumulate the noise).
-    secure_aggregation : int or SecAggConfig, optional
-        Send the gradients through secure aggregation (its threshold).
+    warm_start : bool
+        Start the next ``fit`` from the fitted coefficients (scikit-learn's ``warm_start``;
+        ``fit(coef_init=...)`` names a start explicitly).
+    protocol : {"plain", "secagg"} or SecAggConfig
+        ``"plain"`` (default): each client's gradient reaches the server; ``"secagg"``: the
+        gradients through secure aggregation with a threshold of a majority of the clients
+        (a :class:`~horizontal.secagg.SecAggConfig` chooses it). Replaces the deprecated
+        ``secure_aggregation``.
     privacy : LassoDP, optional
-        Differential privacy on the gradients.
+        Differential privacy on the gradients (Gaussian noise, central or local).
+    server : str
+        The server's party name.
+    timeout : float, optional
+        Seconds a simulated party waits for a message (None, the default:
+        :func:`vfl.estimator.wait_limit`, 600 s).
+    verbose : int
+        0 (default): nothing shown (the rounds still go to the ``vflink.progress`` logger at
+        INFO); 1: the server's rounds live (the largest coefficient move).
+
+    No ``random_state``: proximal gradient draws nothing (DP's noise comes from the OS and
+    is never seeded), so there is no simulation randomness to seed.
 
     Attributes
     ----------
-    coef_, intercept_, n_iter_, lipschitz_, history_ (the largest coefficient move per round),
-    support_ (DP's selected columns, with ``select``), privacy_ledger_, transcript_
+    coef_, intercept_, n_iter_, lipschitz_, support_ (DP's selected columns, with
+    ``select``), transcript_
+    history_ : list of dict
+        One record per round: ``round`` (1-based) and ``step`` (the largest coefficient
+        move).
+    privacy_ledger_ : PrivacyLedger
+        The fit's privacy spend (empty without ``privacy``).
     """
 
     def __init__(
@@ -547,10 +614,13 @@ class FederatedLasso(RegressorMixin, FederatedEstimator):  # type: ignore[misc]
         max_iter: int = 1000,
         tol: float = 1e-8,
         fista: bool = True,
-        secure_aggregation: Any = None,
+        warm_start: bool = False,
+        protocol: Any = "plain",
         privacy: LassoDP | None = None,
         server: str = "server",
-        timeout: float = 600.0,
+        timeout: float | None = None,
+        verbose: int = 0,
+        **deprecated: Any,
     ) -> None:
         self.alpha = alpha
         self.l1_ratio = l1_ratio
@@ -558,10 +628,35 @@ class FederatedLasso(RegressorMixin, FederatedEstimator):  # type: ignore[misc]
         self.max_iter = max_iter
         self.tol = tol
         self.fista = fista
-        self.secure_aggregation = secure_aggregation
+        self.warm_start = warm_start
+        self.protocol = protocol
         self.privacy = privacy
         self.server = server
         self.timeout = timeout
+        self.verbose = verbose
+        old = deprecated_parameters(type(self).__name__, deprecated, RENAMED)
+        if "secure_aggregation" in old:
+            from horizontal.estimator import secure_protocol
+
+            self.protocol = secure_protocol(old["secure_aggregation"])
+
+    def _secure(self, clients: int) -> Any:
+        """The :class:`~horizontal.secagg.SecAggConfig` of ``protocol`` (None: plain),
+        checked."""
+        from horizontal.secagg import SecAggConfig
+
+        given = self.protocol
+        if isinstance(given, str) and given in ("plain", "secagg"):
+            if given == "plain":
+                return None
+            given = SecAggConfig(threshold=max(2, clients // 2 + 1))
+        if not isinstance(given, SecAggConfig):
+            raise ValueError(
+                "protocol must be 'plain', 'secagg' or a SecAggConfig(threshold=...), got "
+                f"{given!r}"
+            )
+        given.check(clients)
+        return given
 
     def _spec(self, clients: list[str], warm: Vector | None, ledger: Any) -> LassoSpec:
         if not (
@@ -578,12 +673,7 @@ class FederatedLasso(RegressorMixin, FederatedEstimator):  # type: ignore[misc]
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
         if self.server in clients:
             raise ValueError(f"{self.server!r} is both a client and the server: pass server='...'")
-        secure = self.secure_aggregation
-        if secure is not None:
-            from horizontal.secagg import SecAggConfig
-
-            secure = SecAggConfig(threshold=secure) if isinstance(secure, int) else secure
-            secure.check(len(clients))
+        secure = self._secure(len(clients))
         if self.privacy is not None:
             self.privacy.check()
             if self.fit_intercept:
@@ -605,37 +695,58 @@ class FederatedLasso(RegressorMixin, FederatedEstimator):  # type: ignore[misc]
             secure_aggregation=secure,
             warm_start=warm,
             ledger=ledger,
+            verbose=int(self.verbose),
         )
 
     def fit(
         self,
         clients: dict[str, Any],
         *,
+        label: str | None = None,
         keep_payloads: bool = False,
-        warm_start: Vector | None = None,
+        coef_init: Vector | None = None,
         ledger: Any = None,
+        **deprecated: Any,
     ) -> FederatedLasso:
-        """Fit with the server and every client simulated here: ``{client: (X, y)}``."""
-        data = _clients(clients)
-        if self.privacy is not None and ledger is None:
-            from vfl.privacy import PrivacyLedger
+        """Fit with the server and every client simulated here.
 
-            ledger = PrivacyLedger()
-        spec = self._spec(list(data), warm_start, ledger)
+        Parameters
+        ----------
+        clients : dict
+            ``{client: (X, y)}``, or ``{client: DataFrame}`` with the targets in column
+            ``label`` (as :meth:`horizontal.FederatedClassifier.fit` takes them).
+        label : str, optional
+            The target column, for the DataFrame form.
+        keep_payloads : bool
+            Keep every message's payload in ``transcript_``.
+        coef_init : array, optional
+            The coefficients to start from (default: the fitted ones with
+            ``warm_start=True``, else zeros). Replaces the deprecated ``warm_start=`` of
+            ``fit``.
+        ledger : PrivacyLedger, optional
+            Where DP records its spend (by default a new one; kept as ``privacy_ledger_``).
+        """
+        old = deprecated_parameters("fit", deprecated, {"warm_start": "coef_init"})
+        if old.get("warm_start") is not None:
+            coef_init = old["warm_start"]
+        data = _clients(clients, label)
+        if coef_init is None and self.warm_start and hasattr(self, "coef_"):
+            coef_init = np.asarray(self.coef_, dtype=np.float64).copy()
+        ledger = self._fitted_ledger(ledger)
+        spec = self._spec(list(data), coef_init, ledger if self.privacy is not None else None)
         roles: dict[str, Role] = {
             n: LassoClient(spec, x, y, cols) for n, (x, y, cols) in data.items()
         }
         roles[spec.server] = LassoServer(spec)
         results = self._simulate(roles, keep_payloads=keep_payloads)
         self._collect(results[spec.server], next(iter(data.values()))[2])
-        if ledger is not None:
-            self.privacy_ledger_ = ledger
         return self
 
     def fit_party(
         self, federation: Federation, x: Any = None, y: Any = None, *, clients: list[str]
     ) -> FederatedLasso:
         """This party's role (deployment): a client with its ``(x, y)``, or the server."""
+        self._fitted_ledger(None)
         spec = self._spec(list(clients), None, None)
         if federation.name == spec.server:
             result = run_deployed({spec.server: LassoServer(spec)}, federation)[spec.server]
@@ -650,7 +761,7 @@ class FederatedLasso(RegressorMixin, FederatedEstimator):  # type: ignore[misc]
         self.intercept_ = result.intercept
         self.n_iter_ = result.n_iter
         self.lipschitz_ = result.lipschitz
-        self.history_ = result.history
+        self.history_ = [{"round": i + 1, "step": moved} for i, moved in enumerate(result.history)]
         self.feature_names_in_ = np.asarray(columns, dtype=object)
         self.n_features_in_ = len(result.coef)
         self.support_ = result.support
@@ -663,6 +774,38 @@ class FederatedLasso(RegressorMixin, FederatedEstimator):  # type: ignore[misc]
         out: Vector = values @ self.coef_ + self.intercept_
         return out
 
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted model to the file ``path`` (vflink's model format: the
+        coefficients, the intercept, the columns, DP's support) and beside it, when DP spent
+        anything, the ledger (``<path>.ledger.json``). Returns the path."""
+        self._check_fitted("n_features_in_")
+        meta = {
+            "intercept": float(self.intercept_),
+            "columns": [str(c) for c in self.feature_names_in_],
+        }
+        arrays = {"coef": np.asarray(self.coef_, dtype=np.float64)}
+        if self.support_ is not None:
+            arrays["support"] = np.asarray(self.support_, dtype=np.int64)
+        written = persistence.save_model(path, KIND, meta, arrays)
+        ledger = getattr(self, "privacy_ledger_", None)
+        if ledger is not None and len(ledger):
+            ledger.save(Path(path).with_suffix(".ledger.json"))
+        return written
+
+    def load(self, path: str | Path) -> FederatedLasso:
+        """Read a model written by :meth:`save` into this estimator (with its ledger)."""
+        from vfl.privacy import PrivacyLedger
+
+        meta, arrays = persistence.load_model(path, kind=KIND)
+        self.coef_ = arrays["coef"]
+        self.intercept_ = float(meta["intercept"])
+        self.feature_names_in_ = np.asarray(meta["columns"], dtype=object)
+        self.n_features_in_ = len(self.coef_)
+        self.support_ = arrays.get("support")
+        ledger = Path(path).with_suffix(".ledger.json")
+        self.privacy_ledger_ = PrivacyLedger.load(ledger) if ledger.exists() else PrivacyLedger()
+        return self
+
     def path(self, clients: dict[str, Any], alphas: Any) -> Vector:
         """Coefficients for each of ``alphas`` (largest first), each fit warm-started from the
         previous one (rows: the alphas)."""
@@ -670,7 +813,7 @@ class FederatedLasso(RegressorMixin, FederatedEstimator):  # type: ignore[misc]
         warm = None
         for alpha in sorted(np.asarray(alphas, dtype=np.float64), reverse=True):
             self.set_params(alpha=float(alpha))
-            self.fit(clients, warm_start=warm)
+            self.fit(clients, coef_init=warm)
             warm = self.coef_.copy()
             coefs.append(warm)
         return np.array(coefs)
@@ -696,7 +839,7 @@ def federated_lasso_cv(
         coefs = FederatedLasso(**params).path(train, ordered)
         model = FederatedLasso(**params)
         for i, alpha in enumerate(ordered):
-            model.set_params(alpha=float(alpha)).fit(train, warm_start=coefs[i])
+            model.set_params(alpha=float(alpha)).fit(train, coef_init=coefs[i])
             for n, (x, y, _) in data.items():
                 held = assignment[n] == fold
                 errors[i] += float(np.sum((model.predict(x[held]) - y[held]) ** 2))
@@ -725,7 +868,21 @@ def _client(name: str, x: Any, y: Any) -> tuple[Vector, Vector, list[str]]:
     return values, target, columns
 
 
-def _clients(clients: dict[str, Any]) -> dict[str, tuple[Vector, Vector, list[str]]]:
+def _clients(
+    clients: dict[str, Any], label: str | None = None
+) -> dict[str, tuple[Vector, Vector, list[str]]]:
+    """Each client's checked ``(X, y, columns)`` from ``{name: (X, y)}`` or ``{name:
+    DataFrame}`` with the targets in column ``label``."""
     if not isinstance(clients, dict) or not clients:
         raise ValueError("clients must be {name: (X, y)} with at least one client")
-    return {str(n): _client(str(n), *pair) for n, pair in clients.items()}
+    out = {}
+    for name, value in clients.items():
+        if isinstance(value, pd.DataFrame):
+            if label is None or label not in value.columns:
+                raise ValueError(
+                    f"client {name!r}: a DataFrame needs label='<column>' naming its targets "
+                    f"({label!r} is not one of its columns)"
+                )
+            value = (value.drop(columns=[label]), value[label])
+        out[str(name)] = _client(str(name), *value)
+    return out

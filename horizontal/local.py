@@ -10,11 +10,18 @@ dimensions: not the biases or intercepts, as scikit-learn penalises), so that wi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
+
+from vfl.extras import optional
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:
+    torch = optional("torch", for_=__name__)
+    nn = optional("torch.nn", for_=__name__)
 
 __all__ = ["full_gradient", "held_out_loss", "holdout", "local_train", "penalty", "seed_for"]
 

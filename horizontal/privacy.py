@@ -48,7 +48,6 @@ DP; DP averages without weights), and timing.
 
 from __future__ import annotations
 
-import functools
 import math
 import secrets
 from dataclasses import dataclass
@@ -57,18 +56,15 @@ from typing import Any
 import numpy as np
 
 from horizontal.aggregate import clip_to_norm
-from vfl.privacy._checks import check_positive_finite, check_probability
+from vfl.extras import require
+from vfl.privacy.accounting import resolve_noise_multiplier
+from vfl.privacy.checks import check_positive_finite, check_probability
+from vfl.privacy.mechanisms import gaussian_noise
 
 __all__ = ["ClientDP", "LocalDP", "RecordDP", "clipped_sum", "largest_epsilon"]
 
 Vector = np.ndarray[Any, Any]
 EVERY_CLIENT = "every client"
-
-
-def _noise(shape: int, sigma: float) -> Vector:
-    from vfl.privacy.mechanisms import gaussian_noise
-
-    return gaussian_noise(shape, sigma=sigma)
 
 
 def poisson_sample(clients: list[str], rate: float) -> list[str]:
@@ -104,31 +100,6 @@ def largest_epsilon(ledger: Any, clients: Any) -> float | None:
         events = [e.event() for e in [*shared, *own]]
         found.append(float(epsilon(events, delta=ledger.delta, accountant=ledger.accountant)))
     return max(found, default=None)
-
-
-@functools.lru_cache(maxsize=256)
-def _resolve_multiplier(
-    noise_multiplier: float | None,
-    epsilon: float | None,
-    delta: float,
-    steps: int,
-    sampling_rate: float,
-    what: str,
-) -> float:
-    """``noise_multiplier``, or the one that spends ``epsilon`` over the schedule (calibrated
-    once per schedule: the result is cached)."""
-    if (noise_multiplier is None) == (epsilon is None):
-        raise ValueError(f"{what}: give exactly one of noise_multiplier= and epsilon=")
-    if noise_multiplier is not None:
-        return check_positive_finite("noise_multiplier", noise_multiplier)
-    from vfl.privacy.accounting import noise_multiplier_for
-
-    return noise_multiplier_for(
-        epsilon=check_positive_finite("epsilon", epsilon),
-        delta=delta,
-        steps=steps,
-        sampling_rate=sampling_rate,
-    )
 
 
 @dataclass(frozen=True)
@@ -186,8 +157,13 @@ class ClientDP:
 
     def multiplier(self, rounds: int, rate: float) -> float:
         """The total noise multiplier the ledger accounts for."""
-        return _resolve_multiplier(
-            self.noise_multiplier, self.epsilon, self.delta, rounds, rate, "ClientDP"
+        return resolve_noise_multiplier(
+            noise_multiplier=self.noise_multiplier,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            steps=rounds,
+            sampling_rate=rate,
+            what="ClientDP",
         )
 
     def count_sigma(self, expected: float) -> float:
@@ -230,7 +206,9 @@ class ClientDP:
         norm = float(clip if clip is not None else self.clip)
         expected = spec.client_fraction * len(spec.clients)
         z = self.update_multiplier(expected, spec.rounds, spec.client_fraction)
-        out: Vector = _noise(size, z * norm / math.sqrt(spec.secure_aggregation.threshold))
+        out: Vector = gaussian_noise(
+            size, sigma=z * norm / math.sqrt(spec.secure_aggregation.threshold)
+        )
         return out
 
     # -- the server ------------------------------------------------------------------------
@@ -256,10 +234,12 @@ class ClientDP:
         for d in deltas:  # clipped again here: the guarantee must not rest on the clients
             total += clip_to_norm(d, norm)[0]
         z = self.update_multiplier(expected, rounds, rate)
-        mean = (total + _noise(total.size, z * norm)) / expected
+        mean = (total + gaussian_noise(total.size, sigma=z * norm)) / expected
         if not self.adaptive:
             return mean, clip
-        count = sum(1 for bit in unclipped if bit) + float(_noise(1, self.count_sigma(expected))[0])
+        count = sum(1 for bit in unclipped if bit) + float(
+            gaussian_noise(1, sigma=self.count_sigma(expected))[0]
+        )
         fraction = count / expected
         return mean, norm * math.exp(-self.clip_lr * (fraction - self.target_quantile))
 
@@ -316,8 +296,12 @@ class LocalDP:
         self.multiplier(estimator.rounds)
 
     def multiplier(self, rounds: int) -> float:
-        return _resolve_multiplier(
-            self.noise_multiplier, self.epsilon, self.delta, rounds, 1.0, "LocalDP"
+        return resolve_noise_multiplier(
+            noise_multiplier=self.noise_multiplier,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            steps=rounds,
+            what="LocalDP",
         )
 
     @property
@@ -338,7 +322,7 @@ class LocalDP:
                 noise_multiplier=z,
                 steps=1,
             )
-        return clipped + _noise(clipped.size, z * self.clip), None
+        return clipped + gaussian_noise(clipped.size, sigma=z * self.clip), None
 
     def poisson_sample(self, clients: list[str], rate: float) -> list[str]:
         return poisson_sample(clients, rate)
@@ -411,12 +395,7 @@ class RecordDP:
             check_positive_finite("noise_multiplier", self.noise_multiplier)
         else:
             check_positive_finite("epsilon", self.epsilon)
-        try:
-            import opacus  # noqa: F401
-        except ImportError:
-            raise ValueError(
-                "RecordDP needs Opacus for per-sample gradients: pip install 'vflink[dp]'"
-            ) from None
+        require("opacus", for_="RecordDP (per-sample gradients)")
 
     def schedule(self, rows: int, spec: Any) -> tuple[float, int]:
         """A client's sampling rate and steps per round."""
@@ -425,13 +404,13 @@ class RecordDP:
 
     def client_multiplier(self, rows: int, spec: Any) -> float:
         rate, steps = self.schedule(rows, spec)
-        return _resolve_multiplier(
-            self.noise_multiplier,
-            self.epsilon,
-            self.delta,
-            steps * spec.rounds,
-            rate,
-            "RecordDP",
+        return resolve_noise_multiplier(
+            noise_multiplier=self.noise_multiplier,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            steps=steps * spec.rounds,
+            sampling_rate=rate,
+            what="RecordDP",
         )
 
     def record_round(self, spec: Any, round_: int, n_clients: int) -> float | None:
@@ -467,7 +446,7 @@ class RecordDP:
                 with torch.no_grad():
                     for p, g in zip(params, total, strict=True):
                         noise = torch.as_tensor(
-                            _noise(p.numel(), z * self.max_grad_norm), dtype=p.dtype
+                            gaussian_noise(p.numel(), sigma=z * self.max_grad_norm), dtype=p.dtype
                         ).view_as(p)
                         step = (g + noise) / expected
                         if alpha and p.ndim >= 2:  # the L2 penalty: no record in it

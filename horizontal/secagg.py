@@ -69,6 +69,7 @@ __all__ = [
     "SecAggAbortedError",
     "SecAggConfig",
     "client_round",
+    "is_connected",
     "neighbourhoods",
     "server_round",
     "shamir_combine",
@@ -220,7 +221,7 @@ def neighbourhoods(names: Sequence[str], k: int | None, round_: int) -> dict[str
     return out
 
 
-def _connected(nodes: set[str], graph: dict[str, set[str]]) -> bool:
+def is_connected(nodes: set[str], graph: dict[str, set[str]]) -> bool:
     """Whether ``nodes`` form one connected piece of ``graph`` (SecAgg+: survivors in
     separate pieces would each have their own sum unmasked)."""
     if not nodes:
@@ -445,7 +446,7 @@ def client_round(
     alive = set(survivors.names)
     if not alive <= set(names) or me not in alive:
         Survivors.refuse(server, "names", "lists clients outside the roster, or not us")
-    if not _connected(alive, graph):
+    if not is_connected(alive, graph):
         raise SecAggAbortedError(
             f"party {me!r}: the survivors of round {round_} fall apart into separate "
             "neighbourhoods, whose sums would each be unmasked; refusing to help"
@@ -533,7 +534,7 @@ def server_round(
             Masked.refuse(name, "values", f"is {values.dtype}{values.shape}, not uint64 ({size},)")
     if len(u2) < t:
         abort(u2, "survivors", len(u2), "masked input", Survivors([], abort=True))
-    if not _connected(set(u2), graph):
+    if not is_connected(set(u2), graph):
         for name in u2:
             SECAGG.send(fed, name, "survivors", Survivors([], abort=True), round_)
         raise SecAggAbortedError(

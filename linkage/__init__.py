@@ -26,28 +26,68 @@ data holder or a linkage unit runs, for protocols to drive.
 
 """
 
-from linkage.audit import FrequencyAttackResult, frequency_attack
-from linkage.blocking import Candidates, KeyBlocking, LshBlocking, block
-from linkage.encoding import CollisionWarning, Encodings, InvalidValueWarning, encode
-from linkage.matching import (
-    dice_pairs,
-    dice_scores,
-    evaluate,
-    link,
-    match,
-    plot_scores,
-)
-from linkage.multiparty import match_many
-from linkage.psi import EcdhPsiParty, hmac_tokens, intersect, normalize_ids, psi_intersection
-from linkage.schema import Field, Schema
-from linkage.threshold import ThresholdEstimate, auto_threshold
-from linkage.unbalanced import (
-    OfflineSet,
-    QueryLimitError,
-    UnbalancedPsiClient,
-    UnbalancedPsiServer,
-    unbalanced_psi,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "FrequencyAttackResult": "linkage.audit",
+    "frequency_attack": "linkage.audit",
+    "Candidates": "linkage.blocking",
+    "KeyBlocking": "linkage.blocking",
+    "LshBlocking": "linkage.blocking",
+    "block": "linkage.blocking",
+    "CollisionWarning": "linkage.encoding",
+    "Encodings": "linkage.encoding",
+    "InvalidValueWarning": "linkage.encoding",
+    "encode": "linkage.encoding",
+    "dice_pairs": "linkage.matching",
+    "dice_scores": "linkage.matching",
+    "evaluate": "linkage.matching",
+    "link": "linkage.matching",
+    "match": "linkage.matching",
+    "plot_scores": "linkage.matching",
+    "match_many": "linkage.multiparty",
+    "EcdhPsiParty": "linkage.psi",
+    "hmac_tokens": "linkage.psi",
+    "intersect": "linkage.psi",
+    "normalize_ids": "linkage.psi",
+    "psi_intersection": "linkage.psi",
+    "Field": "linkage.schema",
+    "Schema": "linkage.schema",
+    "ThresholdEstimate": "linkage.threshold",
+    "auto_threshold": "linkage.threshold",
+    "OfflineSet": "linkage.unbalanced",
+    "QueryLimitError": "linkage.unbalanced",
+    "UnbalancedPsiClient": "linkage.unbalanced",
+    "UnbalancedPsiServer": "linkage.unbalanced",
+    "unbalanced_psi": "linkage.unbalanced",
+}
+
+if TYPE_CHECKING:
+    from linkage.audit import FrequencyAttackResult, frequency_attack
+    from linkage.blocking import Candidates, KeyBlocking, LshBlocking, block
+    from linkage.encoding import CollisionWarning, Encodings, InvalidValueWarning, encode
+    from linkage.matching import (
+        dice_pairs,
+        dice_scores,
+        evaluate,
+        link,
+        match,
+        plot_scores,
+    )
+    from linkage.multiparty import match_many
+    from linkage.psi import EcdhPsiParty, hmac_tokens, intersect, normalize_ids, psi_intersection
+    from linkage.schema import Field, Schema
+    from linkage.threshold import ThresholdEstimate, auto_threshold
+    from linkage.unbalanced import (
+        OfflineSet,
+        QueryLimitError,
+        UnbalancedPsiClient,
+        UnbalancedPsiServer,
+        unbalanced_psi,
+    )
 
 __all__ = [
     "Candidates",
@@ -82,3 +122,24 @@ __all__ = [
     "psi_intersection",
     "unbalanced_psi",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import an exported name (or a submodule) on first use (PEP 562): ``import linkage``
+    and :mod:`linkage.executors`, which worker processes import, load no pandas. (The same
+    mechanism as :mod:`vfl.lazy`, which ``linkage`` cannot import.)"""
+    module = _EXPORTS.get(name)
+    if module is None:
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":  # the submodule exists but needs a missing one
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

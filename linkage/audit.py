@@ -61,7 +61,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import linear_sum_assignment
 
-from linkage.encoding import _normalise, _tokens, _unpack
+from linkage.encoding import field_tokens, normalise_values, unpack_bits
 from linkage.schema import Field, Schema
 
 __all__ = ["METHODS", "FrequencyAttackResult", "frequency_attack"]
@@ -100,6 +100,11 @@ class FrequencyAttackResult:
     qgram_positions : dict
         Pattern mining's map from q-gram to the bit positions it was found to set (empty for
         ``"alignment"``).
+    n_reidentified : int or None
+        Records whose guess equals their true value (``None`` without ``truth``).
+    chance : float or None
+        Fraction of records the best guess without the encodings re-identifies: every record
+        guessed as the public table's most frequent value (``None`` without ``truth``).
     """
 
     method: str
@@ -111,6 +116,8 @@ class FrequencyAttackResult:
     precision: float | None
     top_k: int
     qgram_positions: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    n_reidentified: int | None = None
+    chance: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The summary figures (not the guesses) as a plain dict."""
@@ -123,6 +130,8 @@ class FrequencyAttackResult:
             "precision": self.precision,
             "top_k": self.top_k,
             "qgrams_mapped": len(self.qgram_positions),
+            "n_reidentified": self.n_reidentified,
+            "chance": self.chance,
         }
 
 
@@ -234,14 +243,18 @@ def frequency_attack(
 
     made = np.array([g is not None for g in guesses], dtype=bool)
     n_guesses = int(made.sum())
-    reidentified = reidentified_top = precision = None
+    reidentified = reidentified_top = precision = chance = None
+    n_reidentified = None
     if truth_values is not None:
         right = made & np.array(
             [g is not None and g == t for g, t in zip(guesses, truth_values, strict=True)]
         )
         reidentified = float(right.mean())
+        n_reidentified = int(right.sum())
         precision = float(right.sum() / n_guesses) if n_guesses else None
-        top = set(values[np.argsort(-counts, kind="stable")[:top_k]].tolist())
+        ranked = values[np.argsort(-counts, kind="stable")]
+        chance = float(np.mean([t == ranked[0] for t in truth_values]))
+        top = set(ranked[:top_k].tolist())
         in_top = np.array([t in top for t in truth_values])
         reidentified_top = float(right[in_top].mean()) if in_top.any() else None
     logger.info(
@@ -261,6 +274,8 @@ def frequency_attack(
         precision=precision,
         top_k=top_k,
         qgram_positions=positions,
+        n_reidentified=n_reidentified,
+        chance=chance,
     )
 
 
@@ -293,7 +308,7 @@ def _public_table(
         raise ValueError(f"public frequencies must not be negative; negative for {bad}")
     if not counts.sum() > 0:
         raise ValueError("the public frequencies are all zero")
-    keys, _ = _normalise(pd.Series(series.index.astype(str), dtype=object), spec)
+    keys, _ = normalise_values(pd.Series(series.index.astype(str), dtype=object), spec)
     frame = pd.DataFrame({"value": keys.to_numpy(dtype=object), "count": counts})
     frame = frame[frame["value"].notna() & (frame["count"] > 0)]
     if frame.empty:
@@ -309,7 +324,7 @@ def _truth(truth: Any, n: int, spec: Field) -> np.ndarray[Any, Any]:
             f"truth has {len(values)} values but there are {n} encodings; give one real value "
             "per record, in the order of the encodings"
         )
-    normalised, _ = _normalise(values.astype(object), spec)
+    normalised, _ = normalise_values(values.astype(object), spec)
     return np.array([v if isinstance(v, str) else None for v in normalised], dtype=object)
 
 
@@ -323,7 +338,7 @@ def _expected_popcounts(
     if schema.balance and (schema.xor_fold or schema.blip_epsilon is not None):
         return None  # not modelled
     m = schema.bits
-    draws = k * np.array([len(set(_tokens(str(v), spec))) for v in values], dtype=float)
+    draws = k * np.array([len(set(field_tokens(str(v), spec))) for v in values], dtype=float)
     rho = 1.0 - (1.0 - 1.0 / m) ** draws  # chance that a position is set
     lam = draws / m
     variance = m * np.exp(-lam) * (1.0 - (1.0 + lam) * np.exp(-lam))  # occupancy variance
@@ -369,8 +384,8 @@ def _alignment(
         if np.all(np.bitwise_count(words).sum(axis=1) * 2 == words.shape[1] * 64):
             # balanced: the filter's own bits are the columns set in fewer than half of the
             # filters (the complement's are set in more), so its length still shows
-            rare = _unpack(words).mean(axis=0) <= 0.5
-            counted = _unpack(chosen_words)[:, rare].sum(axis=1)
+            rare = unpack_bits(words).mean(axis=0) <= 0.5
+            counted = unpack_bits(chosen_words)[:, rare].sum(axis=1)
         else:
             counted = np.bitwise_count(chosen_words).sum(axis=1)
         popcount = counted.astype(float)[:, None]
@@ -393,13 +408,13 @@ def _pattern_mining(
     max_qgrams: int,
 ) -> tuple[np.ndarray[Any, Any], dict[str, tuple[int, ...]]]:
     """Map frequent q-grams to bit positions by frequent-pattern mining, then decode."""
-    bits = _unpack(words).astype(bool)
+    bits = unpack_bits(words).astype(bool)
     n, m = bits.shape
     balanced = bool(np.all(bits.sum(axis=1) * 2 == m))
     if balanced:  # every filter half set: a balanced filter and its keyed-shuffled complement
         # the complement's columns are the ones set in most filters; set them aside
         bits[:, bits.mean(axis=0) > 0.5] = False
-    token_sets = [set(_tokens(str(v), spec)) for v in values]
+    token_sets = [set(field_tokens(str(v), spec)) for v in values]
     vocabulary = sorted(set().union(*token_sets))
     incidence = np.zeros((len(values), len(vocabulary)), dtype=bool)
     column = {g: i for i, g in enumerate(vocabulary)}

@@ -33,7 +33,16 @@ import pandas as pd
 
 from linkage.encoding import Encodings
 
-__all__ = ["BucketBlocking", "Candidates", "KeyBlocking", "LshBlocking", "block"]
+__all__ = [
+    "BucketBlocking",
+    "Candidates",
+    "KeyBlocking",
+    "LshBlocking",
+    "band_keys",
+    "band_positions",
+    "block",
+    "join_keys",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -190,13 +199,13 @@ class LshBlocking:
             plan["chance_pairs"],
         )
         rng = np.random.default_rng(self.random_state)
-        positions = _band_bytes(n_bands, r, a.bits // 8, rng)
+        positions = band_positions(n_bands, r, a.bits // 8, rng)
         # filters identical on both sides collide in every band: they are joined once, on a
         # hash of the whole filter, and left out of the bands (at 1M x 1M, most true pairs)
         whole = (_filter_hash(a.words), _filter_hash(b.words))
-        keys_a, keys_b = _band_keys(a.words, positions, r), _band_keys(b.words, positions, r)
+        keys_a, keys_b = band_keys(a.words, positions, r), band_keys(b.words, positions, r)
         if self.keep_best is None:
-            ia, ib = _join(
+            ia, ib = join_keys(
                 itertools.chain([whole[0]], keys_a),
                 itertools.chain([whole[1]], keys_b),
                 len(b),
@@ -256,17 +265,17 @@ class BucketBlocking:
 
         r, n_bands, n_b = self.band_bits, self.bands, len(b)
         rng = np.random.default_rng(self.random_state)
-        positions = _band_bytes(n_bands, r, a.bits // 8, rng)
+        positions = band_positions(n_bands, r, a.bits // 8, rng)
         pop_a, pop_b = a.popcounts(), b.popcounts()
         hash_a, hash_b = _filter_hash(a.words), _filter_hash(b.words)
-        same_a, same_b = _join([hash_a], [hash_b], n_b)
+        same_a, same_b = join_keys([hash_a], [hash_b], n_b)
         # equal hashes: identical filters (Dice 1, or 0 if empty), bar a 64-bit collision
         sure = dice_of_pairs(a.words, b.words, pop_a, pop_b, same_a, same_b) >= self.keep
         same_a, same_b = same_a[sure], same_b[sure]
         found = [same_a * n_b + same_b]
         compared = len(same_a)
         for band, (ka, kb) in enumerate(
-            zip(_band_keys(a.words, positions, r), _band_keys(b.words, positions, r), strict=True)
+            zip(band_keys(a.words, positions, r), band_keys(b.words, positions, r), strict=True)
         ):
             logger.debug("bucket LSH: band %d, %d pairs compared so far", band, compared)
             sa, na, sb, nb, order_a, order_b = _buckets(ka, kb)
@@ -380,7 +389,7 @@ class KeyBlocking:
         for k in chosen:
             if not 0 <= k < n_keys:
                 raise ValueError(f"blocking key {k} does not exist (the schema has {n_keys})")
-        ia, ib = _join(a.block_keys[:, chosen].T, b.block_keys[:, chosen].T, len(b))
+        ia, ib = join_keys(a.block_keys[:, chosen].T, b.block_keys[:, chosen].T, len(b))
         return Candidates(ia, ib, len(a), len(b), f"keys({len(chosen)})")
 
 
@@ -421,7 +430,7 @@ def _join_pruned(
     n_bands: int,
     keep: int,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """:func:`_join` band by band, keeping each record's ``keep`` best candidates.
+    """:func:`join_keys` band by band, keeping each record's ``keep`` best candidates.
 
     Each band's pairs are scored at once and kept only if they beat the ``keep``-th best
     score found so far of one of their records (so the many similar strangers of a large
@@ -437,7 +446,7 @@ def _join_pruned(
     pending: list[tuple[np.ndarray[Any, Any], ...]] = []
     bands = itertools.chain([whole], zip(keys_a, keys_b, strict=True))
     for band, (band_a, band_b) in enumerate(bands):
-        new_a, new_b = _join([band_a], [band_b], len(b))
+        new_a, new_b = join_keys([band_a], [band_b], len(b))
         if band > 0:  # identical filters were joined once, by the first (whole-filter) band
             differ = whole[0][new_a] != whole[1][new_b]
             new_a, new_b = new_a[differ], new_b[differ]
@@ -473,8 +482,11 @@ def _kth_best(
     return out
 
 
-def _band_bytes(n_bands: int, r: int, n_bytes_total: int, rng: np.random.Generator) -> Any:
-    """``(bands, ceil(r / 8))`` byte positions: each band samples whole bytes of the filter
+def band_positions(n_bands: int, r: int, n_bytes_total: int, rng: np.random.Generator) -> Any:
+    """The bytes each LSH band samples (:class:`LshBlocking`, :class:`BucketBlocking`), for
+    ``n_bands`` bands of ``r`` bits from filters of ``n_bytes_total`` bytes.
+
+    ``(bands, ceil(r / 8))`` byte positions: each band samples whole bytes of the filter
     (8 pseudo-random bit positions each, since bits are placed by a keyed hash); bands of one
     round of a random permutation are disjoint, so that bands overlap only by chance."""
     width = (r + 7) // 8
@@ -484,7 +496,7 @@ def _band_bytes(n_bands: int, r: int, n_bytes_total: int, rng: np.random.Generat
     return np.concatenate(shuffled).reshape(-1, width)[:n_bands]
 
 
-def _band_keys(
+def band_keys(
     words: np.ndarray[Any, Any], positions: np.ndarray[Any, Any], r: int
 ) -> Iterator[np.ndarray[Any, Any]]:
     """Per band, ``(n,)`` uint64: the sampled bytes (the last one cut to the band's remaining
@@ -514,7 +526,7 @@ def _filter_hash(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return hashed
 
 
-def _join(
+def join_keys(
     keys_a: Iterable[np.ndarray[Any, Any]],
     keys_b: Iterable[np.ndarray[Any, Any]],
     n_b: int,

@@ -33,7 +33,7 @@ linkage quality are measured by ``benchmarks/linkage.py``.
 
 from __future__ import annotations
 
-import datetime as _dt
+import datetime
 import hashlib
 import logging
 import os
@@ -48,10 +48,11 @@ import pandas as pd
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from linkage import workers as _workers
+import linkage.workers
+from linkage.executors import Workers
 from linkage.progress import Stage
 from linkage.schema import Field, Schema
-from linkage.workers import Workers, map_chunks
+from linkage.workers import map_chunks
 
 __all__ = [
     "PROGRESS_MIN_RECORDS",
@@ -60,7 +61,12 @@ __all__ = [
     "InvalidValueWarning",
     "derive_key",
     "encode",
+    "field_tokens",
+    "normalise_values",
+    "pack_bits",
     "soundex",
+    "token_positions",
+    "unpack_bits",
 ]
 
 logger = logging.getLogger(__name__)
@@ -144,15 +150,19 @@ class Encodings:
 
     def bit_matrix(self) -> np.ndarray[Any, Any]:
         """The filters as an ``(n, bits)`` uint8 matrix of 0/1 (bit ``i`` in column ``i``)."""
-        return _unpack(self.words)
+        return unpack_bits(self.words)
 
 
-def _unpack(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+def unpack_bits(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Filters as ``uint64`` words (bit ``i`` of a filter in word ``i // 64``, least
+    significant first) to an ``(n, bits)`` uint8 matrix of 0/1; :func:`pack_bits` inverts it."""
     as_bytes = np.ascontiguousarray(words).astype("<u8", copy=False).view(np.uint8)
     return np.unpackbits(as_bytes, axis=1, bitorder="little")
 
 
-def _pack(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+def pack_bits(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """An ``(n, bits)`` 0/1 matrix (``bits`` a multiple of 64) to ``uint64`` words, as
+    :class:`Encodings` holds them; :func:`unpack_bits` inverts it."""
     packed = np.packbits(bits, axis=1, bitorder="little")
     return np.ascontiguousarray(packed).view("<u8").astype(np.uint64, copy=False)
 
@@ -199,7 +209,7 @@ def encode(
             f"columns {missing_columns} of the schema are not in the frame; "
             f"it has {list(frame.columns)}"
         )
-    if workers != 1 and len(frame) >= _workers.PARALLEL_MIN_POINTS:
+    if workers != 1 and len(frame) >= linkage.workers.PARALLEL_MIN_POINTS:
         return _encode_in_chunks(frame, schema, secret, workers)
     return _encode(frame, schema, secret, warn=True)
 
@@ -247,7 +257,7 @@ def _encode_fields(
         combo_codes, combos = pd.factorize(combo)
         salts = np.append(salt_values, "")[combos // len(uniques) - 1]
         token_lists = [
-            [salt + "\x1f" + token for token in _tokens(str(uniques[v]), spec)]
+            [salt + "\x1f" + token for token in field_tokens(str(uniques[v]), spec)]
             for salt, v in zip(salts.tolist(), (combos % len(uniques)).tolist(), strict=True)
         ]
         if warn:
@@ -317,7 +327,7 @@ def _normalised_codes(
     column = frame[spec.name]
     raw_codes, raw_uniques = pd.factorize(column, use_na_sentinel=True)
     raw = pd.Series(raw_uniques, dtype=object)
-    normalised, bad = _normalise(raw, spec)
+    normalised, bad = normalise_values(raw, spec)
     invalid_rows = 0
     notice = ""
     if bad.any():
@@ -378,7 +388,7 @@ def _lenient_date(format: str) -> re.Pattern[str] | None:
 def _dirty(raw: str, spec: Field) -> str | None:
     """The normalised form of a value that does not parse: a date's parts as written where
     they fit the format (``1945-04-93``), else ``?`` and its folded letters and digits, which
-    :func:`_tokens` cuts into q-grams. A placeholder is missing (None) rather than a value
+    :func:`field_tokens` cuts into q-grams. A placeholder is missing (None) rather than a value
     every record holding it would share: fewer than 4 digits in a date (not even a year),
     no digit in a number, or one character repeated (``00000000``, ``99999999``)."""
     text = raw.strip()
@@ -402,8 +412,24 @@ def _dirty(raw: str, spec: Field) -> str | None:
     return "?" + alnum
 
 
-def _normalise(values: pd.Series, spec: Field) -> tuple[pd.Series, np.ndarray[Any, Any]]:
-    """Distinct raw values normalised for tokenising (NA where empty), and which failed to parse."""
+def normalise_values(values: pd.Series, spec: Field) -> tuple[pd.Series, np.ndarray[Any, Any]]:
+    """Raw values of a field normalised as :func:`encode` does before tokenising.
+
+    Parameters
+    ----------
+    values : pandas.Series
+        Raw values of the column ``spec`` describes.
+    spec : Field
+        The field: its ``kind`` decides the normalisation (case and accents folded for names,
+        separators dropped from identifiers, dates in ISO form, numbers rounded to
+        ``decimals``).
+
+    Returns
+    -------
+    (pandas.Series, numpy.ndarray)
+        The normalised values (string dtype, NA where empty) and a boolean mask of those that
+        did not parse as a ``date`` or ``number``.
+    """
     text = values.astype("string")
     bad = np.zeros(len(values), dtype=bool)
     if spec.kind in ("name", "text"):
@@ -435,7 +461,7 @@ def _normalise(values: pd.Series, spec: Field) -> tuple[pd.Series, np.ndarray[An
 def _date_text(value: Any, date_format: str) -> Any:
     """A date cell as text in the field's format: dates and timestamps are written in it, and
     whole numbers lose the ``.0`` a float column gives them (``19450413.0``)."""
-    if isinstance(value, (_dt.date, np.datetime64)):
+    if isinstance(value, (datetime.date, np.datetime64)):
         return pd.Timestamp(value).strftime(date_format)
     if isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer():
         return str(int(value))
@@ -460,7 +486,7 @@ def _warn_collisions(spec: Field, uniques: Any) -> None:
     seen: dict[frozenset[str], str] = {}
     pairs: list[tuple[str, str]] = []
     for value in map(str, uniques):
-        tokens = frozenset(_tokens(value, spec))
+        tokens = frozenset(field_tokens(value, spec))
         if tokens in seen:
             pairs.append((seen[tokens], value))
         else:
@@ -485,7 +511,10 @@ def _fold(value: str) -> str:
     )
 
 
-def _tokens(value: str, spec: Field) -> list[str]:
+def field_tokens(value: str, spec: Field) -> list[str]:
+    """The tokens a normalised value (:func:`normalise_values`) sets in its filter: padded
+    q-grams for names and text (a repeated q-gram counted apart), the whole value for an
+    identifier, year, month and day for a date, the value itself otherwise."""
     if spec.kind == "id":  # identifiers compare whole: 11 and 111 must never look alike
         return ["=" + value]
     if spec.kind in ("name", "text"):
@@ -521,7 +550,7 @@ def _filters(token_lists: list[list[str]], key: bytes, k: int, bits: int) -> np.
         for token in dict.fromkeys(tokens):
             rows.append(row)
             cols.append(token_ids.setdefault(token, len(token_ids)))
-    positions = _positions(list(token_ids), key, k, bits)
+    positions = token_positions(list(token_ids), key=key, hash_count=k, bits=bits)
     row_of, col_of = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
     out = np.zeros((len(token_lists), bits // 64), dtype=np.uint64)
     for start in range(0, len(token_lists), _CHUNK_ROWS):
@@ -529,12 +558,33 @@ def _filters(token_lists: list[list[str]], key: bytes, k: int, bits: int) -> np.
         lo, hi = np.searchsorted(row_of, [start, stop])
         matrix = np.zeros((stop - start, bits), dtype=bool)
         matrix[np.repeat(row_of[lo:hi] - start, k), positions[col_of[lo:hi]].ravel()] = True
-        out[start:stop] = _pack(matrix)
+        out[start:stop] = pack_bits(matrix)
     return out
 
 
-def _positions(tokens: list[str], key: bytes, k: int, bits: int) -> np.ndarray[Any, Any]:
-    """``(len(tokens), k)`` bit positions: independent outputs of keyed BLAKE2b."""
+def token_positions(
+    tokens: list[str], *, key: bytes, hash_count: int, bits: int
+) -> np.ndarray[Any, Any]:
+    """The filter positions each token sets: independent outputs of keyed BLAKE2b.
+
+    Parameters
+    ----------
+    tokens : list of str
+        Tokens as :func:`field_tokens` gives them, each prefixed by its salt and ``"\\x1f"``
+        (the empty salt when the schema has none).
+    key : bytes
+        The field's key, :func:`derive_key` of the secret and ``Field.key_purpose``.
+    hash_count : int
+        Positions per token (``Field.hash_count``).
+    bits : int
+        The filter length (``Schema.bits``).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(len(tokens), hash_count)`` positions in ``0 .. bits - 1``.
+    """
+    k = hash_count
     digests = []
     for token in tokens:
         data = token.encode("utf-8")
@@ -559,9 +609,9 @@ def _harden(words: np.ndarray[Any, Any], schema: Schema, secret: bytes | str) ->
         permutation = np.argsort(np.array(scores, dtype="S8"), kind="stable")
         balanced = np.empty((len(words), words.shape[1] * 2), dtype=np.uint64)
         for start in range(0, len(words), _CHUNK_ROWS):
-            bits = _unpack(words[start : start + _CHUNK_ROWS])
+            bits = unpack_bits(words[start : start + _CHUNK_ROWS])
             both = np.concatenate([bits, 1 - bits], axis=1)
-            balanced[start : start + _CHUNK_ROWS] = _pack(both[:, permutation])
+            balanced[start : start + _CHUNK_ROWS] = pack_bits(both[:, permutation])
         words = balanced
     if schema.xor_fold:
         half = words.shape[1] // 2
@@ -573,7 +623,7 @@ def _harden(words: np.ndarray[Any, Any], schema: Schema, secret: bytes | str) ->
         for start in range(0, len(words), _CHUNK_ROWS):
             rows = len(words[start : start + _CHUNK_ROWS])
             draws = np.frombuffer(os.urandom(rows * length * 4), dtype="<u4").reshape(rows, length)
-            words[start : start + _CHUNK_ROWS] ^= _pack(draws < cut)
+            words[start : start + _CHUNK_ROWS] ^= pack_bits(draws < cut)
     return words
 
 

@@ -22,10 +22,16 @@ import numpy as np
 import pandas as pd
 
 from linkage.encoding import Encodings
+from linkage.executors import (
+    Workers,
+    check_workers,
+    executor_slots,
+    is_executor,
+    run_on_executor,
+)
 from linkage.kernels import dice_all_pairs, dice_of_pairs
 from linkage.progress import Stage
 from linkage.threshold import TOP_K, auto_threshold, greedy, top_k_pairs
-from linkage.workers import Workers, check_workers, executor_slots, is_executor, run_on_executor
 
 __all__ = [
     "AUTO_BLOCKING_PAIRS",
@@ -35,7 +41,9 @@ __all__ = [
     "evaluate",
     "link",
     "match",
+    "optimal_assignment",
     "plot_scores",
+    "top_two_scores",
 ]
 
 logger = logging.getLogger(__name__)
@@ -230,7 +238,7 @@ def match(
 
         candidates = block(a, b, blocking)
         scores = dice_scores(a, b, candidates.ia, candidates.ib)
-        best = _top_two(candidates.ia, scores, len(a))
+        best = top_two_scores(candidates.ia, scores, len(a))
         keep = scores >= low
         ia, ib, scores = candidates.ia[keep], candidates.ib[keep], scores[keep]
         compared, how = len(candidates), candidates.method
@@ -262,7 +270,7 @@ def match(
         )
     keep = scores >= threshold
     ia, ib, scores = ia[keep], ib[keep], scores[keep]
-    chosen = greedy(ia, ib, scores) if method == "greedy" else _optimal(ia, ib, scores)
+    chosen = greedy(ia, ib, scores) if method == "greedy" else optimal_assignment(ia, ib, scores)
     chosen = chosen[np.lexsort((ib[chosen], ia[chosen], -scores[chosen]))]
     tied = _tied(ia, ib, scores)[chosen]
     result: pd.DataFrame = pd.DataFrame(
@@ -308,7 +316,7 @@ def dice_scores(
     return scores
 
 
-def _top_two(
+def top_two_scores(
     ia: np.ndarray[Any, Any], scores: np.ndarray[Any, Any], n_a: int
 ) -> np.ndarray[Any, Any]:
     """Each ``a`` record's best and second-best score among the pairs (0 where none)."""
@@ -338,7 +346,7 @@ MAX_ASSIGNMENT_GROUP = 5_000
 solves exactly; beyond it, raise the threshold."""
 
 
-def _optimal(
+def optimal_assignment(
     ia: np.ndarray[Any, Any], ib: np.ndarray[Any, Any], scores: np.ndarray[Any, Any]
 ) -> np.ndarray[Any, Any]:
     """Positions of the pairs of a maximum-total-score one-to-one assignment, solved per

@@ -56,12 +56,14 @@ import pandas as pd
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from linkage.workers import Workers, check_workers, map_chunks
+from linkage.executors import Workers, check_workers
+from linkage.workers import map_chunks
 
 __all__ = [
     "EcdhPsiParty",
     "hmac_tokens",
     "intersect",
+    "labels_and_values",
     "normalize_ids",
     "psi_intersection",
 ]
@@ -261,8 +263,8 @@ def psi_intersection(
         Columns ``a`` and ``b``: the row labels of the common IDs, one row per common ID, in the
         protocol's common order.
     """
-    labels_a, values_a = _labels_and_values(ids_a)
-    labels_b, values_b = _labels_and_values(ids_b)
+    labels_a, values_a = labels_and_values(ids_a)
+    labels_b, values_b = labels_and_values(ids_b)
     norm_a = normalize_ids(values_a, what="party a's ids")
     norm_b = normalize_ids(values_b, what="party b's ids")
     if method == "ecdh":
@@ -286,7 +288,9 @@ def psi_intersection(
     return result
 
 
-def _labels_and_values(ids: Any) -> tuple[list[Any], list[Any]]:
+def labels_and_values(ids: Any) -> tuple[list[Any], list[Any]]:
+    """An ID column as the labels a PSI result names rows by and the values it compares: a
+    Series's index and values, or the positions and items of any other iterable."""
     if isinstance(ids, pd.Series):
         return list(ids.index), list(ids.to_numpy(dtype=object))
     values = list(ids)

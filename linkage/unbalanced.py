@@ -97,8 +97,9 @@ import pandas as pd
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from linkage.psi import _labels_and_values, normalize_ids
-from linkage.workers import Workers, check_workers, map_chunks
+from linkage.executors import Workers, check_workers
+from linkage.psi import labels_and_values, normalize_ids
+from linkage.workers import map_chunks
 
 __all__ = [
     "DIGEST_BYTES",
@@ -106,6 +107,7 @@ __all__ = [
     "QueryLimitError",
     "UnbalancedPsiClient",
     "UnbalancedPsiServer",
+    "hash_to_curve",
     "unbalanced_psi",
 ]
 
@@ -132,8 +134,9 @@ class QueryLimitError(PermissionError):
     """The server refused a query beyond its ``max_queries`` or ``max_items`` limit."""
 
 
-def _hash_to_curve(identifier: str) -> bytes:
-    """The x-coordinate of a P-256 point from the ID, by try-and-increment.
+def hash_to_curve(identifier: str) -> bytes:
+    """The x-coordinate of a P-256 point from the ID, by try-and-increment: the OPRF's
+    ``H(id)``, which the client blinds to ``[r]H(id)`` and the server keys to ``[k]H(id)``.
 
     Domain-separated BLAKE2b of a one-byte counter and the ID, read as a big-endian x and
     retried until ``x^3 - 3x + b`` is a non-zero square mod p (two tries on average). The
@@ -178,13 +181,13 @@ def _prepare_chunk(scalar: bytes, ids: list[str], offset: int, width: int) -> by
     key = _key(scalar)
     out = bytearray()
     for identifier in ids:
-        out += _prf_value(identifier, _multiply(key, _hash_to_curve(identifier)))[:width]
+        out += _prf_value(identifier, _multiply(key, hash_to_curve(identifier)))[:width]
     return bytes(out)
 
 
 def _blind_chunk(scalar: bytes, ids: list[str], offset: int) -> list[bytes]:
     key = _key(scalar)
-    return [_multiply(key, _hash_to_curve(identifier)) for identifier in ids]
+    return [_multiply(key, hash_to_curve(identifier)) for identifier in ids]
 
 
 def _evaluate_chunk(scalar: bytes, points: list[bytes], offset: int, who: str) -> list[bytes]:
@@ -710,8 +713,8 @@ def unbalanced_psi(
         Column ``b`` comes from the server's private index, which a deployment's server would
         only fill if the client told it the matches.
     """
-    labels_small, values_small = _labels_and_values(ids_small)
-    labels_large, values_large = _labels_and_values(ids_large)
+    labels_small, values_small = labels_and_values(ids_small)
+    labels_large, values_large = labels_and_values(ids_large)
     norm_small = normalize_ids(values_small, what="the small party's ids")
     norm_large = normalize_ids(values_large, what="the large party's ids")
     server = UnbalancedPsiServer(digest_bytes=digest_bytes, workers=workers)

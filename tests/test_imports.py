@@ -23,6 +23,7 @@ HEAVY = ("pandas", "sklearn", "linkage", "torch", "dp_accounting")
         "vfl.training",
         "vfl.privacy",
         "vfl.persistence",
+        "vfl.extras",
     ],
 )
 def test_light_modules_do_not_import_heavy_ones(module: str) -> None:

@@ -4,22 +4,36 @@
   learning with a few overlapping patients (Liu et al. 2020): each party an encoder into a
   common space, the cross-party terms under Paillier with masks;
 * :mod:`transfer.encoder` -- shared-encoder transfer without overlap: an encoder pretrained
-  at one or several sources (:func:`pretrain_encoder`), shipped as a checked file
+  at one or several sources (:func:`horizontal.pretrain_encoder`), shipped as a checked file
   (:class:`EncoderArtifact`), a head fine-tuned at the target (:class:`EncoderTransferClassifier`);
 * :mod:`transfer.audit` -- what the target infers about the patients it shares with the source;
-* :mod:`transfer.party` -- ``vflink party`` with ``model = "transfer"``: each party its own
-  process.
+* :mod:`transfer.jobs` -- what ``vflink party`` and ``vflink compare`` run of this family
+  (``model = "transfer"``, each party its own process; :mod:`transfer.comparison`'s rows).
 """
 
 from __future__ import annotations
 
-from transfer.encoder import EncoderArtifact, EncoderTransferClassifier, pretrain_encoder
-from transfer.estimator import FederatedTransferClassifier, overlap_pairs
+from typing import TYPE_CHECKING
+
+from vfl.lazy import lazy_exports
+
+# lazy (as in vfl and horizontal): finding the family (transfer.jobs) loads no torch
+_EXPORTS = {
+    "EncoderArtifact": "transfer.encoder",
+    "EncoderTransferClassifier": "transfer.encoder",
+    "FederatedTransferClassifier": "transfer.estimator",
+    "overlap_pairs": "transfer.estimator",
+}
 
 __all__ = [
     "EncoderArtifact",
     "EncoderTransferClassifier",
     "FederatedTransferClassifier",
     "overlap_pairs",
-    "pretrain_encoder",
 ]
+
+if TYPE_CHECKING:
+    from transfer.encoder import EncoderArtifact, EncoderTransferClassifier
+    from transfer.estimator import FederatedTransferClassifier, overlap_pairs
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -14,6 +14,12 @@ much as the transferred model does, and randomised response on the source's labe
 representations, not the labels themselves. This is the price of transfer through the overlap;
 a source that must not let the target predict its shared patients' outcomes should not take
 part.
+
+:class:`OverlapLabelAudit` (``"overlap-label"``) is the same attack as a registered audit of
+:mod:`vfl.audit` (found by ``vfl.audit.get_audit("overlap-label")`` through the
+``vflink.audits`` entry points): its :class:`~vfl.audit.AuditResult` is the gradient attack's
+AUC against chance (0.5), with the model's AUC on the overlap, what the target learns
+legitimately, in ``details``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["overlap_label_attack"]
+from vfl.audit import Audit, AuditResult, register_audit
+
+__all__ = ["OverlapLabelAudit", "overlap_label_attack"]
 
 
 def _oriented_auc(truth: np.ndarray[Any, Any], scores: np.ndarray[Any, Any]) -> float:
@@ -46,6 +54,20 @@ def overlap_label_attack(
 
     Returns ``{"gradient attack AUC": ..., "model AUC on the overlap": ...}`` (0.5 is chance).
     """
+    truth, attack = _gradient_attack(model, overlap, source_labels)
+    scores = model.decision_function(target.loc[overlap["target"]])
+    return {
+        "gradient attack AUC": _oriented_auc(truth, attack),
+        "model AUC on the overlap": _oriented_auc(truth, scores),
+    }
+
+
+def _gradient_attack(
+    model: Any, overlap: pd.DataFrame, source_labels: Any
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``(truth, scores)``: the source's labels of the overlap (True: the positive class) and
+    the attack's score of each overlapping patient (the first principal component of the
+    first iteration's gradients)."""
     views = getattr(model, "views_", None)
     if not views:
         raise ValueError("fit the model with keep_views=True to audit what the target saw")
@@ -53,9 +75,33 @@ def overlap_label_attack(
     gradients = np.asarray(views[0], dtype=np.float64)
     centred = gradients - gradients.mean(axis=0)
     _, _, directions = np.linalg.svd(centred, full_matrices=False)
-    attack = centred @ directions[0]
-    scores = model.decision_function(target.loc[overlap["target"]])
-    return {
-        "gradient attack AUC": _oriented_auc(truth, attack),
-        "model AUC on the overlap": _oriented_auc(truth, scores),
-    }
+    attack: np.ndarray[Any, Any] = centred @ directions[0]
+    return np.asarray(truth), attack
+
+
+@register_audit
+class OverlapLabelAudit(Audit):
+    """The target's inference of the source's labels of the shared patients, from the
+    gradients it receives (:func:`overlap_label_attack`).
+
+    Run it as :func:`overlap_label_attack`: the model fitted with ``keep_views=True``, the
+    target's feature frame, the overlap pairs and the source's labels (scoring only).
+    Reports the attack's AUC (oriented; chance 0.5) and, in ``details``, the model's AUC on
+    the same patients.
+    """
+
+    name = "overlap-label"
+    family = "transfer"
+
+    def run(
+        self, model: Any, target: pd.DataFrame, overlap: pd.DataFrame, source_labels: Any
+    ) -> AuditResult:
+        truth, attack = _gradient_attack(model, overlap, source_labels)
+        scores = model.decision_function(target.loc[overlap["target"]])
+        return AuditResult.from_auc(
+            self.name,
+            "the source's labels of the shared patients",
+            truth,
+            attack,
+            details={"model AUC on the overlap": _oriented_auc(truth, scores)},
+        )

@@ -3,14 +3,13 @@
 
     from transfer import FederatedTransferClassifier
     model = FederatedTransferClassifier(random_state=0, verbose=1)
-    model.fit(source=hospital, target=centre, source_labels=y_hospital,
-              target_labels=y_centre_few, overlap=pairs)
+    model.fit(hospital, centre, y_hospital, overlap=pairs, target_labels=y_centre_few)
     model.predict_proba(centre_new)           # the target scores its rows alone
 
 ``overlap`` pairs the two parties' row labels of the patients in both, in the common order
 (:func:`overlap_pairs` finds them by private set intersection on an ID column). Each party's
 columns are standardised with its own statistics; encoders default to ``Linear(dim) -> tanh``
-from ``random_state`` (``hidden=`` adds layers; or pass your own modules).
+from ``random_state`` (``hidden_layer_sizes=`` adds layers; or pass your own modules).
 
 The defaults are chosen for a fit that ends in well under a minute on two cores with
 2048-bit keys (200 shared patients, 50 target labels: about 1 s an iteration) without losing
@@ -25,23 +24,49 @@ validation loss. ``verbose=1`` shows each party's iterations as they run
 from __future__ import annotations
 
 import copy
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import torch
-from torch import nn
 
 from transfer.encoder import BinaryScores
 from transfer.ftl import FTLResult, FTLSpec, SourceRole, TargetRole
+from vfl import persistence
 from vfl.crypto.policy import KeyPolicy
-from vfl.estimator import FederatedEstimator, Role, run_deployed
+from vfl.estimator import (
+    FederatedEstimator,
+    Role,
+    deprecated_parameters,
+    fresh_seed,
+    run_deployed,
+)
+from vfl.extras import optional, require
 from vfl.federation.base import Federation
+from vfl.privacy.options import RandomizedResponse
 from vfl.split.defences import randomized_response, record_randomized_response
 from vfl.training.modules import mlp, output_width, seeded
 from vfl.validation import check_numeric
 
-__all__ = ["STACK_MIN_LABELS", "FederatedTransferClassifier", "overlap_pairs"]
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:
+    torch = optional("torch", for_=__name__)
+    nn = optional("torch.nn", for_=__name__)
+
+__all__ = ["PROTOCOLS", "STACK_MIN_LABELS", "FederatedTransferClassifier", "overlap_pairs"]
+
+PROTOCOLS = ("masked", "plain")
+"""``protocol=``: ``"masked"`` (default) sends the cross-party terms under Paillier with
+masks; ``"plain"`` sends them in the clear (simulation only; warns)."""
+
+RENAMED = {
+    "hidden": "hidden_layer_sizes",
+    "secure": 'protocol="masked" (True) or protocol="plain" (False)',
+    "label_epsilon": "privacy=RandomizedResponse(epsilon)",
+}
+KIND = "transfer.FederatedTransferPart"
 
 STACK_MIN_LABELS = 50
 """Target labels from which ``head="stack"`` fits its logistic regression."""
@@ -95,10 +120,10 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
     ----------
     source_encoder, target_encoder : torch modules, optional
         Your own encoders (copied), each mapping its party's standardised columns to ``dim``
-        numbers; by default an MLP with ``hidden`` layers ending in ``tanh``.
+        numbers; by default an MLP with ``hidden_layer_sizes`` layers ending in ``tanh``.
     dim : int
         The common representation's width ``d``.
-    hidden : tuple of int
+    hidden_layer_sizes : tuple of int
         The default encoders' hidden layers (none by default: ``Linear -> tanh``; on the
         synthetic task an MLP encoder overfits the target's rows without improving transfer).
     gamma : float
@@ -109,14 +134,16 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         The most iterations (full-batch Adam steps at both parties).
     learning_rate, weight_decay
         Adam's step and the encoders' L2 regularisation.
-    secure : bool
-        Paillier with masks (default); False sends the terms in the clear (simulation only,
-        warns).
+    protocol : {"masked", "plain"}
+        ``"masked"`` (default): the cross-party terms under Paillier with masks; ``"plain"``
+        sends them in the clear (simulation only, warns). Replaces the deprecated
+        ``secure=True/False``.
     key_bits, insecure
         Both parties' Paillier keys (2048 bits by default; smaller only with ``insecure``).
-    label_epsilon : float, optional
-        Randomised response on the source's labels before training (epsilon-label-DP for
-        everything computed from them, in the ledger).
+    privacy : RandomizedResponse, optional
+        :class:`~vfl.privacy.options.RandomizedResponse` on the source's labels before
+        training (epsilon-label-DP for everything computed from them, in the ledger).
+        Replaces the deprecated ``label_epsilon``.
     head : {"stack", "phi"}
         The target's final scorer. ``"phi"``: the paper's ``sigmoid(Phi . u_B)``. ``"stack"``
         (default): where the target holds at least ``STACK_MIN_LABELS`` labels (10 of each
@@ -133,8 +160,12 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         transferred loss of those rows has not fallen by ``tol`` for ``n_iter_no_change``
         iterations; both parties keep the iteration of lowest validation loss. ``tol=None``:
         ``max_iter`` iterations, the last kept, every labelled row trained on.
-    random_state : int
-        Initialises the encoders and draws the held-out rows.
+    random_state : int, optional
+        Initialises the encoders and draws the held-out rows (each party its own: nothing
+        drawn from it must agree across parties). None (default): a fresh seed per fit.
+    timeout : float, optional
+        Seconds a simulated party waits for a message (None, the default:
+        :func:`vfl.estimator.wait_limit`, 600 s).
     verbose : int
         ``0``: nothing shown but bars for long work (iteration lines still go to the
         ``vflink.progress`` logger at INFO where logging is configured); ``1``: each party
@@ -148,6 +179,12 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
     validation_loss_curve_ (the target's held-out loss after 0, 1, ... updates; empty without
     early stopping), views_ (with ``keep_views``: the target's gradients of the overlap rows
     per iteration)
+    history_ : list of dict
+        One record per iteration: ``epoch`` (1-based), ``loss`` (this party's: the source's
+        own loss in simulation), ``seconds``, and the target's ``validation_loss`` after it
+        where early stopping held rows out.
+    privacy_ledger_ : PrivacyLedger
+        The fit's privacy spend (empty without ``privacy``).
     """
 
     def __init__(
@@ -156,37 +193,38 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         source_encoder: nn.Module | None = None,
         target_encoder: nn.Module | None = None,
         dim: int = 8,
-        hidden: tuple[int, ...] = (),
+        hidden_layer_sizes: tuple[int, ...] = (),
         gamma: float = 1.0,
         source_weight: float = 1.0,
         max_iter: int = 30,
         learning_rate: float = 0.01,
         weight_decay: float = 1e-4,
-        secure: bool = True,
+        protocol: str = "masked",
         key_bits: int = 2048,
         insecure: bool = False,
-        label_epsilon: float | None = None,
+        privacy: Any = None,
         head: str = "stack",
         tol: float | None = 1e-4,
         n_iter_no_change: int = 5,
         validation_fraction: float = 0.2,
-        random_state: int = 0,
-        timeout: float = 600.0,
+        random_state: int | None = None,
+        timeout: float | None = None,
         verbose: int = 0,
+        **deprecated: Any,
     ) -> None:
         self.source_encoder = source_encoder
         self.target_encoder = target_encoder
         self.dim = dim
-        self.hidden = hidden
+        self.hidden_layer_sizes = hidden_layer_sizes
         self.gamma = gamma
         self.source_weight = source_weight
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.weight_decay = weight_decay
-        self.secure = secure
+        self.protocol = protocol
         self.key_bits = key_bits
         self.insecure = insecure
-        self.label_epsilon = label_epsilon
+        self.privacy = privacy
         self.head = head
         self.tol = tol
         self.n_iter_no_change = n_iter_no_change
@@ -194,10 +232,44 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         self.random_state = random_state
         self.timeout = timeout
         self.verbose = verbose
+        old = deprecated_parameters(type(self).__name__, deprecated, RENAMED)
+        if "hidden" in old:
+            self.hidden_layer_sizes = old["hidden"]
+        if "secure" in old:
+            self.protocol = "masked" if old["secure"] else "plain"
+        if old.get("label_epsilon") is not None:
+            if privacy is not None:
+                raise TypeError(
+                    f"{type(self).__name__}: pass privacy= or the deprecated label_epsilon=, "
+                    "not both"
+                )
+            self.privacy = RandomizedResponse(old["label_epsilon"])
 
     # -- checks and modules ----------------------------------------------------------------
 
-    def _spec(self, source: str, target: str, n_overlap: int) -> FTLSpec:
+    def _response(self) -> RandomizedResponse | None:
+        """``privacy``, checked: None or randomised response on the source's labels."""
+        if self.privacy is None:
+            return None
+        if not isinstance(self.privacy, RandomizedResponse):
+            raise ValueError(
+                "privacy must be None or RandomizedResponse(epsilon) (on the source's labels), "
+                f"got {self.privacy!r}"
+            )
+        self.privacy.check()
+        return self.privacy
+
+    def _seed(self) -> int:
+        """This fit's seed: ``random_state``, or a fresh one (nothing drawn from it must agree
+        with the other party: each initialises its own encoder and the target alone draws
+        its held-out rows)."""
+        if self.random_state is None:
+            return fresh_seed()
+        if not isinstance(self.random_state, int) or isinstance(self.random_state, bool):
+            raise ValueError(f"random_state must be None or an integer, got {self.random_state!r}")
+        return int(self.random_state)
+
+    def _spec(self, source: str, target: str, n_overlap: int, seed: int = 0) -> FTLSpec:
         for name, value in [("dim", self.dim), ("max_iter", self.max_iter)]:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -212,15 +284,17 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
             raise ValueError(f'head must be "stack" or "phi", got {self.head!r}')
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
-        if not isinstance(self.random_state, int) or isinstance(self.random_state, bool):
-            raise ValueError(f"random_state must be an integer, got {self.random_state!r}")
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        self._response()
         _check_early_stopping(self.tol, self.n_iter_no_change, self.validation_fraction)
         if not isinstance(self.verbose, int) or self.verbose < 0:
             raise ValueError(f"verbose must be an integer >= 0, got {self.verbose!r}")
         if source == target:
             raise ValueError(f"the source and the target must be two parties, got {source!r} twice")
         policy = KeyPolicy(self.key_bits, self.insecure)
-        if self.secure and self.key_bits < 2048 and not self.insecure:
+        secure = self.protocol == "masked"
+        if secure and self.key_bits < 2048 and not self.insecure:
             raise ValueError(
                 f"key_bits={self.key_bits} is below 2048: pass insecure=True (tests only)"
             )
@@ -233,9 +307,9 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
             max_iter=self.max_iter,
             learning_rate=float(self.learning_rate),
             weight_decay=float(self.weight_decay),
-            secure=bool(self.secure),
+            secure=secure,
             policy=policy,
-            random_state=self.random_state,
+            random_state=seed,
             n_overlap=n_overlap,
             tol=None if self.tol is None else float(self.tol),
             patience=self.n_iter_no_change,
@@ -243,21 +317,16 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
             verbose=int(self.verbose),
         )
 
-    def build_encoder(self, party: str, role: str, columns: int) -> nn.Module:
+    def build_encoder(self, party: str, role: str, columns: int, seed: int = 0) -> nn.Module:
         """The ``role``'s (``"source"`` or ``"target"``) encoder for ``columns`` inputs,
-        initialised from ``random_state``, its output width checked against ``dim``."""
+        initialised from ``seed`` (the fit's), its output width checked against ``dim``."""
         given = self.source_encoder if role == "source" else self.target_encoder
-        with seeded(
-            int(
-                np.random.SeedSequence([self.random_state, 5, role == "target"]).generate_state(1)[
-                    0
-                ]
-            )
-        ):
+        state = np.random.SeedSequence([seed, 5, role == "target"]).generate_state(1)
+        with seeded(int(state[0])):
             module = (
                 copy.deepcopy(given).float()
                 if given is not None
-                else nn.Sequential(mlp(columns, self.dim, self.hidden), nn.Tanh())
+                else nn.Sequential(mlp(columns, self.dim, self.hidden_layer_sizes), nn.Tanh())
             )
         width = output_width(module, columns, f"party {party!r}: its encoder")
         if width != self.dim:
@@ -302,8 +371,9 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
             )
         self.classes_ = classes
         signs: np.ndarray[Any, Any] = np.where(labels.to_numpy() == classes[1], 1.0, -1.0)
-        if self.label_epsilon is not None:
-            codes = randomized_response((signs > 0).astype(np.int64), 2, self.label_epsilon)
+        response = self._response()
+        if response is not None:
+            codes = randomized_response((signs > 0).astype(np.int64), 2, response.epsilon)
             signs = np.where(codes == 1, 1.0, -1.0)
         return signs
 
@@ -330,20 +400,48 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         self,
         source: pd.DataFrame,
         target: pd.DataFrame,
+        y: Any = None,
         *,
-        source_labels: Any,
         overlap: pd.DataFrame,
         target_labels: pd.Series | None = None,
         names: tuple[str, str] = ("source", "target"),
         keep_views: bool = False,
         keep_payloads: bool = False,
         ledger: Any = None,
+        source_labels: Any = None,
     ) -> FederatedTransferClassifier:
-        """Train with both parties simulated in this process. ``source``/``target``: each
-        party's feature frame; ``source_labels`` one per source row; ``target_labels`` the
-        target's labelled rows only (a Series on a subset of its index; None: no labels);
-        ``overlap`` the pairs of row labels (columns ``source`` and ``target``) in the common
-        order; ``names`` the two parties' names."""
+        """Train with both parties simulated in this process.
+
+        Parameters
+        ----------
+        source, target : DataFrame
+            Each party's feature frame (the two hold different rows).
+        y : array-like or Series
+            The source's labels, one per source row (``fit(X, y)`` as everywhere else; the
+            source is the label party).
+        overlap : DataFrame
+            The pairs of row labels (columns ``source`` and ``target``) of the patients in
+            both, in the common order (:func:`overlap_pairs`).
+        target_labels : Series, optional
+            The target's labelled rows only (a Series on a subset of its index).
+        names : (str, str)
+            The two parties' names.
+        keep_views, keep_payloads : bool
+            Keep the target's gradients of the overlap rows (``views_``); keep every
+            message's payload in ``transcript_``.
+        ledger : PrivacyLedger, optional
+            Where randomised response records its spend (``privacy_ledger_``).
+        source_labels
+            Deprecated spelling of ``y``.
+        """
+        require("torch", for_=type(self).__name__)
+        if source_labels is not None:
+            deprecated_parameters("fit", {"source_labels": source_labels}, {"source_labels": "y"})
+            if y is not None:
+                raise TypeError("fit: pass y or the deprecated source_labels=, not both")
+            y = source_labels
+        if y is None:
+            raise TypeError("fit needs the source's labels y (one per source row)")
         src, tgt = names
         self._forget()
         if not isinstance(overlap, pd.DataFrame) or list(overlap.columns) != ["source", "target"]:
@@ -353,19 +451,24 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
             )
         x_src = self._standardise(src, source)
         x_tgt = self._standardise(tgt, target)
-        y_src = self._classes(source_labels, source.index, src)
+        y_src = self._classes(y, source.index, src)
         self._record_labels(src, ledger)
         pos_src = self._positions(source, overlap["source"], src, "overlap")
         pos_tgt = self._positions(target, overlap["target"], tgt, "overlap")
         labelled, y_tgt = self._target_labels(target, target_labels, tgt)
-        spec = self._spec(src, tgt, len(overlap))
+        seed = self._seed()
+        spec = self._spec(src, tgt, len(overlap), seed)
         roles: dict[str, Role] = {
             src: SourceRole(
-                spec, self.build_encoder(src, "source", x_src.shape[1]), x_src, y_src, pos_src
+                spec,
+                self.build_encoder(src, "source", x_src.shape[1], seed),
+                x_src,
+                y_src,
+                pos_src,
             ),
             tgt: TargetRole(
                 spec,
-                self.build_encoder(tgt, "target", x_tgt.shape[1]),
+                self.build_encoder(tgt, "target", x_tgt.shape[1], seed),
                 x_tgt,
                 pos_tgt,
                 labelled,
@@ -398,17 +501,24 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         return positions, signs
 
     def _record_labels(self, party: str, ledger: Any) -> None:
-        if self.label_epsilon is None:
-            return
-        if ledger is None:
-            from vfl.privacy import PrivacyLedger
-
-            ledger = PrivacyLedger()
-        record_randomized_response(ledger, party, self.label_epsilon)
-        self.privacy_ledger_ = ledger
+        """The fit's ledger (``privacy_ledger_``), with randomised response's spend when
+        ``privacy`` asks for it."""
+        kept = self._fitted_ledger(ledger)
+        response = self._response()
+        if response is not None:
+            record_randomized_response(kept, party, response.epsilon)
 
     def _forget(self) -> None:
-        for stale in ("views_", "privacy_ledger_", "source_encoder_", "phi_", "spec_", "n_iter_"):
+        for stale in (
+            "views_",
+            "privacy_ledger_",
+            "source_encoder_",
+            "target_encoder_",
+            "phi_",
+            "spec_",
+            "n_iter_",
+            "head_",
+        ):
             if hasattr(self, stale):
                 delattr(self, stale)
         self.means_: dict[str, Any] = {}
@@ -428,10 +538,19 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
             self.views_ = target.view
 
     def _iterations(self, result: FTLResult) -> None:
-        """``n_iter_``, ``best_epoch_`` and ``validation_loss_curve_`` from a role's result."""
+        """``n_iter_``, ``best_epoch_``, ``validation_loss_curve_`` and ``history_`` from a
+        role's result (``loss_curve_`` and ``iteration_seconds_`` set)."""
         self.n_iter_ = result.n_iter
         self.best_epoch_ = result.n_iter if result.best_epoch is None else result.best_epoch
         self.validation_loss_curve_ = list(result.validation_loss)
+        held = self.validation_loss_curve_[1:]  # after 1, 2, ... updates
+        self.history_ = [
+            {"epoch": i + 1, "loss": loss, "seconds": seconds}
+            | ({"validation_loss": held[i]} if i < len(held) else {})
+            for i, (loss, seconds) in enumerate(
+                zip(self.loss_curve_, self.iteration_seconds_, strict=False)
+            )
+        ]
 
     # -- deployment ------------------------------------------------------------------------
 
@@ -449,6 +568,7 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         """This party's role (deployment): ``role`` ``"source"`` (``labels``: one per row) or
         ``"target"`` (``labels``: a Series on its labelled rows, or None); ``overlap`` this
         party's row labels of the common patients, in the common order."""
+        require("torch", for_=type(self).__name__)
         if role not in ("source", "target"):
             raise ValueError(f'role must be "source" or "target", got {role!r}')
         name = federation.name
@@ -456,8 +576,9 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         x = self._standardise(name, frame)
         positions = self._positions(frame, overlap, name, "overlap")
         names = (name, peer) if role == "source" else (peer, name)
-        spec = self._spec(names[0], names[1], len(positions))
-        encoder = self.build_encoder(name, role, x.shape[1])
+        seed = self._seed()
+        spec = self._spec(names[0], names[1], len(positions), seed)
+        encoder = self.build_encoder(name, role, x.shape[1], seed)
         party: Role
         if role == "source":
             y = self._classes(labels, frame.index, name)
@@ -467,6 +588,7 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
             # positive, as at the source); 0 and 1 when it holds none
             known: Any = [] if labels is None else np.unique(pd.Series(labels).dropna())
             self.classes_ = np.asarray(known) if len(known) == 2 else np.array([0, 1])
+            self._fitted_ledger(ledger)  # the target spends nothing
             labelled, y_t = self._target_labels(frame, labels, name)
             party = TargetRole(spec, encoder, x, positions, labelled, y_t)
         result: FTLResult = run_deployed({name: party}, federation)[name]
@@ -479,6 +601,108 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         else:
             self.target_encoder_ = result.encoder
             self._fit_head(x, labelled, y_t)
+        return self
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model to the folder ``path`` (created): each held party's part as
+        ``<party>.npz`` in vflink's model format (its encoder's weights, its columns and
+        their scaling; at the target also ``Phi``, the stacked head and the classes; nothing
+        of the other party) and the privacy ledger, when it holds a spend, as
+        ``privacy_ledger.json``. Returns the folder; :meth:`load` reads it back."""
+        self._check_fitted("spec_")
+        spec = self.spec_
+        target = Path(path)
+        target.mkdir(parents=True, exist_ok=True)
+        held = {
+            "source": getattr(self, "source_encoder_", None),
+            "target": getattr(self, "target_encoder_", None),
+        }
+        for role, encoder in held.items():
+            if encoder is None:
+                continue
+            party = spec.source if role == "source" else spec.target
+            meta: dict[str, Any] = {
+                "role": role,
+                "party": party,
+                "source": spec.source,
+                "target": spec.target,
+                "n_overlap": spec.n_overlap,
+                "dim": self.dim,
+                "hidden_layer_sizes": list(self.hidden_layer_sizes),
+                "columns": self.columns_[party],
+                "classes": [c.item() if isinstance(c, np.generic) else c for c in self.classes_],
+            }
+            arrays = {
+                "mean": np.asarray(self.means_[party], dtype=float),
+                "scale": np.asarray(self.scales_[party], dtype=float),
+                **persistence.state_dict_to_arrays(encoder.state_dict(), "encoder."),
+            }
+            if role == "target":
+                arrays["phi"] = np.asarray(self.phi_, dtype=float)
+                head = getattr(self, "head_", None)
+                if head is not None:
+                    arrays["head_coef"] = np.asarray(head.coef_, dtype=float)
+                    arrays["head_intercept"] = np.asarray(head.intercept_, dtype=float)
+                    meta["stack_scale"] = float(self.stack_scale_)
+            persistence.save_model(target / f"{party}.npz", KIND, meta, arrays)
+        ledger = getattr(self, "privacy_ledger_", None)
+        if ledger is not None and len(ledger):
+            ledger.save(target / "privacy_ledger.json")
+        return target
+
+    def load(self, *paths: str | Path) -> FederatedTransferClassifier:
+        """Read a model written by :meth:`save`: its folder, or a party's own file, into this
+        estimator, whose ``dim``, ``hidden_layer_sizes`` and own encoders (if any) must be
+        those of the fit (the encoders are rebuilt from them, then their weights loaded)."""
+        from sklearn.linear_model import LogisticRegression
+
+        from vfl.privacy import PrivacyLedger
+
+        require("torch", for_=type(self).__name__)
+        self._forget()
+        self.privacy_ledger_ = PrivacyLedger()
+        spec: FTLSpec | None = None
+        for path in persistence.model_files(paths):
+            if path.name == "privacy_ledger.json":
+                self.privacy_ledger_ = PrivacyLedger.load(path)
+                continue
+            meta, arrays = persistence.load_model(path, kind=KIND)
+            for key, value in [
+                ("dim", self.dim),
+                ("hidden_layer_sizes", list(self.hidden_layer_sizes)),
+            ]:
+                if meta.get(key) != value:
+                    raise ValueError(
+                        f"{path} was fitted with {key}={meta.get(key)!r}, this estimator has "
+                        f"{value!r}: load it with the fit's hyperparameters"
+                    )
+            role, party = str(meta["role"]), str(meta["party"])
+            columns = [str(c) for c in meta["columns"]]
+            self.columns_[party] = columns
+            self.means_[party], self.scales_[party] = arrays["mean"], arrays["scale"]
+            encoder = self.build_encoder(party, role, len(columns))
+            encoder.load_state_dict(persistence.arrays_to_state_dict(arrays, "encoder."))
+            encoder.eval()
+            self.classes_ = np.array(meta["classes"])
+            if role == "source":
+                self.source_encoder_ = encoder
+            else:
+                self.target_encoder_ = encoder
+                self.phi_ = arrays["phi"]
+                self.head_ = None
+                if "head_coef" in arrays:
+                    head = LogisticRegression()
+                    head.coef_, head.intercept_ = arrays["head_coef"], arrays["head_intercept"]
+                    head.classes_ = np.array([False, True])
+                    head.n_features_in_ = arrays["head_coef"].shape[1]
+                    self.head_ = head
+                    self.stack_scale_ = float(meta["stack_scale"])
+            spec = self._spec(str(meta["source"]), str(meta["target"]), int(meta["n_overlap"]))
+        if spec is None:
+            raise ValueError(f"{paths} hold no saved transfer model")
+        self.spec_ = spec
         return self
 
     # -- scoring (the target, alone) ---------------------------------------------------------

@@ -79,27 +79,32 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import secrets
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from vfl.crypto import slots
 from vfl.crypto.keys import PaillierPublicKey
-from vfl.crypto.masked import request_decryption, serve_decryption
-from vfl.crypto.packing import MIN_KAPPA, PackingLayout, PackingMasks, RowPacking
+from vfl.crypto.masked import mask_slots, request_decryption, serve_decryption
+from vfl.crypto.packing import RowPacking
 from vfl.crypto.policy import Base, KeyPolicy, PublicKeyMessage, vector_from
 from vfl.crypto.vector import EncryptedVector
+from vfl.extras import optional
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
 from vfl.federation.wire import CiphertextBlock
 from vfl.progress import EpochProgress
 from vfl.training.convergence import LossCurve
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:
+    torch = optional("torch", for_=__name__)
+    nn = optional("torch.nn", for_=__name__)
 
 __all__ = [
     "FTL",
@@ -260,7 +265,9 @@ def _align(spec: FTLSpec, n_labelled: int) -> float:
 
 
 def _grad_layout(spec: FTLSpec, key: PaillierPublicKey, n_labelled: int) -> tuple[RowPacking, int]:
-    """The packing of the target's gradients: ``R`` rows of ``d`` slots per ciphertext."""
+    """The packing of the target's gradients: ``R`` rows of ``d`` slots per ciphertext, one
+    ciphertext per packed row (``per_ct`` is the ``R d`` slots used, so that the masked
+    decryption, ``packing.masked_layout(rows)``, masks and returns those slots only)."""
     bits = _sum_bits(spec.dim + 2 + 2 * _align(spec, n_labelled))
     probe = slots.packing(bits, spec.dim, key, masked=True)
     if probe.per_ct < spec.dim:
@@ -269,36 +276,7 @@ def _grad_layout(spec: FTLSpec, key: PaillierPublicKey, n_labelled: int) -> tupl
             "lower dim or use a larger key"
         )
     per = probe.per_ct // spec.dim
-    return slots.packing(bits, per * spec.dim, key, masked=True), per
-
-
-def _layout(packing: RowPacking, rows: int) -> PackingLayout:
-    """The masked-decryption layout of ``rows`` packed rows of ``packing`` (one ciphertext
-    each, every slot used)."""
-    return PackingLayout(
-        count=rows * packing.columns,
-        value_bits=packing.slot_bits - MIN_KAPPA - 1,
-        kappa=MIN_KAPPA,
-        slots=packing.columns,
-    )
-
-
-def _masked(
-    cts: list[Any], packing: RowPacking, key: PaillierPublicKey
-) -> tuple[EncryptedVector, PackingMasks]:
-    """Add a fresh statistical mask to every slot, re-randomise for the key's owner."""
-    layout = _layout(packing, len(cts))
-    offset = 1 << (layout.value_bits - 1)
-    width = layout.value_bits + layout.kappa
-    masks = tuple(offset + secrets.randbits(width) for _ in range(layout.count))
-    n, nsq = key.n, key.nsquare
-    out = []
-    for i, c in enumerate(cts):
-        chunk = masks[i * layout.slots : (i + 1) * layout.slots]
-        plain = sum(m << (packing.slot_bits * j) for j, m in enumerate(chunk))
-        out.append(c * (1 + n * plain) % nsq)
-    fresh = EncryptedVector(key, slots.for_owner(key, out), 0, fresh=True)
-    return fresh, PackingMasks(layout, -S, masks)
+    return RowPacking(per * spec.dim, probe.slot_bits, per * spec.dim), per
 
 
 def _grouped(rows: np.ndarray[Any, Any], per: int) -> np.ndarray[Any, Any]:
@@ -480,7 +458,7 @@ class SourceRole(_Party):
             FTL.child(f"dec-t{it}"),
             self.secret,
             expected=rows,
-            layout=_layout(packing, rows),
+            layout=packing.masked_layout(rows),
             workers=DECRYPT_THREADS,
         )
 
@@ -720,7 +698,9 @@ class TargetRole(_Party):
             out.append(phi_cts[0])
             plain_rows.append(np.zeros(per * d, dtype=object))
         out = slots.add_plain(out, np.array(plain_rows, dtype=object), packing, key)
-        vector, masks = _masked(out, packing, key)
+        vector, masks = mask_slots(
+            EncryptedVector(key, out, 0), packing.masked_layout(len(out)), for_key_owner=True
+        )
         ints = request_decryption(fed, peer, FTL.child(f"dec-t{it}"), vector, masks)
         values = np.asarray(ints, dtype=np.float64).reshape(-1, per, d) * 2.0**-S
         own_groups = -(-len(self.own) // per)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
-from vfl._lazy import lazy_exports
+from vfl.lazy import lazy_exports
 
 try:
     __version__ = version("vflink")

@@ -19,10 +19,31 @@ a deployed role's epoch lines go to its log.
 :class:`FederatedEstimator` is the scikit-learn-style base: ``fit(parts, y, label_party=...)``
 and ``fit_party(federation, frame, y, ...)`` both call :meth:`FederatedEstimator._fit_roles`
 and :meth:`FederatedEstimator._collect`; subclasses implement those two.
+
+**One estimator surface.** Every estimator of every family (vertical linear, split, transfer,
+horizontal; ``tests/test_api.py`` enumerates them) speaks alike:
+
+* the same name for the same concept: ``max_iter`` (epochs, rounds or iterations: the most
+  passes training makes), ``hidden_layer_sizes`` (a network's hidden layers), ``random_state``
+  (simulation randomness only, never the cryptography's; default None: drawn afresh, and
+  where the parties must agree on it, agreed from each party's OS randomness), ``timeout``
+  (seconds a simulated party waits for a message; default None: :func:`wait_limit`),
+  ``verbose`` (0 quiet, 1 the epochs live);
+* one way to ask for differential privacy, ``privacy=<object>``, whose class names the
+  mechanism (:mod:`vfl.privacy.options`, :mod:`horizontal.privacy`), and one way to ask for
+  a secure variant, ``protocol=`` (family-specific values, each documented by its estimator);
+* ``save(path)`` and ``load(path)`` on every estimator (a folder of one file per party for
+  the vertical families, whose parties never share a file; one file otherwise);
+* after ``fit``: ``history_``, one record per epoch or round, and ``privacy_ledger_``, the
+  :class:`~vfl.privacy.PrivacyLedger` of the fit (empty when no mechanism ran).
+
+Keywords renamed on the way there are still accepted for a while, each with a
+``FutureWarning`` (:func:`deprecated_parameters`), as scikit-learn deprecates.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,6 +59,8 @@ __all__ = [
     "SECONDS_PER_ROW",
     "FederatedEstimator",
     "Role",
+    "deprecated_parameters",
+    "fresh_seed",
     "labelled",
     "run_deployed",
     "run_simulation",
@@ -94,6 +117,38 @@ def labelled(party: str, role: Role, *, deployed: bool = False) -> Role:
     return run
 
 
+def deprecated_parameters(
+    owner: str, given: Mapping[str, Any], renamed: Mapping[str, str], *, stacklevel: int = 3
+) -> dict[str, Any]:
+    """The deprecated keyword arguments ``given`` to ``owner``'s ``__init__``, each announced
+    with a ``FutureWarning`` naming its replacement (``renamed``: old name -> what to use);
+    a name that is not among them is the ``TypeError`` Python raises for an unknown keyword.
+
+    Estimators take them as ``**deprecated`` and translate them to their current parameters
+    in ``__init__`` (the one piece of logic there): ``get_params`` then reports only current
+    names, so ``clone`` and ``set_params`` keep working, and a fitted model never carries the
+    old spelling (scikit-learn keeps the old parameter beside the new one until removal; with
+    renames this wide that would list every concept twice)."""
+    unknown = sorted(set(given) - set(renamed))
+    if unknown:
+        raise TypeError(f"{owner}.__init__() got an unexpected keyword argument {unknown[0]!r}")
+    for old in given:
+        warnings.warn(
+            f"{owner}({old}=...) is deprecated and will be removed; use {renamed[old]} instead",
+            FutureWarning,
+            stacklevel=stacklevel,
+        )
+    return dict(given)
+
+
+def fresh_seed() -> int:
+    """A seed for ``random_state=None`` in simulation randomness (batch orders, module
+    initialisation), from the OS; never for cryptography."""
+    import numpy as np
+
+    return int(np.random.SeedSequence().generate_state(1)[0])
+
+
 class FederatedEstimator(BaseEstimator):  # type: ignore[misc]
     """Base of vflink's federated estimators (see the module docstring).
 
@@ -102,6 +157,16 @@ class FederatedEstimator(BaseEstimator):  # type: ignore[misc]
     """
 
     timeout: float | None
+
+    def _fitted_ledger(self, ledger: Any, *, delta: float = 1e-5) -> Any:
+        """The fit's ledger, kept as ``privacy_ledger_``: ``ledger`` when given, else a new
+        :class:`~vfl.privacy.PrivacyLedger` (empty when no mechanism spends in it)."""
+        if ledger is None:
+            from vfl.privacy import PrivacyLedger
+
+            ledger = PrivacyLedger(delta=delta)
+        self.privacy_ledger_ = ledger
+        return ledger
 
     def _wait_limit(self, rows: int) -> float:
         """:func:`wait_limit` of this estimator's ``timeout`` for a job on ``rows`` rows."""

@@ -1,59 +1,24 @@
-"""The learners ``vflink party`` can run: a name registry of :class:`Job` entries.
+"""The vertical family's jobs and comparison rows: what it offers the application.
 
-``[job] model = "logistic"`` in the federation config picks an entry; ``[job.params]`` holds the
-estimator's keyword arguments. A job says how to build its estimator and how the label party
-evaluates the held-out rows (metrics and a predictions table), so a new learner adds an entry
-here (:func:`register_job`), not an edit of :mod:`vfl.party`.
+:func:`register` (the ``vertical`` entry point of the ``vflink.families`` group) adds to the
+registries of :mod:`vfl.registry` the learners ``vflink party`` can run with ``[job] model =
+"..."`` -- ``"logistic"`` (binary or multiclass), ``"linear"`` (regression), ``"poisson"``
+(counts) and ``"split"`` (a split neural network, :mod:`vfl.split`) -- and the modules of its
+comparison rows (:mod:`vfl.comparison.vertical`, :mod:`vfl.comparison.split`). A job says how
+to build its estimator from ``[job.params]`` and how the label party evaluates the held-out
+rows (metrics and a predictions table), so a new learner adds a :class:`~vfl.registry.Job`
+here, not an edit of the party runner (:mod:`vfl.app.party`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-__all__ = ["JOBS", "Job", "get_job", "register_job"]
+from vfl.registry import Job, register_job, register_scheme_module
 
-
-def _present_outputs(estimator: Any, outputs: np.ndarray[Any, Any]) -> dict[str, Any]:
-    return {"predicted": outputs}
-
-
-@dataclass(frozen=True)
-class Job:
-    """A learner ``vflink party`` can run.
-
-    Attributes
-    ----------
-    name : str
-        Its name in ``[job] model = "..."``.
-    make : callable
-        ``make(**params)``: the estimator (with ``fit_party``/``predict_party``/``parts_``).
-    evaluate : callable
-        ``evaluate(estimator, labels, outputs)``: ``(metrics, columns)`` from the held-out
-        rows' true labels and what the label party's ``predict_party`` returned; ``columns``
-        are added to ``predictions.csv``.
-    metrics : tuple of str
-        The names ``evaluate`` reports (each None in ``metrics.json`` when there are no
-        held-out rows).
-    present : callable
-        ``present(estimator, outputs)``: the ``predictions.csv`` columns of rows without
-        labels (``vflink party --predict``); by default the outputs as ``predicted``.
-    """
-
-    name: str
-    make: Callable[..., Any]
-    evaluate: Callable[
-        [Any, np.ndarray[Any, Any], np.ndarray[Any, Any]], tuple[dict[str, Any], dict[str, Any]]
-    ]
-    metrics: tuple[str, ...] = ()
-    present: Callable[[Any, np.ndarray[Any, Any]], dict[str, Any]] = field(default=_present_outputs)
-    protocols: bool = True
-    """Whether the learner takes ``protocol=`` and ``coordinator=`` (the vertical linear
-    models; ``vflink party`` then defaults them from the config)."""
+__all__ = ["LINEAR", "LOGISTIC", "POISSON", "SPLIT", "register"]
 
 
 def _present_classifier(estimator: Any, scores: np.ndarray[Any, Any]) -> dict[str, Any]:
@@ -181,81 +146,28 @@ def _evaluate_split(
     return metrics, columns
 
 
-def _transfer(**params: Any) -> Any:
-    from transfer import FederatedTransferClassifier
-
-    return FederatedTransferClassifier(**params)
-
-
-def _evaluate_transfer(
-    estimator: Any, labels: np.ndarray[Any, Any], proba: np.ndarray[Any, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    from sklearn.metrics import roc_auc_score
-
-    positive = np.asarray(labels) == estimator.classes_[1]
-    auc = float(roc_auc_score(positive, proba)) if len(set(positive.tolist())) == 2 else None
-    return {"test_auc": auc}, {"probability": proba}
-
-
-JOBS: dict[str, Job] = {}
-"""The registry: name -> job."""
-
-
-def register_job(job: Job) -> None:
-    """Add (or replace) a job in the registry."""
-    JOBS[job.name] = job
-
-
-def get_job(name: Any) -> Job:
-    """The job named ``name`` (``ValueError`` listing the known names otherwise)."""
-    job = JOBS.get(name) if isinstance(name, str) else None
-    if job is None:
-        raise ValueError(f"model must be one of {sorted(JOBS)}, got {name!r}")
-    return job
-
-
-register_job(
-    Job(
-        "logistic",
-        _logistic,
-        _evaluate_classifier,
-        ("test_auc", "test_accuracy"),
-        present=_present_classifier,
-    )
+LOGISTIC = Job(
+    "logistic",
+    _logistic,
+    _evaluate_classifier,
+    ("test_auc", "test_accuracy"),
+    present=_present_classifier,
 )
-register_job(Job("linear", _linear, _evaluate_regressor, ("test_r2", "test_rmse")))
-register_job(Job("poisson", _poisson, _evaluate_poisson, ("test_d2", "test_mean_poisson_deviance")))
-
-
-def predictions_frame(
-    common_rows: Any,
-    ids: Any,
-    id_column: str,
-    label_column: str,
-    labels: Any,
-    columns: dict[str, Any],
-) -> pd.DataFrame:
-    """The label party's ``predictions.csv``: the held-out rows, their IDs, what the model
-    predicted and the true labels (none when ``labels`` is None: new rows scored with
-    ``--predict``)."""
-    frame: pd.DataFrame = pd.DataFrame({"common_row": common_rows, id_column: ids})
-    for name, values in columns.items():
-        frame[name] = values
-    if labels is not None:
-        frame[label_column] = labels
-    return frame
-
-
-register_job(
-    Job("transfer", _transfer, _evaluate_transfer, ("test_auc",), protocols=False)
-)  # run by transfer.party (the target keeps its rows; the source labels every row)
-register_job(
-    Job(
-        "split",
-        _split,
-        _evaluate_split,
-        ("test_auc", "test_accuracy"),
-        present=_present_split,
-        protocols=False,
-    )
+LINEAR = Job("linear", _linear, _evaluate_regressor, ("test_r2", "test_rmse"))
+POISSON = Job("poisson", _poisson, _evaluate_poisson, ("test_d2", "test_mean_poisson_deviance"))
+SPLIT = Job(
+    "split",
+    _split,
+    _evaluate_split,
+    ("test_auc", "test_accuracy"),
+    present=_present_split,
+    protocols=False,
 )
+
+
+def register() -> None:
+    """Add the vertical family's jobs and modules of comparison rows to :mod:`vfl.registry`."""
+    for job in (LOGISTIC, LINEAR, POISSON, SPLIT):
+        register_job(job)
+    register_scheme_module("vertical", "vfl.comparison.vertical")
+    register_scheme_module("split", "vfl.comparison.split", needs=("torch",))

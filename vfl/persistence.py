@@ -9,6 +9,12 @@ leaves the old model or the new one. Torch modules are saved as their ``state_di
 to arrays (:func:`state_dict_to_arrays`), never ``torch.save``.
 
 A file of a newer format version than this vflink reads is refused with an upgrade hint.
+
+Every estimator saves with ``save(path)`` and reads back with ``load(path)``. A vertical model
+(linear, Poisson, split, federated transfer) is a folder holding one file per party
+(``<party>.npz``: a party's file never holds anything of another's, and in deployment each
+party saves only its own) and, where DP spent anything, ``privacy_ledger.json``
+(:func:`model_files` lists them); a horizontal or local model is one file.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from vfl.extras import require
 from vfl.files import write_atomically
 
 __all__ = [
@@ -28,7 +35,9 @@ __all__ = [
     "FORMAT_VERSION",
     "arrays_to_state_dict",
     "dump_model",
+    "label_party_of_parts",
     "load_model",
+    "model_files",
     "parse_model",
     "save_model",
     "state_dict_to_arrays",
@@ -126,6 +135,7 @@ def state_dict_to_arrays(state_dict: Any, prefix: str = "") -> dict[str, np.ndar
 
 def arrays_to_state_dict(arrays: dict[str, np.ndarray[Any, Any]], prefix: str = "") -> Any:
     """The torch ``state_dict`` of the arrays whose names start with ``prefix``."""
+    require("torch", for_="a torch model's weights")
     import torch
 
     return {
@@ -133,3 +143,37 @@ def arrays_to_state_dict(arrays: dict[str, np.ndarray[Any, Any]], prefix: str = 
         for k, v in arrays.items()
         if k.startswith(prefix)
     }
+
+
+def model_files(paths: tuple[str | Path, ...]) -> list[Path]:
+    """The files of ``paths``: a folder stands for the ``.npz`` parts and the ledger in it."""
+    files: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            found = sorted(path.glob("*.npz")) + sorted(path.glob("privacy_ledger.json"))
+            if not found:
+                raise ValueError(f"{path} holds no saved model (no .npz part): save to it first")
+            files.extend(found)
+        else:
+            files.append(path)
+    return files
+
+
+def label_party_of_parts(parts: dict[str, Any], given: str | None) -> str:
+    """The label party of loaded parts: ``given``, else the party whose part is the active
+    one (a passive party loading only its own part must name it)."""
+    active = [name for name, part in parts.items() if part.role == "active"]
+    if given is not None:
+        if active and active != [given]:
+            raise ValueError(
+                f"the part of {active[0]!r} was saved as the label party's, not {given!r}'s: "
+                "load it with that label party (or without naming one)"
+            )
+        return given
+    if len(active) != 1:
+        raise ValueError(
+            "none of the loaded parts is the label party's: pass label_party='...' (a passive "
+            "party loading only its own part names it)"
+        )
+    return active[0]

@@ -13,6 +13,7 @@ import torch
 
 from horizontal import FederatedClassifier, RecordDP
 from horizontal.attacks import (
+    GradientInversionAudit,
     add_trigger,
     attack_success,
     boost,
@@ -24,7 +25,9 @@ from horizontal.attacks import (
 )
 from horizontal.model import build_module, flatten
 from horizontal.robust import RobustAggregation
+from horizontal.secagg import SecAggConfig
 from horizontal.training import Update
+from vfl.audit import AuditResult, get_audit
 from vfl.datasets import make_hospital_cohort
 
 
@@ -41,7 +44,7 @@ def test_one_record_updates_give_the_records_away_unless_securely_aggregated() -
     y = (x[:, 0] > 0).astype(int)
     clients = {f"c{i:02d}": (x[i : i + 1], y[i : i + 1]) for i in range(20)}
     options: dict[str, Any] = dict(
-        rounds=1,
+        max_iter=1,
         strategy="fedsgd",
         standardize=False,
         classes=[0, 1],
@@ -59,9 +62,31 @@ def test_one_record_updates_give_the_records_away_unless_securely_aggregated() -
             assert reconstruction_error(found, x[row]) < 1e-4  # exact up to float32
             seen += 1
     assert seen == 20
-    secure = FederatedClassifier(**options, secure_aggregation=10).fit(clients)
+    secure = FederatedClassifier(**options, protocol=SecAggConfig(threshold=10)).fit(clients)
     found = invert_affine_update(secure.weights_ - flatten(template), template)
     assert min(reconstruction_error(found, x[i]) for i in range(20)) > 0.3  # a mix of all
+
+
+def test_the_audits_are_found_by_name_and_score_inversion_against_the_mean() -> None:
+    assert get_audit("gradient-inversion") is GradientInversionAudit
+    for name in ("gradient-inversion", "gradient-matching", "membership", "backdoor"):
+        assert get_audit(name).family == "horizontal"
+    rows = np.random.default_rng(3).normal(size=(4, 5))
+    module = build_module(None, 5, 2, (8,), 0)
+    gradients = []
+    for row in rows:
+        loss = torch.nn.functional.cross_entropy(
+            module(torch.as_tensor(row[None, :], dtype=torch.float32)), torch.tensor([0])
+        )
+        grads = torch.autograd.grad(loss, list(module.parameters()))
+        gradients.append(torch.cat([g.reshape(-1) for g in grads]).double().numpy())
+    audit = get_audit("gradient-inversion")()
+    one_each = audit.run(gradients, module, list(rows))
+    assert isinstance(one_each, AuditResult)
+    assert (one_each.successes, one_each.trials, one_each.chance) == (4, 4, 0.0)
+    # the server's view under secure aggregation: the sum, with every record behind it
+    summed = audit.run([np.sum(gradients, axis=0)], module, [rows])
+    assert summed.successes == 0 and not summed.leaks
 
 
 def test_dlg_recovers_one_record_from_its_gradient() -> None:
@@ -116,11 +141,15 @@ def test_membership_inference_reads_an_overfit_model_and_dp_blunts_it() -> None:
         classes=[0, 1],
         random_state=0,
     )
-    open_model = FederatedClassifier(rounds=60, **options).fit(clients)
+    open_model = FederatedClassifier(max_iter=60, **options).fit(clients)
     found = membership_auc(open_model.predict_proba, (x_in, y_in), (x_out, y_out), [0, 1])
     assert found > 0.6
+    audited = get_audit("membership")().run(
+        open_model.predict_proba, (x_in, y_in), (x_out, y_out), [0, 1]
+    )
+    assert audited.success_rate == found and audited.leaks
     private = FederatedClassifier(
-        rounds=30, privacy=RecordDP(noise_multiplier=2.0, max_grad_norm=1.0), **options
+        max_iter=30, privacy=RecordDP(noise_multiplier=2.0, max_grad_norm=1.0), **options
     ).fit(clients)
     blunted = membership_auc(private.predict_proba, (x_in, y_in), (x_out, y_out), [0, 1])
     assert blunted < found - 0.05 and blunted < 0.58
@@ -143,7 +172,7 @@ def _cohort(seed: int) -> tuple[dict[str, Any], Any, Any, list[str]]:
 
 
 OPTIONS: dict[str, Any] = dict(
-    rounds=20, standardize=False, classes=[0, 1], random_state=0, hidden_layer_sizes=(32,)
+    max_iter=20, standardize=False, classes=[0, 1], random_state=0, hidden_layer_sizes=(32,)
 )
 
 
@@ -165,9 +194,9 @@ def test_a_byzantine_client_breaks_fedavg_and_not_the_robust_rules() -> None:
             clients
         )
     with pytest.raises(ValueError, match="robust aggregation needs each client's update"):
-        FederatedClassifier(**OPTIONS, robust_aggregation="median", secure_aggregation=4).fit(
-            clients
-        )
+        FederatedClassifier(
+            **OPTIONS, robust_aggregation="median", protocol=SecAggConfig(threshold=4)
+        ).fit(clients)
 
 
 def test_a_boosted_backdoor_succeeds_against_fedavg_and_the_median_cuts_it() -> None:

@@ -19,6 +19,7 @@ from horizontal.compression import (
     topk_bytes,
     unpack_codes,
 )
+from horizontal.secagg import SecAggConfig
 
 # -- stochastic quantisation -----------------------------------------------------------------
 
@@ -242,6 +243,10 @@ def test_topk_refuses_bad_input() -> None:
     for fraction in (0.0, 1.5, -0.1):
         with pytest.raises(ValueError, match=r"fraction must be in \(0, 1\]"):
             TopK(fraction=fraction)
+    emptied = TopK(1)
+    emptied.k = None  # both attributes unset after construction
+    with pytest.raises(ValueError, match="set k= or fraction="):
+        emptied.kept(5)
     topk = TopK(1)
     with pytest.raises(ValueError, match="must be finite"):
         topk.compress(np.array([1.0, np.nan]))
@@ -277,14 +282,14 @@ def test_compressed_training_sends_fewer_bytes_at_little_cost() -> None:
     y_test = np.concatenate([v.iloc[500:]["diagnosis"].to_numpy() for v in hospitals.values()])
     found = {}
     for chosen in (None, 8, 0.1):
-        model = FederatedClassifier(rounds=10, random_state=0, compression=chosen)
+        model = FederatedClassifier(max_iter=10, random_state=0, compression=chosen)
         model.fit(clients, keep_payloads=True)
         sent = sum(r.nbytes for r in model.transcript_.records if r.tag.startswith("fed/update"))
         found[chosen] = (sent, roc_auc_score(y_test, model.predict_proba(x_test)[:, 1]))
     assert found[8][0] < 0.3 * found[None][0] and found[0.1][0] < 0.3 * found[None][0]
     assert abs(found[8][1] - found[None][1]) < 0.005
     assert abs(found[0.1][1] - found[None][1]) < 0.005
-    with pytest.raises(ValueError, match="choose secure_aggregation or compression"):
-        FederatedClassifier(compression=8, secure_aggregation=3).fit(clients)
+    with pytest.raises(ValueError, match='choose protocol="secagg" or compression'):
+        FederatedClassifier(compression=8, protocol=SecAggConfig(threshold=3)).fit(clients)
     with pytest.raises(ValueError, match="compression must be a bit count"):
         FederatedClassifier(compression=0).fit(clients)

@@ -22,12 +22,13 @@ from horizontal.baseline import pooled_twin
 from horizontal.lbfgs import lbfgs_step
 from horizontal.local import holdout
 from horizontal.model import build_module
+from horizontal.secagg import SecAggConfig
 from horizontal.stopping import EarlyStopping
 
 FATE = Path(__file__).resolve().parents[3] / "shared" / "data" / "fate"
 
 OLD_DEFAULTS: dict[str, Any] = dict(
-    rounds=20, learning_rate=0.05, strategy="fedavg", alpha=0.0, early_stopping=False
+    max_iter=20, learning_rate=0.05, strategy="fedavg", alpha=0.0, early_stopping=False
 )
 """What ``FederatedClassifier(module="linear")`` ran before: 20 rounds of FedAvg (one local
 epoch of SGD at 0.05), no penalty, no early stopping."""
@@ -231,7 +232,7 @@ def test_fedlbfgs_rounds_see_the_pooled_objective() -> None:
     from (the first: the initial model's), and it never rises between accepted points."""
     x, y = load_breast_cancer(return_X_y=True)
     clients = {"a": (x[:200], y[:200]), "b": (x[200:], y[200:])}
-    model = FederatedClassifier(module="linear", rounds=5, random_state=0)
+    model = FederatedClassifier(module="linear", max_iter=5, random_state=0)
     seen: list[Any] = []
     model.fit(clients, callback=lambda record, snapshot: seen.append(snapshot.weights_))
     initial = build_module("linear", 30, 2, (), 0)
@@ -298,12 +299,12 @@ def test_auto_resolves_to_what_each_setting_allows() -> None:
 
     assert resolved(module="linear") == (500, FedLBFGS(), False)  # converges, no held-out rows
     assert resolved() == (500, FedAvg(local_optimizer="adam"), True)  # a network stops early
-    assert resolved(rounds=7) == (7, FedAvg(local_optimizer="adam"), False)
+    assert resolved(max_iter=7) == (7, FedAvg(local_optimizer="adam"), False)
     assert resolved(module="linear", client_fraction=0.5) == (500, FedAvg(), True)
     assert resolved(module="linear", compression=8) == (500, FedAvg(), True)
     dp = ClientDP(noise_multiplier=1.0)
     assert resolved(module="linear", privacy=dp) == (20, FedAvg(), False)  # a fixed schedule
-    assert resolved(secure_aggregation=2) == (20, FedAvg(), False)
+    assert resolved(protocol=SecAggConfig(threshold=2)) == (20, FedAvg(), False)
     assert resolved(strategy="fedprox", early_stopping=True)[2] is True
 
 
@@ -313,7 +314,7 @@ def test_verbose_shows_the_servers_rounds_labelled(capsys: pytest.CaptureFixture
 
     x, y = make_classification(400, 5, random_state=0)
     clients = {"a": (x[:200], y[:200]), "b": (x[200:], y[200:])}
-    FederatedClassifier(module="linear", rounds=3, verbose=1, random_state=0).fit(clients)
+    FederatedClassifier(module="linear", max_iter=3, verbose=1, random_state=0).fit(clients)
     lines = [
         line for line in capsys.readouterr().err.splitlines() if line.startswith("server: round")
     ]

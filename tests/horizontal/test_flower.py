@@ -101,7 +101,7 @@ def _deltas(seed: int = 0, size: int = 7) -> dict[str, Any]:
 def test_aggregate_is_vflinks_weighted_mean(strategy: Any) -> None:
     deltas = _deltas()
     weights = np.linspace(-1, 1, 7)
-    flower = as_flower_strategy(strategy, rounds=1, random_state=0)
+    flower = as_flower_strategy(strategy, max_iter=1, random_state=0)
     got = _one_round(flower, deltas, weights)
     expected = weights + weighted_mean([d for d, _, _ in deltas.values()], [10, 30, 60])
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
@@ -111,13 +111,13 @@ def test_aggregate_is_vflinks_weighted_mean(strategy: Any) -> None:
 def test_robust_aggregate_is_vflinks_median() -> None:
     deltas = _deltas(1)
     weights = np.zeros(7)
-    flower = as_flower_strategy("fedavg", aggregator="median", rounds=1)
+    flower = as_flower_strategy("fedavg", aggregator="median", max_iter=1)
     got = _one_round(flower, deltas, weights)
     np.testing.assert_allclose(got, coordinate_median([d for d, _, _ in deltas.values()]))
 
 
 def test_client_dp_mean_and_ledger_match_vflinks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("horizontal.privacy._noise", lambda size, sigma: np.zeros(size))
+    monkeypatch.setattr("horizontal.privacy.gaussian_noise", lambda size, sigma: np.zeros(size))
     deltas = _deltas(2)
     weights = np.zeros(7)
     privacy = ClientDP(noise_multiplier=1.1, clip=0.5)
@@ -208,17 +208,17 @@ def test_flower_protocol_in_process_trains_vflinks_model(strategy: Any) -> None:
 def test_unsupported_settings_are_refused() -> None:
     from horizontal import Scaffold
 
-    strategy = as_flower_strategy(Scaffold(), rounds=1)
+    strategy = as_flower_strategy(Scaffold(), max_iter=1)
     with pytest.raises(ValueError, match="Scaffold"):
         strategy.begin(["a", "b"])
     # the estimators' "auto" defaults end a fit at a round Flower does not know in advance
     with pytest.raises(ValueError, match="FedLBFGS"):
-        as_flower_strategy("auto", module="linear", rounds=5).begin(["a", "b"])
+        as_flower_strategy("auto", module="linear", max_iter=5).begin(["a", "b"])
     with pytest.raises(ValueError, match="early stopping"):
         as_flower_strategy("fedavg").begin(["a", "b"])
     with pytest.raises(ValueError, match="standardisation under DP"):
         as_flower_strategy(
-            "fedavg", rounds=2, privacy=ClientDP(noise_multiplier=1.0), classes=[0, 1]
+            "fedavg", max_iter=2, privacy=ClientDP(noise_multiplier=1.0), classes=[0, 1]
         ).begin(["a", "b"])
 
 

@@ -18,6 +18,7 @@ from horizontal.lasso import (
     kkt_gap,
     support_recovery,
 )
+from horizontal.secagg import SecAggConfig
 from vfl.audit.transcript import find_plaintext
 
 
@@ -66,7 +67,7 @@ def test_the_path_matches_lasso_path_and_cv_picks_a_sensible_alpha() -> None:
 def test_secure_aggregation_gives_the_same_model_and_hides_each_gradient() -> None:
     parts, _, _, _ = _data(p=10, seed=2)
     plain = FederatedLasso(alpha=0.1, tol=1e-10).fit(parts, keep_payloads=True)
-    secure = FederatedLasso(alpha=0.1, tol=1e-10, secure_aggregation=3).fit(
+    secure = FederatedLasso(alpha=0.1, tol=1e-10, protocol=SecAggConfig(threshold=3)).fit(
         parts, keep_payloads=True
     )
     np.testing.assert_allclose(secure.coef_, plain.coef_, atol=1e-6)

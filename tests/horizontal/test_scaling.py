@@ -83,7 +83,7 @@ def test_the_dp_scaling_spends_what_it_records_and_finds_the_columns_scales() ->
     clients, _, _ = badly_scaled(0)
     model = FederatedClassifier(
         module="linear",
-        rounds=2,
+        max_iter=2,
         privacy=ClientDP(noise_multiplier=1.0, clip=1.0),
         classes=[0, 1],
         random_state=0,
@@ -117,7 +117,7 @@ def test_public_bounds_scale_without_a_release() -> None:
     x = np.vstack([x for x, _ in clients.values()])
     low, high = x.min(axis=0) - 1, x.max(axis=0) + 1
     options: dict[str, Any] = dict(
-        module="linear", rounds=1, privacy=ClientDP(noise_multiplier=1.0), classes=[0, 1]
+        module="linear", max_iter=1, privacy=ClientDP(noise_multiplier=1.0), classes=[0, 1]
     )
     model = FederatedClassifier(
         standardize=DPScaling(epsilon=None, bounds=(low, high)), **options
@@ -144,12 +144,12 @@ def test_a_regression_scales_its_target_from_noisy_statistics_too() -> None:
     y = 1000 + x @ np.array([3.0, -1.0, 0.5]) + rng.normal(0, 5, 2000)
     clients = {"a": (x[:1000], y[:1000]), "b": (x[1000:], y[1000:])}
     model = FederatedRegressor(
-        module="linear", rounds=1, privacy=ClientDP(noise_multiplier=1.0), random_state=0
+        module="linear", max_iter=1, privacy=ClientDP(noise_multiplier=1.0), random_state=0
     ).fit(clients)
     assert model.target_mean_ == pytest.approx(y.mean(), abs=0.2 * y.std())
     assert model.target_scale_ == pytest.approx(y.std(), rel=0.25)
     options: dict[str, Any] = dict(
-        module="linear", rounds=1, learning_rate=1e-8, privacy=ClientDP(noise_multiplier=1)
+        module="linear", max_iter=1, learning_rate=1e-8, privacy=ClientDP(noise_multiplier=1)
     )
     for standardize in (True, False):  # no exact sums leave a client under DP
         fitted = FederatedRegressor(standardize=standardize, **options)

@@ -195,9 +195,9 @@ def test_federated_training_under_secure_aggregation_is_fedavg_without_any_updat
     hospitals = make_hospital_cohort(5, 1500, random_state=0)
     clients = {k: (v.drop(columns=["diagnosis"]), v["diagnosis"]) for k, v in hospitals.items()}
     for strategy in ("fedavg", "scaffold"):
-        plain = FederatedClassifier(rounds=3, random_state=0, strategy=strategy).fit(clients)
+        plain = FederatedClassifier(max_iter=3, random_state=0, strategy=strategy).fit(clients)
         secure = FederatedClassifier(
-            rounds=3, random_state=0, strategy=strategy, secure_aggregation=3
+            max_iter=3, random_state=0, strategy=strategy, protocol=SecAggConfig(threshold=3)
         ).fit(clients, keep_payloads=True)
         np.testing.assert_allclose(secure.weights_, plain.weights_, atol=1e-6)
         steps = {r.tag.split("/")[1] for r in secure.transcript_.records if r.sender != "server"}
@@ -205,7 +205,7 @@ def test_federated_training_under_secure_aggregation_is_fedavg_without_any_updat
         assert [r.replied for r in secure.history_] == [5, 5, 5]
     with pytest.raises(ValueError, match="adaptive clipping needs the server to count"):
         FederatedClassifier(
-            secure_aggregation=3,
+            protocol=SecAggConfig(threshold=3),
             privacy=ClientDP(noise_multiplier=0.2, adaptive=True),
             standardize=False,
             classes=[0, 1],
@@ -222,8 +222,8 @@ def test_client_level_dp_under_secure_aggregation_distributes_its_noise() -> Non
     spec = SimpleNamespace(
         client_fraction=1.0,
         clients=("a", "b", "c", "d", "e"),
-        rounds=3,
-        secure_aggregation=SecAggConfig(threshold=4),
+        max_iter=3,
+        protocol=SecAggConfig(threshold=4),
     )
     share = privacy.noise_share(200_000, None, spec)
     # each client's share carries 1/t of the variance: t of them the whole (1.5 * 0.5)^2
@@ -233,10 +233,12 @@ def test_client_level_dp_under_secure_aggregation_distributes_its_noise() -> Non
         k: (v.drop(columns=["diagnosis"]).to_numpy(), v["diagnosis"]) for k, v in hospitals.items()
     }
     options: dict[str, Any] = dict(
-        rounds=3, standardize=False, classes=[0, 1], random_state=0, privacy=privacy
+        max_iter=3, standardize=False, classes=[0, 1], random_state=0, privacy=privacy
     )
     central = FederatedClassifier(**options).fit(clients)
-    secure = FederatedClassifier(**options, secure_aggregation=4).fit(clients, keep_payloads=True)
+    secure = FederatedClassifier(**options, protocol=SecAggConfig(threshold=4)).fit(
+        clients, keep_payloads=True
+    )
     assert secure.epsilon_ == pytest.approx(central.epsilon_, rel=1e-9)  # the same account
     entries = secure.privacy_ledger_.to_json()
     assert "distributed noise under secure aggregation" in entries
@@ -270,7 +272,7 @@ def test_every_client_hears_an_abort_and_none_hangs_or_sends_unmasked_input() ->
 
 
 def test_secagg_plus_refuses_survivors_that_fall_apart_into_separate_pieces() -> None:
-    from horizontal.secagg import _connected, neighbourhoods
+    from horizontal.secagg import is_connected, neighbourhoods
 
     vectors = _vectors(10, 8, seed=4)
     config = SecAggConfig(threshold=3, neighbours=4)
@@ -280,7 +282,7 @@ def test_secagg_plus_refuses_survivors_that_fall_apart_into_separate_pieces() ->
     cut = next(
         set(group)
         for group in itertools.combinations(names, 4)
-        if not _connected(set(names) - set(group), graph)
+        if not is_connected(set(names) - set(group), graph)
     )
     with pytest.raises(PartyFailedError, match="fall apart into separate"):
         _run(vectors, config, dict.fromkeys(cut, "shares"))

@@ -27,9 +27,10 @@ from horizontal import (
     iid_split,
 )
 from horizontal.aggregate import clip_to_norm, weighted_mean
+from horizontal.client import ClientRole
 from horizontal.model import build_module
 from horizontal.privacy import clipped_sum
-from horizontal.training import ClientRole, ServerRole
+from horizontal.server import ServerRole
 from vfl.datasets import HOSPITAL_FEATURES, make_hospital_cohort
 from vfl.federation import LocalFederation
 from vfl.federation.wire import decode
@@ -75,7 +76,7 @@ def test_a_fedavg_round_moves_the_model_by_the_row_weighted_mean_update(breast) 
     first, *_ = uneven
     x, y = uneven[first]
     uneven[first] = (x[:40], y[:40])  # sizes 40, 142, 142, 142: the weights matter
-    model = FederatedClassifier(rounds=2, random_state=0).fit(uneven, keep_payloads=True)
+    model = FederatedClassifier(max_iter=2, random_state=0).fit(uneven, keep_payloads=True)
     tasks = [p for s, _, p in _messages(model.transcript_, "fed/task") if s == "server"]
     start = {p["round"]: p["weights"].astype(np.float64) for p in tasks if not p["stop"]}
     updates = [p for _, _, p in _messages(model.transcript_, "fed/update/0")]
@@ -87,9 +88,9 @@ def test_a_fedavg_round_moves_the_model_by_the_row_weighted_mean_update(breast) 
 
 
 def test_fedprox_with_mu_zero_is_fedavg(breast) -> None:  # type: ignore[no-untyped-def]
-    a = FederatedClassifier(rounds=3, strategy=FedAvg(), random_state=0).fit(breast)
-    b = FederatedClassifier(rounds=3, strategy=FedProx(mu=0.0), random_state=0).fit(breast)
-    c = FederatedClassifier(rounds=3, strategy=FedProx(mu=1.0), random_state=0).fit(breast)
+    a = FederatedClassifier(max_iter=3, strategy=FedAvg(), random_state=0).fit(breast)
+    b = FederatedClassifier(max_iter=3, strategy=FedProx(mu=0.0), random_state=0).fit(breast)
+    c = FederatedClassifier(max_iter=3, strategy=FedProx(mu=1.0), random_state=0).fit(breast)
     np.testing.assert_array_equal(a.weights_, b.weights_)
     assert not np.allclose(a.weights_, c.weights_)  # the proximal term does act
     assert np.mean([r.drift for r in c.history_]) < np.mean([r.drift for r in a.history_])
@@ -97,7 +98,7 @@ def test_fedprox_with_mu_zero_is_fedavg(breast) -> None:  # type: ignore[no-unty
 
 def test_one_fedsgd_round_is_one_step_of_full_batch_gradient_descent(breast) -> None:  # type: ignore[no-untyped-def]
     rate = 0.3
-    model = FederatedClassifier(rounds=1, strategy="fedsgd", learning_rate=rate, random_state=0)
+    model = FederatedClassifier(max_iter=1, strategy="fedsgd", learning_rate=rate, random_state=0)
     model.fit(breast)
     x = np.vstack([x for x, _ in breast.values()])
     y = np.concatenate([y for _, y in breast.values()])
@@ -129,7 +130,7 @@ def test_fedavg_on_iid_hospitals_reaches_centralised_training() -> None:
         f"hospital_{k}": (x.iloc[train].iloc[rows], y.iloc[train].iloc[rows])
         for k, rows in enumerate(iid_split(len(train), 5, random_state=0))
     }
-    model = FederatedClassifier(module="linear", rounds=10, random_state=0).fit(clients)
+    model = FederatedClassifier(module="linear", max_iter=10, random_state=0).fit(clients)
     auc = roc_auc_score(y.iloc[test], model.predict_proba(x.iloc[test])[:, 1])
     assert auc >= _pooled_auc(clients, x.iloc[test], y.iloc[test]) - 0.01
 
@@ -141,7 +142,7 @@ def test_fedavg_on_fates_horizontally_split_default_credit_reaches_centralised_t
     *parts, test = (pd.read_csv(f) for f in files)
     columns = [c for c in test.columns if c.startswith("x")]
     clients = {f"party_{k}": (p[columns], p["y"]) for k, p in enumerate(parts)}
-    model = FederatedClassifier(module="linear", rounds=10, batch_size=64, random_state=0)
+    model = FederatedClassifier(module="linear", max_iter=10, batch_size=64, random_state=0)
     model.fit(clients)
     auc = roc_auc_score(test["y"], model.predict_proba(test[columns])[:, 1])
     assert auc >= _pooled_auc(clients, test[columns], test["y"]) - 0.01
@@ -163,7 +164,7 @@ def test_scaffold_removes_the_client_drift_that_biases_fedavg() -> None:
     z = np.c_[(x - x.mean(axis=0)) / x.std(axis=0), np.ones(len(x))]
     optimum = np.linalg.lstsq(z, (y - y.mean()) / y.std(), rcond=None)[0]
     options: dict[str, Any] = dict(
-        module="linear", rounds=60, local_epochs=5, batch_size=20, learning_rate=0.02
+        module="linear", max_iter=60, local_epochs=5, batch_size=20, learning_rate=0.02
     )
     distance, drift = {}, {}
     for strategy in ("fedavg", "scaffold"):
@@ -190,7 +191,7 @@ def test_client_level_dp_spends_what_dp_accounting_says(caplog) -> None:  # type
     clients = {f"c{k}": (rng.normal(size=(30, 4)), rng.integers(0, 2, 30)) for k in range(20)}
     model = FederatedClassifier(
         module="linear",
-        rounds=6,
+        max_iter=6,
         client_fraction=0.3,
         min_clients=1,
         privacy=ClientDP(noise_multiplier=1.1, clip=0.5, report_rounds=True),
@@ -211,7 +212,7 @@ def test_client_level_dp_spends_what_dp_accounting_says(caplog) -> None:  # type
     calibrated = ClientDP(epsilon=3.0, clip=0.5)
     again = FederatedClassifier(
         module="linear",
-        rounds=6,
+        max_iter=6,
         client_fraction=0.3,
         min_clients=1,
         privacy=calibrated,
@@ -226,7 +227,7 @@ def test_central_noise_costs_less_accuracy_than_local_noise(breast) -> None:  # 
     x = np.vstack([x for x, _ in clients.values()])
     y = np.concatenate([y for _, y in clients.values()])
     options: dict[str, Any] = dict(
-        module="linear", rounds=8, standardize=False, classes=[0, 1], random_state=0
+        module="linear", max_iter=8, standardize=False, classes=[0, 1], random_state=0
     )
     central = FederatedClassifier(privacy=ClientDP(noise_multiplier=2.0, clip=0.5), **options)
     local = FederatedClassifier(privacy=LocalDP(noise_multiplier=2.0, clip=0.5), **options)
@@ -275,7 +276,7 @@ def test_record_level_dp_records_each_clients_steps_and_its_epsilon(breast) -> N
     clients = _scaled(breast)
     model = FederatedClassifier(
         module="linear",
-        rounds=2,
+        max_iter=2,
         batch_size=32,
         privacy=RecordDP(noise_multiplier=1.0, max_grad_norm=1.0),
         standardize=False,
@@ -295,7 +296,7 @@ def test_record_level_dp_records_each_clients_steps_and_its_epsilon(breast) -> N
 
 def test_a_round_with_fewer_replies_than_min_clients_stops_the_fit(breast) -> None:  # type: ignore[no-untyped-def]
     def roles(min_clients: int) -> dict[str, Any]:
-        model = FederatedClassifier(rounds=3, random_state=0, min_clients=min_clients)
+        model = FederatedClassifier(max_iter=3, random_state=0, min_clients=min_clients)
         spec = model.fit_spec(list(breast))
         out: dict[str, Any] = {}
         for k, (name, (x, y)) in enumerate(breast.items()):
@@ -324,7 +325,7 @@ def _dropping(role: ClientRole) -> Any:
 def test_no_record_leaves_a_client(breast) -> None:  # type: ignore[no-untyped-def]
     from vfl.audit.transcript import find_plaintext
 
-    model = FederatedClassifier(rounds=2, batch_size=16, random_state=0)
+    model = FederatedClassifier(max_iter=2, batch_size=16, random_state=0)
     model.fit(breast, keep_payloads=True)
     kinds = {(r.sender in breast, r.tag.split("/")[1]) for r in model.transcript_.records}
     # clients send only their profile (counts, column sums) and one update per round
@@ -351,13 +352,13 @@ def test_bad_input_gets_clear_errors(breast) -> None:  # type: ignore[no-untyped
         Exception,
         match=f"client '{names[1]}' has other columns .*missing \\['c3'\\], extra \\['age'\\]",
     ):
-        FederatedClassifier(rounds=1).fit(renamed)
+        FederatedClassifier(max_iter=1).fit(renamed)
     with pytest.raises(ValueError, match="client 'empty' holds no rows"):
-        FederatedClassifier(rounds=1).fit({**breast, "empty": (x0[:0], y0[:0])})
+        FederatedClassifier(max_iter=1).fit({**breast, "empty": (x0[:0], y0[:0])})
     holed = x0.copy()
     holed[3, 2] = np.nan
     with pytest.raises(ValueError, match="column 2 has NaN or inf \\(row 3\\)"):
-        FederatedClassifier(rounds=1).fit({**breast, names[0]: (holed, y0)})
+        FederatedClassifier(max_iter=1).fit({**breast, names[0]: (holed, y0)})
     options: dict[str, Any] = dict(standardize=False, classes=[0, 1])
     with pytest.raises(ValueError, match="epsilon"):
         FederatedClassifier(privacy=ClientDP(epsilon=0.0), **options).fit(breast)
@@ -400,7 +401,7 @@ def test_a_saved_model_loads_and_a_callback_traces_every_round(breast, tmp_path:
     def trace(record: Any, model: Any) -> None:
         seen.append((record.round, roc_auc_score(y, model.predict_proba(x)[:, 1])))
 
-    model = FederatedClassifier(rounds=3, random_state=0).fit(breast, callback=trace)
+    model = FederatedClassifier(max_iter=3, random_state=0).fit(breast, callback=trace)
     assert [r for r, _ in seen] == [1, 2, 3]
     assert seen[-1][1] == pytest.approx(roc_auc_score(y, model.predict_proba(x)[:, 1]))
     model.save(tmp_path / "global.npz")
@@ -418,7 +419,7 @@ def test_training_over_grpc_gives_the_simulated_model(breast, tmp_path: Path) ->
 
     two = dict(list(breast.items())[:2])
     names = ["server", *two]
-    options: dict[str, Any] = dict(rounds=2, random_state=0, strategy="scaffold")
+    options: dict[str, Any] = dict(max_iter=2, random_state=0, strategy="scaffold")
 
     def party(name: str, fed: Any) -> Any:
         x, y = two.get(name, (None, None))

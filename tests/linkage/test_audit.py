@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from linkage import Field, Schema, encode, frequency_attack
-from linkage.encoding import _positions, _tokens, derive_key
+from linkage.encoding import derive_key, field_tokens, token_positions
 from vfl.datasets import make_lab_imaging_cohort
 
 SECRET = b"a shared secret of 32 bytes, ok!"
@@ -53,6 +53,28 @@ def test_alignment_reidentifies_frequent_names_of_plain_encodings(population: An
     assert result.n_records == len(frame)
     assert 0 < result.n_guesses <= len(frame)
     assert result.as_dict()["reidentified"] == result.reidentified
+
+
+def test_the_bloom_frequency_audit_counts_reidentified_records_against_the_top_name(
+    population: Any,
+) -> None:
+    from vfl.audit import AuditResult, get_audit
+
+    frame, table = population
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        encodings = encode(frame, PLAIN, secret=SECRET)
+    audit = get_audit("bloom-frequency")
+    assert audit.family == "linkage"
+    result = audit().run(encodings, table, frame["given_name"], field=NAME, schema=PLAIN)
+    found = result.details["attack"]
+    assert isinstance(result, AuditResult) and result.trials == len(frame)
+    assert result.successes == found.n_reidentified
+    assert result.success_rate == pytest.approx(found.reidentified)
+    # chance: every record guessed as the table's most frequent name
+    top = table.index[0].lower()
+    assert result.chance == pytest.approx(float(np.mean(frame["given_name"].str.lower() == top)))
+    assert result.leaks and result.advantage > 0.3
 
 
 def test_salting_and_blip_protect_against_alignment(population: Any) -> None:
@@ -101,8 +123,13 @@ def test_pattern_mining_finds_true_qgram_patterns(population: Any) -> None:
     result = attack(frame.iloc[:1500], table, PLAIN, method="pattern", max_qgrams=25)
     assert len(result.qgram_positions) >= 10
     key = derive_key(SECRET, NAME.key_purpose)
-    grams = sorted({g for name in table.index for g in _tokens(str(name).lower(), NAME)})
-    true = {g: set(_positions(["\x1f" + g], key, NAME.hash_count, PLAIN.bits)[0]) for g in grams}
+    grams = sorted({g for name in table.index for g in field_tokens(str(name).lower(), NAME)})
+    true = {
+        g: set(
+            token_positions(["\x1f" + g], key=key, hash_count=NAME.hash_count, bits=PLAIN.bits)[0]
+        )
+        for g in grams
+    }
     # most patterns mined are the positions of some q-gram (measured 12 of 14) ...
     real = [
         max(len(true[g] & set(found)) for g in grams) >= 0.8 * len(found)

@@ -23,10 +23,10 @@ from linkage import (
     match,
     plot_scores,
 )
-from linkage.blocking import _join
+from linkage.blocking import join_keys
 from linkage.encoding import soundex
-from linkage.matching import _optimal
-from linkage.threshold import greedy as _greedy
+from linkage.matching import optimal_assignment
+from linkage.threshold import greedy as greedy_assignment
 from vfl.datasets import identity_schema, make_lab_imaging_cohort
 
 matplotlib.use("Agg")
@@ -134,7 +134,7 @@ def test_join_against_a_naive_join() -> None:
     rng = np.random.default_rng(3)
     keys_a = rng.integers(0, 6, size=(3, 40)).astype(np.uint64)
     keys_b = rng.integers(0, 6, size=(3, 30)).astype(np.uint64)  # 0: no key
-    ia, ib = _join(keys_a, keys_b, 30)
+    ia, ib = join_keys(keys_a, keys_b, 30)
     expected = {
         (i, j)
         for k in range(3)
@@ -190,18 +190,18 @@ def test_optimal_assignment_maximises_the_total_score(seed: int) -> None:
     flat = rng.choice(5 * 5, size=9, replace=False)
     ia, ib = flat // 5, flat % 5
     scores = rng.uniform(0.8, 1.0, size=9)
-    chosen = _optimal(ia, ib, scores)
+    chosen = optimal_assignment(ia, ib, scores)
     assert len(set(ia[chosen])) == len(chosen) == len(set(ib[chosen]))
     assert scores[chosen].sum() == pytest.approx(brute_force_best_total(ia, ib, scores))
-    greedy = _greedy(ia, ib, scores)
+    greedy = greedy_assignment(ia, ib, scores)
     assert scores[greedy].sum() <= scores[chosen].sum() + 1e-12
 
 
 def test_optimal_beats_greedy_where_greedy_is_myopic() -> None:
     ia, ib = np.array([0, 0, 1]), np.array([0, 1, 0])
     scores = np.array([0.9, 0.85, 0.85])
-    assert sorted(_greedy(ia, ib, scores).tolist()) == [0]
-    assert sorted(_optimal(ia, ib, scores).tolist()) == [1, 2]
+    assert sorted(greedy_assignment(ia, ib, scores).tolist()) == [0]
+    assert sorted(optimal_assignment(ia, ib, scores).tolist()) == [1, 2]
 
 
 def test_score_plot_marks_the_threshold(cohort) -> None:  # type: ignore[no-untyped-def]
@@ -218,13 +218,13 @@ def test_score_plot_marks_the_threshold(cohort) -> None:  # type: ignore[no-unty
 
 
 def test_best_and_second_best_scores_against_a_naive_reference() -> None:
-    from linkage.matching import _top_two
+    from linkage.matching import top_two_scores
 
     rng = np.random.default_rng(0)
     for _ in range(100):
         n = int(rng.integers(1, 40))
         ia, scores = rng.integers(0, 10, n), np.round(rng.random(n), 1)  # ties included
-        got = _top_two(ia, scores, 10)
+        got = top_two_scores(ia, scores, 10)
         for row in range(10):
             expected = [*sorted(scores[ia == row], reverse=True), 0.0, 0.0]
             assert got[row].tolist() == expected[:2]

@@ -126,7 +126,7 @@ def test_dice_cross_and_pair_scores_equal_brute_force(backend: str) -> None:
 
 
 def test_bucket_blocking_keeps_every_colliding_pair_above_keep() -> None:
-    from linkage.blocking import BucketBlocking, _band_bytes, _band_keys
+    from linkage.blocking import BucketBlocking, band_keys, band_positions
     from linkage.encoding import Encodings
 
     rng = np.random.default_rng(6)
@@ -138,9 +138,9 @@ def test_bucket_blocking_keeps_every_colliding_pair_above_keep() -> None:
     for backend in BACKENDS:
         method = BucketBlocking(band_bits=8, bands=6, keep=0.6, random_state=1, backend=backend)
         got = method.candidates(a, b)
-        positions = _band_bytes(6, 8, 16, np.random.default_rng(1))
+        positions = band_positions(6, 8, 16, np.random.default_rng(1))
         collide = np.zeros_like(full, dtype=bool)
-        for ka, kb in zip(_band_keys(wa, positions, 8), _band_keys(wb, positions, 8), strict=True):
+        for ka, kb in zip(band_keys(wa, positions, 8), band_keys(wb, positions, 8), strict=True):
             collide |= ka[:, None] == kb[None, :]
         collide |= (wa[:, None, :] == wb[None, :, :]).all(axis=2)
         expected = set(zip(*np.nonzero(collide & (full >= 0.6)), strict=True))

@@ -20,7 +20,11 @@ from linkage import (
     psi_intersection,
     unbalanced_psi,
 )
-from linkage.unbalanced import _B, _P, _hash_to_curve
+from linkage.unbalanced import hash_to_curve
+
+# P-256's field prime and curve coefficient b (FIPS 186-4, D.1.2.3), from the standard
+P256_P = 2**256 - 2**224 + 2**192 + 2**96 - 1
+P256_B = 0x5AC635D8AA3A93E7B3EBBD55769886BC651D06B0CC53B0F63BCE3C3E27D2604B
 
 
 def random_sets(
@@ -134,7 +138,9 @@ def test_malformed_points_are_refused_with_their_position() -> None:
     with pytest.raises(ValueError, match="position 1 is not 32 bytes"):
         server.evaluate([points[0], "a string, not bytes" * 2])  # type: ignore[list-item]
     off_curve = next(  # an x with no y: x^3 - 3x + b is not a square mod p
-        x.to_bytes(32, "big") for x in range(1, 100) if gmpy2.legendre(x**3 - 3 * x + _B, _P) != 1
+        x.to_bytes(32, "big")
+        for x in range(1, 100)
+        if gmpy2.legendre(x**3 - 3 * x + P256_B, P256_P) != 1
     )
     with pytest.raises(ValueError, match=r"position 7 is not the x-coordinate of a P-256 point"):
         server.evaluate([*points[:7], off_curve, *points[8:]])
@@ -168,7 +174,7 @@ def test_the_server_limits_queries_and_items() -> None:
 
 def test_the_server_sees_neither_hashes_nor_repeats() -> None:
     ids = normalize_ids([f"ID{i}" for i in range(200)])
-    hashed = {_hash_to_curve(i) for i in ids}
+    hashed = {hash_to_curve(i) for i in ids}
     client = UnbalancedPsiClient(workers=1)
     first = client.blind(ids, normalize=False)
     order_first = client._order.copy()

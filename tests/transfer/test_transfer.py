@@ -18,12 +18,12 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from torch import nn
 
+from horizontal import pretrain_encoder
 from transfer import (
     EncoderArtifact,
     EncoderTransferClassifier,
     FederatedTransferClassifier,
     overlap_pairs,
-    pretrain_encoder,
 )
 from transfer.ftl import held_out
 from vfl.audit.transcript import find_plaintext
@@ -35,7 +35,7 @@ SMALL: dict[str, Any] = dict(key_bits=1024, insecure=True)  # tests only: 2048 b
 @pytest.fixture(autouse=True)
 def _quiet() -> Any:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # small keys and secure=False warn
+        warnings.simplefilter("ignore")  # small keys and protocol="plain" warn
         yield
 
 
@@ -49,7 +49,7 @@ def _fit(pair: Any, keep_views: bool = False, keep_payloads: bool = False, **opt
     return FederatedTransferClassifier(**{"random_state": 0, **options}).fit(
         source,
         target,
-        source_labels=pair.source_labels,
+        pair.source_labels,
         target_labels=pair.target_labels,
         overlap=pair.overlap,
         keep_views=keep_views,
@@ -78,7 +78,14 @@ def test_the_encrypted_protocol_computes_the_plaintext_gradients() -> None:
     _source, _target = _features(pair)
     fitted = {}
     for secure in (False, True):
-        model = _fit(pair, max_iter=3, secure=secure, random_state=0, **SMALL, keep_views=True)
+        model = _fit(
+            pair,
+            max_iter=3,
+            protocol="masked" if secure else "plain",
+            random_state=0,
+            **SMALL,
+            keep_views=True,
+        )
         fitted[secure] = model
     for plain, encrypted in zip(fitted[False].views_, fitted[True].views_, strict=True):
         np.testing.assert_allclose(encrypted, plain, rtol=0, atol=1e-7)  # fixed point: 2**-50
@@ -108,7 +115,7 @@ def test_nothing_raw_crosses_and_the_source_sees_no_target_representation() -> N
         "target": [target.to_numpy(), u.numpy().T, 0.5 * u.numpy().T],
     }
     assert find_plaintext(model.transcript_, secrets, scales=(1.0, 2.0**20, 2.0**50)) == []
-    plain = _fit(pair, max_iter=2, random_state=0, secure=False, keep_payloads=True)
+    plain = _fit(pair, max_iter=2, random_state=0, protocol="plain", keep_payloads=True)
     assert find_plaintext(plain.transcript_, secrets)  # the search finds them when sent
     kinds = {(r.sender, r.tag.split("/")[1]) for r in model.transcript_.records}
     assert ("target", "tgt") in kinds and ("source", "src") in kinds
@@ -133,7 +140,7 @@ def _held_out_loss(model: Any, pair: Any, target: pd.DataFrame) -> float:
 def test_early_stopping_stops_on_a_plateau_and_keeps_the_best_iteration() -> None:
     pair = make_transfer_pair(600, 400, n_overlap=80, target_labels=80, random_state=7)
     _source, target = _features(pair)
-    model = _fit(pair, secure=False, max_iter=300, learning_rate=0.1, n_iter_no_change=5)
+    model = _fit(pair, protocol="plain", max_iter=300, learning_rate=0.1, n_iter_no_change=5)
     curve = model.validation_loss_curve_
     assert model.n_iter_ < 300  # it stopped before max_iter
     assert len(curve) == model.n_iter_ + 1  # iterations 0 (the initial model) .. n_iter_
@@ -143,7 +150,7 @@ def test_early_stopping_stops_on_a_plateau_and_keeps_the_best_iteration() -> Non
     assert min(curve) < curve[-1] and min(curve) < curve[0]  # a minimum inside the run
     # the kept model is the best iteration's, not the last: its held-out loss is the minimum
     assert _held_out_loss(model, pair, target) == pytest.approx(min(curve), abs=1e-5)
-    without = _fit(pair, secure=False, max_iter=20, learning_rate=0.1, tol=None)
+    without = _fit(pair, protocol="plain", max_iter=20, learning_rate=0.1, tol=None)
     assert without.n_iter_ == 20 and without.validation_loss_curve_ == []
 
 
@@ -151,7 +158,14 @@ def test_the_encrypted_protocol_stops_where_its_simulation_does() -> None:
     # tol=10: no iteration counts as progress, so training stops after n_iter_no_change=1
     pair = make_transfer_pair(400, 300, n_overlap=60, target_labels=60, random_state=1)
     fitted = {
-        secure: _fit(pair, max_iter=4, secure=secure, tol=10.0, n_iter_no_change=1, **SMALL)
+        secure: _fit(
+            pair,
+            max_iter=4,
+            protocol="masked" if secure else "plain",
+            tol=10.0,
+            n_iter_no_change=1,
+            **SMALL,
+        )
         for secure in (False, True)
     }
     for model in fitted.values():
@@ -170,7 +184,9 @@ def test_the_encrypted_protocol_stops_where_its_simulation_does() -> None:
         ):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     longer = {
-        secure: _fit(pair, max_iter=3, secure=secure, **SMALL, keep_views=True)
+        secure: _fit(
+            pair, max_iter=3, protocol="masked" if secure else "plain", **SMALL, keep_views=True
+        )
         for secure in (False, True)
     }
     assert len(longer[True].validation_loss_curve_) == 4  # the last update evaluated too
@@ -194,7 +210,7 @@ def test_a_target_that_stops_without_holding_out_rows_is_refused(
     monkeypatch.setattr(TargetRole, "_send_terms", stopper)
     pair = make_transfer_pair(300, 200, n_overlap=40, target_labels=10, random_state=6)
     with pytest.raises(Exception, match="'stop' is set, but the target holds out no rows"):
-        _fit(pair, max_iter=3, secure=False, tol=None)
+        _fit(pair, max_iter=3, protocol="plain", tol=None)
 
 
 @pytest.mark.slow
@@ -203,12 +219,12 @@ def test_transfer_helps_the_target_at_small_label_counts() -> None:
         pair = make_transfer_pair(target_labels=labels, random_state=0)
         source, target = _features(pair)
         base = _alone_auc(pair)
-        ftl = _fit(pair, secure=False, random_state=0)  # the defaults: early stopping at 50
+        ftl = _fit(pair, protocol="plain", random_state=0)  # the defaults: early stopping at 50
         assert _target_auc(ftl, pair, target) > base + 0.03
         artifact = pretrain_encoder(
             {"hospital": (source, pair.source_labels)}, columns=pair.shared_columns, rounds=10
         )
-        head = EncoderTransferClassifier(artifact).fit(
+        head = EncoderTransferClassifier(artifact, random_state=0).fit(
             target.loc[pair.target_labels.index], pair.target_labels
         )
         assert _target_auc(head, pair, target) > base + 0.005
@@ -278,21 +294,21 @@ def test_overlap_pairs_finds_the_common_patients_by_psi() -> None:
 def test_bad_input_gets_clear_errors() -> None:
     pair = make_transfer_pair(300, 200, n_overlap=40, target_labels=10, random_state=6)
     source, target = _features(pair)
-    fit = dict(source_labels=pair.source_labels, target_labels=pair.target_labels)
+    fit = dict(y=pair.source_labels, target_labels=pair.target_labels)
     wrong = pair.overlap.copy()
     wrong.loc[0, "target"] = "T999999"
     with pytest.raises(ValueError, match="party 'target': overlap names rows it does not hold"):
-        FederatedTransferClassifier(secure=False).fit(source, target, overlap=wrong, **fit)
+        FederatedTransferClassifier(protocol="plain").fit(source, target, overlap=wrong, **fit)
     with pytest.raises(ValueError, match="columns \\['source', 'target'\\]"):
-        FederatedTransferClassifier(secure=False).fit(
+        FederatedTransferClassifier(protocol="plain").fit(
             source, target, overlap=pair.overlap.rename(columns={"source": "a"}), **fit
         )
     with pytest.raises(ValueError, match="party 'target': its encoder gives 4 numbers, dim is 8"):
-        FederatedTransferClassifier(secure=False, target_encoder=nn.Linear(18, 4)).fit(
+        FederatedTransferClassifier(protocol="plain", target_encoder=nn.Linear(18, 4)).fit(
             source, target, overlap=pair.overlap, **fit
         )
     with pytest.raises(ValueError, match="party 'source': its encoder does not take rows of 10"):
-        FederatedTransferClassifier(secure=False, source_encoder=nn.Linear(3, 8)).fit(
+        FederatedTransferClassifier(protocol="plain", source_encoder=nn.Linear(3, 8)).fit(
             source, target, overlap=pair.overlap, **fit
         )
     cases: list[tuple[dict[str, Any], str]] = [
@@ -303,7 +319,7 @@ def test_bad_input_gets_clear_errors() -> None:
     ]
     for option, message in cases:
         with pytest.raises(ValueError, match=message):
-            FederatedTransferClassifier(secure=False, **option).fit(
+            FederatedTransferClassifier(protocol="plain", **option).fit(
                 source, target, overlap=pair.overlap, **fit
             )
     artifact = pretrain_encoder(
@@ -318,9 +334,9 @@ def test_transfer_does_not_hurt_with_many_target_labels() -> None:
     pair = make_transfer_pair(target_labels=1000, random_state=0)
     _source, target = _features(pair)
     base = _alone_auc(pair)
-    ftl = _fit(pair, secure=False, random_state=0)
+    ftl = _fit(pair, protocol="plain", random_state=0)
     assert _target_auc(ftl, pair, target) > base - 0.01
-    paper = _fit(pair, secure=False, head="phi", random_state=0)
+    paper = _fit(pair, protocol="plain", head="phi", random_state=0)
     assert _target_auc(paper, pair, target) < base - 0.02  # what the stacked head is for
 
 
@@ -329,7 +345,7 @@ def test_the_overlap_label_attack_reads_as_much_as_the_model_and_no_more() -> No
 
     pair = make_transfer_pair(target_labels=50, random_state=0)
     _source, target = _features(pair)
-    model = _fit(pair, max_iter=30, secure=False, random_state=0, keep_views=True)
+    model = _fit(pair, max_iter=30, protocol="plain", random_state=0, keep_views=True)
     found = overlap_label_attack(model, target, pair.overlap, pair.source_labels)
     assert found["gradient attack AUC"] > 0.7  # the leak is real
     assert found["gradient attack AUC"] < found["model AUC on the overlap"] + 0.05

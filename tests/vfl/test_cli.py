@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import vfl
-from vfl.cli import main
+from vfl.app.cli import main
 
 
 def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:

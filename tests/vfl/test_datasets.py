@@ -12,7 +12,6 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from vfl.datasets import (
-    _NICKNAMES,
     HOSPITAL_FEATURES,
     IDENTITY_COLUMNS,
     IMAGING_FEATURES,
@@ -21,6 +20,7 @@ from vfl.datasets import (
     make_hospital_cohort,
     make_lab_imaging_cohort,
 )
+from vfl.datasets.identities import NICKNAMES
 
 
 def differing_pairs(lab: pd.DataFrame, imaging: pd.DataFrame, pairs: pd.DataFrame) -> np.ndarray:
@@ -83,7 +83,7 @@ def test_perturbations_are_realistic_and_varied() -> None:
     )
     nick = pd.Series(
         [
-            y in _NICKNAMES.get(x, ()) or x in _NICKNAMES.get(y, ())
+            y in NICKNAMES.get(x, ()) or x in NICKNAMES.get(y, ())
             for x, y in zip(a["given_name"], b["given_name"], strict=True)
         ]
     )

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from tests.processes import HAS_PROC, command_line, descendants, running
+from vfl.app.party import run_party
 from vfl.federation.config import FederationConfig
-from vfl.party import run_party
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = """
@@ -79,7 +79,7 @@ def free_ports(k: int) -> list[int]:
 
 
 def vflink(*args: str) -> list[str]:
-    return [sys.executable, "-m", "vfl.cli", *args]
+    return [sys.executable, "-m", "vfl.app.cli", *args]
 
 
 def write_config(
@@ -653,7 +653,7 @@ def test_each_party_runs_its_heavy_work_on_its_own_dask_cluster(tmp_path: Path) 
 
 
 def test_a_dask_scheduler_that_does_not_answer_is_named(tmp_path: Path) -> None:
-    from vfl.party import _connect_scheduler
+    from vfl.app.scheduler import connect_scheduler
 
     pytest.importorskip("distributed")
     config = write_config(tmp_path)
@@ -664,7 +664,7 @@ def test_a_dask_scheduler_that_does_not_answer_is_named(tmp_path: Path) -> None:
     text = text.replace("connect_timeout = 60", "connect_timeout = 2")
     config.write_text(text)
     with pytest.raises(ValueError, match="party 'lab': cannot reach its Dask scheduler"):
-        _connect_scheduler(FederationConfig.load(config), "lab")
+        connect_scheduler(FederationConfig.load(config), "lab")
     bad = text.replace(f'scheduler = "tcp://127.0.0.1:{port}"', "scheduler = 8786")
     config.write_text(bad)
     with pytest.raises(ValueError, match="party 'lab': scheduler must be the address"):
@@ -672,11 +672,11 @@ def test_a_dask_scheduler_that_does_not_answer_is_named(tmp_path: Path) -> None:
     # another host over plain TCP would carry the party's secrets in the clear: refused
     config.write_text(text.replace("tcp://127.0.0.1", "tcp://10.0.0.7"))
     with pytest.raises(ValueError, match=r"party 'lab': .* over plain TCP.*use tls://"):
-        _connect_scheduler(FederationConfig.load(config), "lab")
+        connect_scheduler(FederationConfig.load(config), "lab")
 
 
 def test_a_dask_scheduler_without_workers_is_named_not_waited_for(tmp_path: Path) -> None:
-    from vfl.party import _connect_scheduler
+    from vfl.app.scheduler import connect_scheduler
 
     distributed = pytest.importorskip("distributed")
     config = write_config(tmp_path)
@@ -687,7 +687,7 @@ def test_a_dask_scheduler_without_workers_is_named_not_waited_for(tmp_path: Path
         )
         config.write_text(text.replace("connect_timeout = 60", "connect_timeout = 2"))
         with pytest.raises(ValueError, match=r"party 'lab': its Dask scheduler .* has no worker"):
-            _connect_scheduler(FederationConfig.load(config), "lab")
+            connect_scheduler(FederationConfig.load(config), "lab")
         with distributed.Client(cluster) as client:
             from vfl.crypto import parallel
 

@@ -14,12 +14,13 @@ import pandas as pd
 import pytest
 
 from tests.vfl.test_party import run_three, vflink
-from vfl.cli import main
+from vfl.app.cli import main
+from vfl.app.plan import plan, read_data
+from vfl.app.predict import check_columns, load_model, run_predict
 from vfl.datasets import make_lab_imaging_cohort
 from vfl.federation.config import FederationConfig
 from vfl.linear import VerticalLogisticRegression
 from vfl.linear.model import PartyModel
-from vfl.party import check_columns, load_model, plan, read_data, run_predict
 
 LAB = ["crp_mg_l", "wbc_10e9_l", "albumin_g_l", "ldh_u_l"]
 IMAGING = ["lesion_volume_cm3", "suv_max", "margin_irregularity", "texture_entropy"]

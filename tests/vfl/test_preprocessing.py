@@ -19,11 +19,11 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 import vfl
+from vfl.app.plan import feature_columns as _features
 from vfl.audit.transcript import numbers_in
 from vfl.crypto import SecurityWarning
 from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
 from vfl.linear.model import PartyModel
-from vfl.party import _features
 from vfl.preprocessing import PartyPreprocessor
 
 pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.SecurityWarning")
@@ -356,8 +356,8 @@ def test_saved_parts_keep_the_preprocessing(tmp_path: Path) -> None:
     new, _ = two_parties(n=25, seed=2)
     new["lab"].loc[[0, 3], "crp"] = np.nan
     before = est.predict_proba(new)
-    paths = est.save(tmp_path)
-    loaded = small().load(*paths, label_party="imaging")  # a fresh estimator, no preprocess=
+    folder = est.save(tmp_path)
+    loaded = small().load(folder)  # a fresh estimator, no preprocess=
     np.testing.assert_allclose(loaded.predict_proba(new), before, rtol=0, atol=1e-12)
     assert list(loaded.feature_names_in_) == list(est.feature_names_in_)
     assert loaded.parts_["lab"].input_columns == ["crp", "smoking"]

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from vfl.audit.base import Audit, AuditResult, register_audit
+from vfl.audit.base import Audit, AuditResult
+from vfl.audit.registry import register_audit
 from vfl.linear.model import FEATURE_BITS
 
 __all__ = [
@@ -151,6 +152,7 @@ class LabelSolveAudit(Audit):
     """
 
     name = "label-solve"
+    family = "vertical"
 
     def run(
         self,
@@ -219,6 +221,7 @@ class LabelDirectionAudit(Audit):
     """
 
     name = "label-direction"
+    family = "vertical"
 
     def run(
         self,

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from vfl.audit.base import Audit, AuditResult, register_audit
+from vfl.audit.base import Audit, AuditResult
+from vfl.audit.registry import register_audit
 
 __all__ = ["ScoreSolveAudit"]
 
@@ -38,6 +39,7 @@ class ScoreSolveAudit(Audit):
     """
 
     name = "score-solve"
+    family = "vertical"
 
     def run(
         self,

@@ -20,24 +20,44 @@
 
 :func:`split_privacy_audit` trains a :class:`vfl.SplitNNClassifier` with each list of
 defences, runs the attacks and returns the privacy-utility table.
+
+The same attacks as registered audits (one :class:`~vfl.audit.AuditResult` each):
+:class:`SplitLabelNormAudit` (``"split-label-norm"``) and :class:`SplitLabelDirectionAudit`
+(``"split-label-direction"``) report the attacker's AUC (chance 0.5) with its Hanley-McNeil
+spread; :class:`EmbeddingInversionAudit` (``"embedding-inversion"``) reports the share of the
+features' variance the decoder explains on the rows it was not fitted on (``1 -`` the
+inversion error; chance 0, the mean), with its spread over rows.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import torch
+
+from vfl.audit.base import Audit, AuditResult
+from vfl.audit.registry import register_audit
+from vfl.extras import optional
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = optional("torch", for_=__name__)
 
 __all__ = [
+    "EmbeddingInversionAudit",
+    "SplitLabelDirectionAudit",
+    "SplitLabelNormAudit",
     "direction_scores",
     "inversion_error",
     "label_leakage",
     "leakage_auc",
     "norm_scores",
+    "protected_layer_block",
+    "row_inversion_errors",
     "seen_embeddings",
     "split_privacy_audit",
 ]
@@ -123,21 +143,42 @@ def inversion_error(
     """Reconstruction error of ``features`` (standardised) from ``embeddings`` by a decoder
     (an MLP) fitted on ``aux_fraction`` of the rows, measured on the others, over the
     features' variance (1.0: no better than the mean)."""
+    errors = row_inversion_errors(
+        embeddings, features, aux_fraction=aux_fraction, random_state=random_state
+    )
+    return float(np.mean(errors))
+
+
+def row_inversion_errors(
+    embeddings: np.ndarray[Any, Any],
+    features: np.ndarray[Any, Any],
+    *,
+    aux_fraction: float = 0.2,
+    random_state: int = 0,
+) -> np.ndarray[Any, Any]:
+    """Per held-out row, the mean over the features of the squared reconstruction error over
+    the feature's variance (:func:`inversion_error` is their mean)."""
     from sklearn.neural_network import MLPRegressor
 
     n = len(features)
     order = np.random.default_rng(random_state).permutation(n)
     cut = max(2, int(aux_fraction * n))
     aux, rest = order[:cut], order[cut:]
+    if len(rest) == 0:
+        raise ValueError(f"no row is left to attack: {n} rows, aux_fraction={aux_fraction}")
     decoder = MLPRegressor(hidden_layer_sizes=(64,), max_iter=2000, random_state=random_state)
     decoder.fit(embeddings[aux], features[aux])
-    error = np.mean((decoder.predict(embeddings[rest]) - features[rest]) ** 2, axis=0)
-    variance = np.var(features[rest], axis=0) + 1e-12
-    return float(np.mean(error / variance))
+    truth = features[rest].reshape(len(rest), -1)
+    difference = decoder.predict(embeddings[rest]).reshape(len(rest), -1) - truth
+    variance = np.var(truth, axis=0) + 1e-12
+    out: np.ndarray[Any, Any] = np.mean(difference**2 / variance, axis=1)
+    return out
 
 
-def _layer_block(model: Any, party: str) -> np.ndarray[Any, Any]:
-    """``W`` of ``party``'s block of the protected layer, from both parties' shares."""
+def protected_layer_block(model: Any, party: str) -> np.ndarray[Any, Any]:
+    """``W`` of ``party``'s block of a fitted model's protected layer
+    (:class:`vfl.split.ProtectedLayer`), reassembled from both parties' shares: what the two
+    would learn by pooling them (the audits' view of the true weights)."""
     from vfl.split.interactive import FW
 
     label = model.label_party_
@@ -172,7 +213,7 @@ def seen_embeddings(
     if model.embedding_noise is not None:
         embeddings = model.embedding_noise.apply(embeddings)
     if model.protected_layer is not None:  # what the label party sees: z = h W
-        embeddings = embeddings.double() @ torch.as_tensor(_layer_block(model, party))
+        embeddings = embeddings.double() @ torch.as_tensor(protected_layer_block(model, party))
     seen: np.ndarray[Any, Any] = embeddings.numpy()
     return seen, design
 
@@ -238,3 +279,112 @@ def split_privacy_audit(
         )
     table: pd.DataFrame = pd.DataFrame(rows).set_index("defence")
     return table
+
+
+def _positive(labels: Any) -> np.ndarray[Any, Any]:
+    """Binary labels as 0/1, the larger class positive (the attacker's unit of truth)."""
+    values = np.asarray(labels).reshape(-1)
+    if len(values) == 0:
+        raise ValueError("no labels to score the attack against")
+    out: np.ndarray[Any, Any] = (values == np.unique(values)[-1]).astype(np.int64)
+    return out
+
+
+@register_audit
+class SplitLabelNormAudit(Audit):
+    """The label-leakage attack by gradient norm (:func:`norm_scores`): the data party scores
+    each row of the first epoch by the norm of the gradient it received for the row.
+
+    Run it on ``model.views_[party]`` of a :class:`vfl.SplitNNClassifier` fitted with
+    ``keep_views=True`` and the training rows' true labels (in training-row order; they
+    only score the attack). Reports the attacker's AUC (oriented; chance 0.5).
+    """
+
+    name = "split-label-norm"
+    family = "split"
+
+    def run(self, view: View, labels: Any, *, n_rows: int | None = None) -> AuditResult:
+        positive = _positive(labels)
+        if not view:
+            raise ValueError("the view is empty: fit with keep_views=True")
+        rows, scores = norm_scores(view, len(positive) if n_rows is None else n_rows)
+        return AuditResult.from_auc(
+            self.name, "labels from the returned gradients' norms", positive[rows], scores
+        )
+
+
+@register_audit
+class SplitLabelDirectionAudit(Audit):
+    """The label-leakage attack by gradient direction (:func:`direction_scores`): cosine
+    similarity of each row's gradient with that of a row whose label the attacker knows
+    (``known``; by default the first positive row of the view, as :func:`label_leakage`).
+
+    Inputs as :class:`SplitLabelNormAudit`. Reports the attacker's AUC (oriented; chance 0.5).
+    """
+
+    name = "split-label-direction"
+    family = "split"
+
+    def run(
+        self, view: View, labels: Any, *, n_rows: int | None = None, known: int | None = None
+    ) -> AuditResult:
+        positive = _positive(labels)
+        if not view:
+            raise ValueError("the view is empty: fit with keep_views=True")
+        epoch = len(positive) if n_rows is None else n_rows
+        if known is None:
+            seen = np.concatenate([rows for rows, _ in _first_epoch(view, epoch)])
+            hits = np.flatnonzero(positive[seen] == 1)
+            if not len(hits):
+                raise ValueError("no positive row in the view's first epoch: pass known=")
+            known = int(seen[hits[0]])
+        rows, scores = direction_scores(view, epoch, known)
+        return AuditResult.from_auc(
+            self.name,
+            "labels from the returned gradients' directions",
+            positive[rows],
+            scores,
+            details={"known row": known},
+        )
+
+
+@register_audit
+class EmbeddingInversionAudit(Audit):
+    """Embedding inversion at the label party (:func:`row_inversion_errors`): a decoder
+    fitted on ``aux_fraction`` of the rows (auxiliary rows whose features the attacker
+    knows, an assumption) maps what it sees (:func:`seen_embeddings`) back to the features.
+
+    Reports the share of the features' variance explained on the other rows (``1 -``
+    :func:`inversion_error`; chance 0, predicting the mean), its spread over rows, and the
+    inversion error in ``details``.
+    """
+
+    name = "embedding-inversion"
+    family = "split"
+
+    def run(
+        self,
+        embeddings: np.ndarray[Any, Any],
+        features: np.ndarray[Any, Any],
+        *,
+        aux_fraction: float = 0.2,
+        random_state: int = 0,
+    ) -> AuditResult:
+        errors = row_inversion_errors(
+            np.asarray(embeddings),
+            np.asarray(features),
+            aux_fraction=aux_fraction,
+            random_state=random_state,
+        )
+        explained = 1.0 - errors
+        return AuditResult(
+            self.name,
+            "the data party's features from what the label party sees of its rows",
+            trials=len(errors),
+            successes=0,
+            chance=0.0,
+            details={"inversion error": float(np.mean(errors)), "aux_fraction": aux_fraction},
+            rate=float(np.mean(explained)),
+            spread=float(np.std(explained)),
+            metric="explained variance",
+        )

@@ -5,6 +5,11 @@ equal (to 9 decimals) to consecutive values of one of that party's secret column
 are, and under each of the given scales (standardised, fixed-point integers). Ciphertexts are
 skipped: they are what protocols send instead. A run that appears is reported as a
 :class:`Leak`. Needs a transcript recorded with payloads (``keep_payloads=True``).
+
+:class:`PlaintextAudit` (``"plaintext"``) is the same search as a registered audit: its trials
+are the messages the parties with secrets sent, its successes the messages that carry a run,
+against a chance of 0 (a real-valued run of ``window`` values does not match by accident), so
+one leaking message makes it :attr:`~vfl.audit.AuditResult.leaks`.
 """
 
 from __future__ import annotations
@@ -15,20 +20,24 @@ from typing import Any
 
 import numpy as np
 
+from vfl.audit.base import Audit, AuditResult
+from vfl.audit.registry import register_audit
 from vfl.federation.base import Transcript
 from vfl.federation.wire import CiphertextBlock
 
-__all__ = ["Leak", "find_plaintext", "numbers_in"]
+__all__ = ["Leak", "PlaintextAudit", "find_plaintext", "numbers_in"]
 
 
 @dataclass(frozen=True)
 class Leak:
-    """A message that carries a run of a party's secret values."""
+    """A message that carries a run of a party's secret values (``seq``: the message's
+    position in the transcript)."""
 
     sender: str
     receiver: str
     tag: str
     values: tuple[float, ...]
+    seq: int = -1
 
 
 def numbers_in(payload: Any) -> list[np.ndarray[Any, Any]]:
@@ -94,5 +103,36 @@ def find_plaintext(
             continue
         for sequence in numbers_in(record.payload()):
             for run in _windows(sequence, window) & mine:
-                leaks.append(Leak(record.sender, record.receiver, record.tag, run))
+                leaks.append(Leak(record.sender, record.receiver, record.tag, run, record.seq))
     return leaks
+
+
+@register_audit
+class PlaintextAudit(Audit):
+    """Search every message a party sent for runs of its own secret values
+    (:func:`find_plaintext`), as an audit: one trial per message sent by a party of
+    ``secrets``, a success per message that carries a run, chance 0. The leaks found are in
+    ``details["leaks"]``."""
+
+    name = "plaintext"
+    family = "any"
+
+    def run(
+        self,
+        transcript: Transcript,
+        secrets: Mapping[str, Iterable[np.ndarray[Any, Any]]],
+        *,
+        scales: Iterable[float] = (1.0,),
+        window: int = 5,
+    ) -> AuditResult:
+        leaks = find_plaintext(transcript, secrets, scales=scales, window=window)
+        sent = [r for r in transcript.records if r.sender in secrets]
+        leaking = {leak.seq for leak in leaks}
+        return AuditResult(
+            self.name,
+            f"plaintext of {sorted(secrets)} in the messages they sent",
+            trials=len(sent),
+            successes=len(leaking),
+            chance=0.0,
+            details={"leaks": leaks, "tags": sorted({leak.tag for leak in leaks})},
+        )

@@ -13,7 +13,14 @@ The key holder sees each value hidden by a mask whose statistical distance from 
 below ``2**-kappa`` and decrypts ``count / slots`` ciphertexts instead of ``count``. Values come
 in two shapes: a vector of encrypted fixed-point numbers (:func:`pack_masked` packs them by
 Horner's rule on ciphertexts) or ciphertexts whose plaintexts are already packed signed slots
-(:func:`mask_slots`, the vertical linear models' gradient shares).
+(:func:`mask_slots`: the vertical linear models' gradient shares, the transfer target's
+gradients, the split network's weight gradient; rows of a
+:class:`~vfl.crypto.packing.RowPacking` take ``packing.masked_layout(rows)``).
+
+Where the masked slots are themselves a share (the secret-shared protocols: the holder keeps
+``value + mask``, the requester ``-mask``), the holder decrypts locally
+(:meth:`~vfl.crypto.PaillierPrivateKey.decrypt_packed`) or, holding no key, forwards the
+ciphertexts to the key holder as they are (:func:`request_slots`).
 
 The key holder checks every request against what it knows of the step independently (the
 number of ciphertexts and values, the packing layout). That bounds each request, not its
@@ -35,6 +42,7 @@ from gmpy2 import mpz
 from vfl.crypto import fixedpoint
 from vfl.crypto.keys import PaillierPrivateKey
 from vfl.crypto.packing import MIN_KAPPA, PackingLayout, PackingMasks
+from vfl.crypto.rerandomize import rerandomize
 from vfl.crypto.vector import EncryptedVector
 from vfl.federation.messages import Message, Namespace
 from vfl.federation.wire import CiphertextBlock
@@ -49,6 +57,7 @@ __all__ = [
     "mask_slots",
     "pack_masked",
     "request_decryption",
+    "request_slots",
     "serve_decryption",
 ]
 
@@ -109,17 +118,29 @@ def pack_masked(
 
 
 def mask_slots(
-    vector: EncryptedVector, layout: PackingLayout, *, workers: Any = None
+    vector: EncryptedVector,
+    layout: PackingLayout,
+    *,
+    workers: Any = None,
+    for_key_owner: bool = False,
 ) -> tuple[EncryptedVector, PackingMasks]:
     """Mask ciphertexts whose plaintexts are already packed signed slots (``layout.slots`` per
     ciphertext, the last one possibly fewer; each ``|v| < 2**(layout.value_bits - 1)``).
 
-    Each ciphertext is multiplied by a fresh encryption of its masks (offset plus
-    ``value_bits + kappa`` random bits per slot). The fresh DJN obfuscator also re-randomises:
-    under the key holder's key, everything the requester computed lies in the group of the
-    key's base ``h``, and the mask's fresh uniform exponent makes each of its residues modulo
-    the group order's small factors uniform to the key holder. ``workers`` share the
-    encryption of the masks (:mod:`vfl.crypto.parallel`).
+    Every slot gets a secret mask from the OS (offset plus ``value_bits + kappa`` random
+    bits), and the result is re-randomised for the key holder in one of two ways:
+
+    * by default each ciphertext is multiplied by a fresh encryption of its masks. The fresh
+      DJN obfuscator re-randomises: under the key holder's key, everything the requester
+      computed lies in the group of the key's base ``h``, and the mask's fresh uniform
+      exponent makes each of its residues modulo the group order's small factors uniform to
+      the key holder. ``workers`` share the encryption of the masks
+      (:mod:`vfl.crypto.parallel`);
+    * ``for_key_owner=True``, where the key holder encrypted the inputs itself, with our base
+      (:meth:`~vfl.crypto.PaillierPrivateKey.for_base`: the transfer source, the split
+      network's label party): the masks are added as plaintexts and the result gets a
+      full-length power of our base (:func:`~vfl.crypto.rerandomize.rerandomize` with
+      ``for_key_owner="base"``), which hides from the owner how it was computed.
     """
     if vector.ndim != 1 or vector.size != layout.n_ciphertexts or vector.exponent != 0:
         raise ValueError(
@@ -134,10 +155,14 @@ def mask_slots(
         chunk = masks[c * layout.slots : (c + 1) * layout.slots]
         packed.append(sum(m << (layout.slot_bits * j) for j, m in enumerate(chunk)))
     pk = vector.public_key
-    encrypted = pk.raw_encrypt(packed, workers=workers)
-    nsq = pk.nsquare
-    out = [c * e % nsq for c, e in zip(vector.ciphertexts, encrypted, strict=True)]
-    masked = EncryptedVector(pk, out, 0, fresh=True)
+    n, nsq = pk.n, pk.nsquare
+    if for_key_owner:
+        plain = [c * (1 + n * m) % nsq for c, m in zip(vector.ciphertexts, packed, strict=True)]
+        masked = rerandomize(EncryptedVector(pk, plain, 0), for_key_owner="base")
+    else:
+        encrypted = pk.raw_encrypt(packed, workers=workers)
+        out = [c * e % nsq for c, e in zip(vector.ciphertexts, encrypted, strict=True)]
+        masked = EncryptedVector(pk, out, 0, fresh=True)
     return masked, PackingMasks(layout, 0, masks)
 
 
@@ -150,14 +175,27 @@ def request_decryption(
 ) -> list[int]:
     """Send masked, packed ciphertexts to ``holder`` (tags ``<namespace>/req`` and
     ``<namespace>/plain``) and return the unmasked signed integers (at ``masks.exponent``)."""
-    request = DecryptionRequest(data=packed.to_wire(), layout=masks.layout.to_dict())
+    return masks.unmask_integers(request_slots(fed, holder, tags, packed, masks.layout))
+
+
+def request_slots(
+    fed: Federation,
+    holder: str,
+    tags: Namespace,
+    packed: EncryptedVector,
+    layout: PackingLayout,
+) -> list[int]:
+    """Have ``holder`` decrypt ciphertexts packed and masked as ``layout`` says (by us, or by
+    the party that sent them to us) and return its slots as they are, masks included (tags
+    ``<namespace>/req`` and ``<namespace>/plain``; :func:`serve_decryption` answers)."""
+    request = DecryptionRequest(data=packed.to_wire(), layout=layout.to_dict())
     tags.send(fed, holder, "req", request)
     answer = tags.recv(fed, holder, "plain", DecryptedSlots)
-    if len(answer.slots) != masks.layout.count:
+    if len(answer.slots) != layout.count:
         DecryptedSlots.refuse(
-            holder, "slots", f"holds {len(answer.slots)} values, {masks.layout.count} asked for"
+            holder, "slots", f"holds {len(answer.slots)} values, {layout.count} asked for"
         )
-    return masks.unmask_integers(answer.slots)
+    return [int(v) for v in answer.slots]
 
 
 def decrypt_masked(

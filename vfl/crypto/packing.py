@@ -195,11 +195,13 @@ class RowPacking:
         """Bits of a slot's value (``|v| < 2**value_bits``)."""
         return self.slot_bits - 2 - (kappa + 1 if kappa is not None else 0)
 
-    def masked_layout(self, kappa: int) -> PackingLayout:
-        """The layout a key holder decrypts the masked group sums with: one value per column,
-        ``per_ct`` slots per ciphertext, slots as wide as ours."""
+    def masked_layout(self, rows: int = 1, *, kappa: int = MIN_KAPPA) -> PackingLayout:
+        """The layout a key holder decrypts ``rows`` masked rows of this packing with: every
+        slot of their ``rows * groups`` ciphertexts (row-major, padding slots included, so
+        that row ``i``'s column ``j`` is slot ``i * groups * per_ct + j``), slots as wide as
+        ours, each value ``kappa`` bits below its slot's mask."""
         return PackingLayout(
-            count=self.columns,
+            count=rows * self.groups * self.per_ct,
             value_bits=self.slot_bits - kappa - 1,
             kappa=kappa,
             slots=self.per_ct,

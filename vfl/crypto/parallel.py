@@ -3,35 +3,32 @@
 Measured on a 2-core machine, and chosen by that measurement:
 
 * fixed-base encryption and Pippenger multi-exponentiation are loops of gmpy2 multiplications
-  driven from Python, so they hold the interpreter lock: they run in worker **processes**
-  (``forkserver`` start method, safe beside the federation's threads), each of which builds and
-  caches its own fixed-base table per key (about 0.7 s once);
+  driven from Python, so they hold the interpreter lock: they run in worker **processes**,
+  each of which builds and caches its own fixed-base table per key (about 0.7 s once);
 * decryption is ``gmpy2.powmod_base_list`` modulo ``p**2`` and ``q**2``, which releases the
   lock: its two halves run in two **threads**, without copying anything.
 
-No worker outlives the process that started it, however that process ends (``kill -9``
-included): each runs :func:`exit_with_parent` as its initializer, which ends it as soon as
-multiprocessing's sentinel of its parent is ready (see :func:`linkage.workers.exit_with_parent`,
-whose twin it is: a worker here must not import ``linkage``, whose package imports pandas --
-about a second and 80 MB per worker). With the workers gone, the forkserver and the resource
-tracker end too.
-
-Worker processes start without importing the caller's main module (:class:`_MainHidden`),
-so a script without an ``if __name__ == "__main__":`` guard runs once. Workers exchange only
-integers and int64 arrays with this process (through the standard
-library's process pool); nothing crosses a party boundary here. ``workers=1`` (the default
-everywhere) runs in the calling thread. Small batches stay in the caller, where starting
-workers would cost more than it saves.
+The pools, the executor support and the worker checks are vflink's one executor layer,
+:mod:`linkage.executors` (``forkserver`` workers that never outlive the party and never import
+the caller's main module, so a script without an ``if __name__ == "__main__":`` guard runs
+once). This module adds what is Paillier's: the default worker count (1, set by
+:func:`set_default_workers`), :func:`local_workers` for private-key work, and the functions
+the workers run. The executor layer is imported on first use, not with this module, so that
+``import vfl.crypto`` stays light; it imports the standard library only, so a worker loads
+neither pandas nor the linkage steps. Workers exchange only integers and int64 arrays with
+this process; nothing crosses a party boundary here. ``workers=1`` (the default everywhere)
+runs in the calling thread. Small batches stay in the caller, where starting workers would
+cost more than it saves.
 
 Beyond one machine, ``workers`` may instead be an executor the party already runs: a
 ``dask.distributed.Client`` (the ``dask`` extra) connected to the party's own cluster, or any
 :class:`concurrent.futures.Executor`. The public-key work that splits (encryption's random
 powers, re-randomisation, ``matrix @ ciphertexts``) is then submitted to it in as many chunks
-as it has worker threads, through :func:`linkage.workers.run_on_executor` (imported then, so
-that ``import vfl.crypto`` stays light); Dask tasks are impure (``pure=False``), since two
-chunks of random powers have the same arguments and must not share one result. Private-key
-work (CRT encryption, decryption) stays in this process: no cluster worker holds a key's
-factors. Results do not depend on where they ran: the same ciphertext arithmetic.
+as it has worker threads (:func:`linkage.executors.run_on_executor`); Dask tasks are impure
+(``pure=False``), since two chunks of random powers have the same arguments and must not share
+one result. Private-key work (CRT encryption, decryption) stays in this process: no cluster
+worker holds a key's factors. Results do not depend on where they ran: the same ciphertext
+arithmetic.
 
 .. warning::
    The cluster must be inside the party's own trust boundary. What it computes is as
@@ -43,20 +40,17 @@ factors. Results do not depend on where they ran: the same ciphertext arithmetic
 
 from __future__ import annotations
 
-import atexit
 import itertools
-import multiprocessing
-import multiprocessing.connection
-import multiprocessing.util
-import os
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from vfl.crypto.kernels import FixedBaseTable, multiexp_big, multiexp_rows
+from vfl.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from linkage.executors import Workers, executor_slots, exit_with_parent, is_executor
 
 __all__ = [
     "Workers",
@@ -68,16 +62,26 @@ __all__ = [
     "local_workers",
     "map_processes",
     "map_threads",
+    "multiexp_big_worker",
+    "multiexp_rows_worker",
+    "random_powers_worker",
     "set_default_workers",
     "split",
 ]
 
 T = TypeVar("T")
 
+# the executor layer's own names, imported on first use (import vfl.crypto stays light)
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    globals(),
+    {
+        name: "linkage.executors"
+        for name in ("Workers", "executor_slots", "exit_with_parent", "is_executor")
+    },
+)
+
 _DEFAULT_WORKERS = 1
-_process_pools: dict[int, ProcessPoolExecutor] = {}
-_thread_pools: dict[int, ThreadPoolExecutor] = {}
-_pool_lock = threading.Lock()
 
 
 def set_default_workers(workers: int) -> None:
@@ -91,42 +95,25 @@ def default_workers() -> int:
     return _DEFAULT_WORKERS
 
 
-Workers = int | Executor | Any | None
-"""A ``workers`` argument: a count of this machine's processes (None: the default), or an
-executor (a ``dask.distributed.Client`` or any :class:`concurrent.futures.Executor`)."""
-
-
-def is_executor(workers: Any) -> bool:
-    """Whether ``workers`` is an executor (anything with ``submit``) rather than a count."""
-    return not isinstance(workers, (int, type(None))) and callable(getattr(workers, "submit", None))
-
-
-def executor_slots(executor: Any) -> int:
-    """How many tasks ``executor`` runs at once (:func:`linkage.workers.executor_slots`,
-    imported only when an executor is used: ``import vfl.crypto`` stays light)."""
-    from linkage.workers import executor_slots as slots
-
-    return slots(executor)
-
-
 def check_workers(workers: Workers) -> int:
-    """Validate a ``workers`` argument and return how many tasks may run at once (None means
-    the default; an executor, its slots)."""
-    if workers is None:
-        return _DEFAULT_WORKERS
-    if is_executor(workers):
-        return executor_slots(workers)
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise ValueError(
-            f"workers must be a positive integer or an executor (a dask.distributed.Client, a "
-            f"concurrent.futures.Executor), got {workers!r}"
-        )
-    return min(workers, os.cpu_count() or 1, 64)
+    """Validate a ``workers`` argument and return how many tasks may run at once
+    (:func:`linkage.executors.check_workers`; None means :func:`default_workers`).
+
+    Raises
+    ------
+    ValueError
+        Neither a positive integer nor an executor.
+    """
+    from linkage.executors import check_workers as check
+
+    return check(workers, default=_DEFAULT_WORKERS)
 
 
 def local_workers(workers: Workers) -> int:
     """The count of this machine's workers for private-key work, which never goes to an
     executor: an executor counts as 2 (the two halves of a CRT computation)."""
+    from linkage.executors import is_executor
+
     return 2 if is_executor(workers) else check_workers(workers)
 
 
@@ -137,147 +124,28 @@ def split(items: Sequence[T], parts: int) -> list[Sequence[T]]:
     return [items[a:b] for a, b in itertools.pairwise(bounds.tolist())]
 
 
-_registered_exit = [False]
-
-
-def _process_pool(workers: int) -> Executor:
-    with _pool_lock:
-        pool = _process_pools.get(workers)
-        if pool is None:
-            context = multiprocessing.get_context("forkserver")
-            pool = ProcessPoolExecutor(
-                max_workers=workers, mp_context=context, initializer=exit_with_parent
-            )
-            _process_pools[workers] = pool
-            if not _registered_exit[0]:
-                # in a process that multiprocessing started itself, the exit joins every child
-                # before atexit runs, and closes queues first: shut the pools down (waiting for
-                # their workers) before either, or the exit would wait for them forever
-                multiprocessing.util.Finalize(None, _shutdown_and_wait, exitpriority=100)
-                _registered_exit[0] = True
-        return pool
-
-
-def _thread_pool(workers: int) -> Executor:
-    with _pool_lock:
-        pool = _thread_pools.get(workers)
-        if pool is None:
-            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vflink-crypto")
-            _thread_pools[workers] = pool
-        return pool
-
-
-def _shutdown_and_wait() -> None:
-    for pool in list(_process_pools.values()):
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-@atexit.register
-def _shutdown() -> None:
-    for pool in list(_process_pools.values()) + list(_thread_pools.values()):
-        pool.shutdown(wait=False, cancel_futures=True)
-
-
-_main_lock = threading.Lock()
-
-
-class _MainHidden:
-    """While worker processes start: hide the ``__main__`` module's file and spec, so that
-    the workers (and the forkserver) do not import it.
-
-    multiprocessing imports the parent's main module in every process it starts (as
-    ``__mp_main__``), which runs a script's top level again when it has no
-    ``if __name__ == "__main__":`` guard: the user's pipeline re-runs in each worker, which
-    then fails trying to start workers of its own. Our workers run functions of this module
-    only and never need the user's main module."""
-
-    def __enter__(self) -> None:
-        _main_lock.acquire()
-        import sys
-
-        self.main = sys.modules.get("__main__")
-        self.saved: dict[str, Any] = {}
-        for name in ("__file__", "__spec__"):
-            if self.main is not None and name in vars(self.main):
-                self.saved[name] = vars(self.main)[name]
-        if self.main is not None:
-            self.main.__spec__ = None
-            if "__file__" in self.saved:
-                del self.main.__file__
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            if self.main is not None:
-                for name, value in self.saved.items():
-                    setattr(self.main, name, value)
-        finally:
-            _main_lock.release()
-
-
-def _map(
-    pool: Callable[[int], Executor],
-    fn: Callable[..., T],
-    argument_tuples: Sequence[tuple[Any, ...]],
-    workers: Workers,
-) -> list[T]:
-    if is_executor(workers):
-        return _map_executor(workers, fn, argument_tuples)
-    workers = check_workers(workers)
-    if workers <= 1 or len(argument_tuples) <= 1:
-        return [fn(*args) for args in argument_tuples]
-    executor = pool(workers)
-    if pool is _process_pool:  # submitting may start the processes
-        with _MainHidden():
-            futures = [executor.submit(fn, *args) for args in argument_tuples]
-    else:
-        futures = [executor.submit(fn, *args) for args in argument_tuples]
-    return [f.result() for f in futures]
-
-
-def _map_executor(
-    executor: Any, fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]]
-) -> list[T]:
-    from linkage.workers import run_on_executor
-
-    return run_on_executor(executor, fn, argument_tuples)
-
-
 def map_processes(
     fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]], workers: Workers
 ) -> list[T]:
-    """``[fn(*args) for args in argument_tuples]`` on ``workers`` processes, or on the
-    executor ``workers`` is (in order)."""
-    return _map(_process_pool, fn, argument_tuples, workers)
+    """``[fn(*args) for args in argument_tuples]`` on ``workers`` processes (None:
+    :func:`default_workers`), or on the executor ``workers`` is, in order
+    (:func:`linkage.executors.map_processes`)."""
+    from linkage.executors import map_processes as run
+
+    return run(fn, argument_tuples, workers, default=_DEFAULT_WORKERS)
 
 
 def map_threads(
     fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]], workers: int
 ) -> list[T]:
     """Like :func:`map_processes`, on this machine's threads (for work that releases the
-    interpreter lock; never an executor)."""
-    return _map(_thread_pool, fn, argument_tuples, workers)
+    interpreter lock; never an executor: :func:`linkage.executors.map_threads`)."""
+    from linkage.executors import map_threads as run
+
+    return run(fn, argument_tuples, workers)
 
 
 # -- worker-side functions (top level, so that worker processes can import them) ---------------
-
-
-def exit_with_parent() -> None:
-    """In a worker process (the pools' ``initializer``): end this process as soon as the
-    process that started it ends, whatever ended it (a daemon thread waits on
-    :func:`multiprocessing.parent_process`'s sentinel, then :func:`os._exit`). The twin of
-    :func:`linkage.workers.exit_with_parent`, kept here so that a worker imports no
-    ``linkage``."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-    sentinel = parent.sentinel
-
-    def watch() -> None:
-        multiprocessing.connection.wait([sentinel])
-        os._exit(70)  # EX_SOFTWARE: nobody waits for this status
-
-    threading.Thread(target=watch, name="vflink-exit-with-parent", daemon=True).start()
-
 
 _tables: dict[tuple[int, int, int], FixedBaseTable] = {}
 _MAX_TABLES = 4  # about 54 MiB each for 2048-bit keys: keep the most recently used few

@@ -55,6 +55,7 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any, NoReturn
 
+from vfl.extras import require
 from vfl.federation import trust, wire
 from vfl.federation.base import (
     DEFAULT_TIMEOUT,
@@ -88,13 +89,7 @@ class UntrustedPeerError(FederationError):
 
 
 def _grpc() -> Any:
-    try:
-        import grpc
-    except ImportError:  # pragma: no cover - grpcio is in the "net" extra
-        raise ImportError(
-            "the network federation needs grpcio: pip install 'vflink[net]'"
-        ) from None
-    return grpc
+    return require("grpc", for_="the network federation")
 
 
 class _Inbox:

@@ -14,26 +14,58 @@ import pandas as pd
 from sklearn.base import clone
 
 from vfl.crypto.policy import KeyPolicy
-from vfl.estimator import FederatedEstimator, Role, run_deployed, wait_limit
+from vfl.estimator import (
+    FederatedEstimator,
+    Role,
+    deprecated_parameters,
+    run_deployed,
+    wait_limit,
+)
 from vfl.federation.base import Federation
+from vfl.linear.common import FitResult, FitSpec
 from vfl.linear.losses import LinearLoss
 from vfl.linear.model import PartyModel
-from vfl.linear.protocol import CoordinatorRole, DataRole, FitResult, FitSpec
+from vfl.linear.protocol import CoordinatorRole, DataRole
 from vfl.linear.scoring import ScoreCoordinatorRole, ScoreRole, ScoreSpec
 from vfl.linear.shared import SharedCoordinatorRole, SharedDataRole
+from vfl.persistence import label_party_of_parts, model_files
 from vfl.preprocessing import PartyPreprocessor
+from vfl.privacy.options import GaussianLabelDP
 from vfl.training.divergence import DivergenceWarning
 from vfl.training.optimizers import OPTIMIZERS
 from vfl.training.schedule import auto_batch_size, check_batch_size
 from vfl.validation import VerticalFrames, check_data_parties, check_parts, label_party_of
 
-__all__ = ["PROTOCOLS", "VerticalLinearModel"]
+__all__ = ["PROTOCOLS", "VerticalLinearModel", "label_dp_of"]
 
 PROTOCOLS = ("shared", "shared_coordinator", "coordinator", "two_party")
 """``shared`` (the default) and ``shared_coordinator`` reveal no gradient (secret-shared
 training, :mod:`vfl.linear.shared`; two data parties); ``coordinator`` and ``two_party``
 reveal each party its exact gradient, which lets it solve for labels (:mod:`vfl.linear`)."""
 SHARED = ("shared", "shared_coordinator")
+
+RENAMED = {
+    "label_epsilon": "privacy=GaussianLabelDP(epsilon=...)",
+    "label_delta": "privacy=GaussianLabelDP(delta=...)",
+    "row_clip": "privacy=GaussianLabelDP(row_clip=...)",
+}
+"""The deprecated keywords of the vertical linear estimators and their replacements."""
+
+
+def label_dp_of(owner: str, privacy: Any, deprecated: dict[str, Any]) -> Any:
+    """``privacy``, or the :class:`~vfl.privacy.options.GaussianLabelDP` that the deprecated
+    ``label_epsilon``, ``label_delta`` and ``row_clip`` spelled (each warned about);
+    ``label_delta`` and ``row_clip`` without ``label_epsilon`` did nothing and still do not."""
+    old = deprecated_parameters(owner, deprecated, RENAMED, stacklevel=4)
+    if old.get("label_epsilon") is None:
+        return privacy
+    if privacy is not None:
+        raise TypeError(f"{owner}: pass privacy= or the deprecated label_epsilon=, not both")
+    return GaussianLabelDP(
+        epsilon=old["label_epsilon"],
+        delta=old.get("label_delta", 1e-5),
+        row_clip=old.get("row_clip"),
+    )
 
 
 class VerticalLinearModel(FederatedEstimator):
@@ -69,10 +101,9 @@ class VerticalLinearModel(FederatedEstimator):
         workers: Any = None,
         timeout: float | None = None,
         insecure: bool = False,
-        label_epsilon: float | None = None,
-        label_delta: float = 1e-5,
-        row_clip: float | None = None,
+        privacy: Any = None,
         verbose: int = 0,
+        **deprecated: Any,
     ) -> None:
         self.max_iter = max_iter
         self.batch_size = batch_size
@@ -93,9 +124,7 @@ class VerticalLinearModel(FederatedEstimator):
         self.workers = workers
         self.timeout = timeout
         self.insecure = insecure
-        self.label_epsilon = label_epsilon
-        self.label_delta = label_delta
-        self.row_clip = row_clip
+        self.privacy = label_dp_of(type(self).__name__, privacy, deprecated)
         self.verbose = verbose
 
     # -- what subclasses provide -------------------------------------------------------------
@@ -159,10 +188,16 @@ class VerticalLinearModel(FederatedEstimator):
                 "shares; use a gradient-revealing protocol ('coordinator', 'two_party') for "
                 "Adam"
             )
-        if self.protocol in SHARED and self.label_epsilon is not None:
+        if self.privacy is not None and not isinstance(self.privacy, GaussianLabelDP):
             raise ValueError(
-                f"protocol={self.protocol!r} reveals no gradient, so label DP (label_epsilon) "
-                "has nothing to protect; it is for protocol='coordinator' or 'two_party'"
+                f"privacy must be None or a GaussianLabelDP(epsilon, delta) (Gaussian noise on "
+                f"the gradients), got {self.privacy!r}"
+            )
+        if self.protocol in SHARED and self.privacy is not None:
+            raise ValueError(
+                f"protocol={self.protocol!r} reveals no gradient, so label DP "
+                "(privacy=GaussianLabelDP) has nothing to protect; it is for "
+                "protocol='coordinator' or 'two_party'"
             )
         for name in ("max_iter", "batch_size"):
             value = getattr(self, name)
@@ -254,7 +289,7 @@ class VerticalLinearModel(FederatedEstimator):
         noise = self._label_noise(len(data_parties) - 1)
         return FitSpec(
             label_noise=noise,
-            row_clip=self.row_clip,
+            row_clip=None if self.privacy is None else self.privacy.row_clip,
             loss=self._loss,
             label_party=label_party,
             data_parties=tuple(data_parties),
@@ -275,15 +310,17 @@ class VerticalLinearModel(FederatedEstimator):
         )
 
     def _label_noise(self, passives: int) -> float | None:
-        """The noise multiplier that spends ``label_epsilon`` over the whole training (None
-        without label DP)."""
-        if self.label_epsilon is None:
+        """The noise multiplier that spends ``privacy``'s epsilon over the whole training
+        (None without label DP)."""
+        privacy = self.privacy
+        if privacy is None:
             return None
         if not self._label_dp:
             raise ValueError(
                 f"{type(self).__name__} has no label DP (its targets are unbounded); "
-                "label_epsilon is for VerticalLogisticRegression"
+                "privacy=GaussianLabelDP(...) is for VerticalLogisticRegression"
             )
+        privacy.check()
         if self.tol is not None:
             raise ValueError(
                 "label DP needs a fixed number of epochs: set tol=None (stopping on the exact "
@@ -294,13 +331,11 @@ class VerticalLinearModel(FederatedEstimator):
                 "label DP cannot continue a fit (warm_start=True): the earlier weights' spend "
                 "would not be in this fit's account; fit from scratch"
             )
-        if self.row_clip is not None and not self.row_clip > 0:
-            raise ValueError(f"row_clip must be a positive L2 norm, got {self.row_clip!r}")
         from vfl.privacy.accounting import noise_multiplier_for
 
         return noise_multiplier_for(
-            epsilon=self.label_epsilon,
-            delta=self.label_delta,
+            epsilon=privacy.epsilon,
+            delta=privacy.delta,
             steps=self.max_iter * (1 + passives),
         )
 
@@ -425,16 +460,11 @@ class VerticalLinearModel(FederatedEstimator):
             self.loss_curve_ = []  # the loss is the label party's to learn
 
     def _ledger(self, ledger: Any) -> Any:
-        if self.label_epsilon is None:
-            if hasattr(self, "privacy_ledger_"):  # none of an earlier DP fit beside this one
-                del self.privacy_ledger_
-            return ledger
-        if ledger is None:
-            from vfl.privacy import PrivacyLedger
-
-            ledger = PrivacyLedger(delta=self.label_delta)
-        self.privacy_ledger_ = ledger
-        return ledger
+        """The fit's ledger (``privacy_ledger_``; a new one unless given, empty without DP);
+        what the roles record in (None without DP, which records nothing)."""
+        delta = 1e-5 if self.privacy is None else self.privacy.delta
+        kept = self._fitted_ledger(ledger, delta=delta)
+        return None if self.privacy is None else kept
 
     # -- simulation --------------------------------------------------------------------------
 
@@ -467,8 +497,8 @@ class VerticalLinearModel(FederatedEstimator):
             Keep what each data party decrypts per batch in ``views_`` (``{party: [(rows,
             decrypted sum), ...]}``), for audits such as :class:`vfl.audit.LabelSolveAudit`.
         ledger : vfl.privacy.PrivacyLedger, optional
-            Where label DP records its spend (with ``label_epsilon``; by default a new ledger,
-            kept as ``privacy_ledger_``).
+            Where label DP records its spend (with ``privacy=GaussianLabelDP(...)``); kept as
+            ``privacy_ledger_`` (by default a new ledger, empty without DP).
         """
         label_party = label_party_of(parts, label_party)
         frames = check_parts(parts, label_party)
@@ -597,33 +627,40 @@ class VerticalLinearModel(FederatedEstimator):
 
     # -- persistence -------------------------------------------------------------------------
 
-    def save(self, folder: str | Path) -> list[Path]:
-        """Write each held party's part to ``folder/<party>.npz`` (vflink's model format:
-        weights, columns, standardisation; no key material, nothing of other parties)."""
+    def save(self, path: str | Path) -> Path:
+        """Write the model to the folder ``path`` (created): each held party's part as
+        ``<party>.npz`` (vflink's model format: weights, columns, standardisation; no key
+        material, nothing of another party: in deployment a party saves only its own) and the
+        privacy ledger, when DP spent anything, as ``privacy_ledger.json``. Returns the
+        folder; :meth:`load` reads it back."""
         self._check_fitted()
-        target = Path(folder)
+        target = Path(path)
         target.mkdir(parents=True, exist_ok=True)
-        written = [part.save(target / f"{name}.npz") for name, part in self.parts_.items()]
+        for name, part in self.parts_.items():
+            part.save(target / f"{name}.npz")
         ledger = getattr(self, "privacy_ledger_", None)
         if ledger is not None and len(ledger):
             ledger.save(target / "privacy_ledger.json")
-            written.append(target / "privacy_ledger.json")
-        return written
+        return target
 
-    def load(self, *paths: str | Path, label_party: str) -> VerticalLinearModel:
-        """Load parts written by :meth:`save` (a party loads its own)."""
+    def load(self, *paths: str | Path, label_party: str | None = None) -> VerticalLinearModel:
+        """Read a model written by :meth:`save`: its folder (every part in it, and its
+        ledger), or part files (a party loads its own). ``label_party`` is the party whose
+        part is the active one; name it where no loaded part is (a passive party loading its
+        own, a coordinator loading none)."""
+        from vfl.privacy import PrivacyLedger
+
         self.parts_ = {}
-        for path in paths:
-            if Path(path).name == "privacy_ledger.json":
-                from vfl.privacy import PrivacyLedger
-
+        self.privacy_ledger_ = PrivacyLedger()
+        for path in model_files(paths):
+            if path.name == "privacy_ledger.json":
                 self.privacy_ledger_ = PrivacyLedger.load(path)
                 continue
             part = PartyModel.load(path)
             self.parts_[part.party] = part
-        self.label_party_ = label_party
-        if label_party in self.parts_:
-            self._learn_labels(self.parts_[label_party])
+        self.label_party_ = label_party_of_parts(self.parts_, label_party)
+        if self.label_party_ in self.parts_:
+            self._learn_labels(self.parts_[self.label_party_])
         for part in self.parts_.values():
             if "data_parties" in part.extra:
                 self.data_parties_ = list(part.extra["data_parties"])

@@ -3,7 +3,8 @@
 Setup (once per fit): each data party rounds its features to multiples of ``2**-FEATURE_BITS``,
 packs each row into as few plaintexts as fit (signed slots wide enough for a batch sum), encrypts
 them -- under its own key (``two_party``) or the coordinator's -- and sends them to every other
-data party (:class:`PeerRows`). One encryption per row and column group, for any number of
+data party (:func:`exchange_rows`; the receiver keeps them as a
+:class:`~vfl.crypto.slots.PeerRows`). One encryption per row and column group, for any number of
 outputs and epochs. The rows are encrypted part by part as they are sent (32 MiB each), and
 the receiver packs each part into a :class:`~vfl.crypto.store.CiphertextStore` as it arrives:
 a party's memory holds its peers' encrypted rows, ``key_bits / 4`` bytes per row and column
@@ -12,7 +13,8 @@ group (5.1 GB for 10,000,000 rows and one group with 2048-bit keys), plus a part
 Per batch (:meth:`GradientExchange.remote`): every party ``p`` turns its vectors ``z_p`` (one per
 output) into ``[[X_t^T z_p]]`` for every other party ``t`` by one Pippenger multi-exponentiation
 over ``t``'s encrypted rows per output and column group (in chunks of rows on the party's
-``workers`` for a large batch), re-randomised, and sends them to ``t``;
+``workers`` for a large batch; :meth:`~vfl.crypto.slots.PeerRows.combine`), re-randomised, and
+sends them to ``t``;
 ``t`` multiplies together what it receives, has the sum decrypted -- by itself, or by the
 coordinator under slot masks (:mod:`vfl.crypto.masked`) -- and adds ``X_t^T z_t`` of its own.
 """
@@ -25,36 +27,32 @@ from typing import Any
 
 import numpy as np
 
-from vfl.crypto import EncryptedVector
+from vfl.crypto import EncryptedVector, slots
 from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
 from vfl.crypto.masked import mask_slots, request_decryption
-from vfl.crypto.packing import MIN_KAPPA, PackingLayout, RowPacking, pack_rows, unpack_signed
+from vfl.crypto.messages import Encrypted
+from vfl.crypto.packing import RowPacking, pack_rows
 from vfl.crypto.parallel import Workers
 from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
-from vfl.crypto.rerandomize import rerandomize
-from vfl.crypto.store import (
-    CiphertextStore,
-    ClusterCiphertextStore,
-    ciphertext_store,
-    signed_multiexp_chunks,
-)
+from vfl.crypto.slots import PeerRows
+from vfl.crypto.store import ciphertext_store
 from vfl.federation.base import Federation
-from vfl.linear.messages import VLR, Encrypted, RowsHeader, RowsPart, SetupCounts
+from vfl.linear.common import KAPPA
+from vfl.linear.messages import VLR, RowsHeader, RowsPart, SetupCounts
 from vfl.linear.model import FEATURE_BITS, feature_bits
 from vfl.training.schedule import check_batch_size
 
 __all__ = [
-    "KAPPA",
     "ROWS_MESSAGE_BYTES",
     "SCORE_BITS",
     "Z_BITS",
     "GradientExchange",
-    "PeerRows",
     "encrypted_noise",
+    "exchange_rows",
+    "plan_packing",
+    "rows_from_parts",
 ]
 
-KAPPA = MIN_KAPPA
-"""Bits of statistical hiding of every mask."""
 SCORE_BITS = 32
 """Partial scores and residual terms ``z`` are rounded to multiples of ``2**-SCORE_BITS``."""
 Z_BITS = SCORE_BITS + 17
@@ -71,112 +69,66 @@ def plan_packing(
     value_bits = (
         feature_bits(x) + Z_BITS + max(1, rows - 1).bit_length() + contributors.bit_length()
     )
-    return RowPacking.plan(value_bits, x.shape[1], key_bits, kappa=KAPPA if masked else None)
-
-
-class PeerRows:
-    """Another party's packed, encrypted feature rows, kept for the whole fit: one
-    :class:`~vfl.crypto.store.CiphertextStore` per column group (the wire's bytes, ``key_bits
-    / 4`` bytes per row and group; no Python object per row)."""
-
-    def __init__(
-        self,
-        key: PaillierPublicKey,
-        groups: list[CiphertextStore | ClusterCiphertextStore],
-        packing: RowPacking,
-    ):
-        self.key, self.groups, self.packing = key, groups, packing
-
-    @property
-    def nbytes(self) -> int:
-        return sum(g.nbytes for g in self.groups)
-
-    @classmethod
-    def exchange(
-        cls,
-        fed: Federation,
-        own: tuple[PaillierPublicKey, RowPacking, OwnRows],
-        keys: dict[str, PaillierPublicKey],
-        n_rows: int,
-        batch_size: int,
-        workers: Workers = None,
-    ) -> dict[str, PeerRows]:
-        """Send our encrypted rows to every peer in ``keys`` and receive theirs: a header, then
-        parts of at most ``ROWS_MESSAGE_BYTES``, sent and received in step (part k out, then
-        every peer's part k in), so that no receive queue ever holds more than about two
-        parts. ``own`` is our key, packing, and ``encrypt(lo, hi)``: the ciphertexts of our
-        rows ``lo:hi`` per column group, made just before their part is sent (our own
-        encrypted rows never all exist at once). The peers' rows are kept where ``workers``
-        says (:func:`~vfl.crypto.store.ciphertext_store`: on the party's Dask cluster when it
-        is one)."""
-        key, packing, encrypt = own
-        per_part = max(1, ROWS_MESSAGE_BYTES // (packing.groups * key.ciphertext_bytes))
-        starts = list(range(0, n_rows, per_part))
-        peers = list(keys)
-        header = RowsHeader(packing=packing.to_dict(), parts=len(starts))
-        VLR.broadcast(fed, "rows", header, to=peers)
-        headers = {p: VLR.recv(fed, p, "rows", RowsHeader) for p in peers}
-        for p, h in headers.items():
-            if not 1 <= h.parts <= n_rows:
-                RowsHeader.refuse(p, "parts", f"is {h.parts}, not between 1 and {n_rows}")
-        receiving = {
-            p: _Receiving(keys[p], headers[p], p, n_rows, batch_size, workers) for p in peers
-        }
-        for k in range(max([len(starts), *(h.parts for h in headers.values())])):
-            if k < len(starts):
-                groups = encrypt(starts[k], min(n_rows, starts[k] + per_part))
-                blocks = [EncryptedVector(key, cts, 0, fresh=True).to_wire() for cts in groups]
-                del groups
-                VLR.broadcast(fed, "rows", RowsPart(blocks=blocks), k, to=peers)
-                del blocks
-            for p in peers:
-                if k < headers[p].parts:
-                    receiving[p].add(VLR.recv(fed, p, "rows", RowsPart, k))
-        return {p: receiving[p].done() for p in peers}
-
-    @classmethod
-    def from_parts(
-        cls,
-        key: PaillierPublicKey,
-        header: RowsHeader,
-        parts: list[RowsPart],
-        sender: str,
-        n_rows: int,
-        batch_size: int,
-    ) -> PeerRows:
-        """Check and join received parts."""
-        receiving = _Receiving(key, header, sender, n_rows, batch_size)
-        for part in parts:
-            receiving.add(part)
-        return receiving.done()
-
-    def combine(
-        self,
-        rows: np.ndarray[Any, Any],
-        z_int: np.ndarray[Any, Any],
-        *,
-        to_key_owner: bool,
-        workers: Workers = 1,
-    ) -> EncryptedVector:
-        """``[[X[rows]^T z]]`` for every column of ``z_int`` (``(len(rows), K)`` integers), packed
-        (one ciphertext per output and group, output-major), re-randomised: one signed
-        Pippenger multi-exponentiation each (:func:`~vfl.crypto.store.signed_multiexp`), in
-        chunks of rows on ``workers`` for a large batch.
-
-        The owner of the rows knows their randomness and could otherwise test guesses of ``z``
-        against the product; a share going to the key's owner gets uniform ``r**n``
-        (:mod:`vfl.crypto.rerandomize`)."""
-        nsq = self.key.nsquare
-        columns = np.asarray(z_int, dtype=np.int64)
-        by_group = [
-            signed_multiexp_chunks(store, rows, columns, nsq, workers) for store in self.groups
-        ]
-        out = [by_group[g][k] for k in range(columns.shape[1]) for g in range(len(self.groups))]
-        return rerandomize(EncryptedVector(self.key, out, 0), for_key_owner=to_key_owner)
+    return slots.packing(value_bits, x.shape[1], key_bits, masked=masked)
 
 
 OwnRows = Callable[[int, int], list[list[Any]]]
 """``encrypt(lo, hi)``: a party's rows ``lo:hi`` packed and encrypted, per column group."""
+
+
+def exchange_rows(
+    fed: Federation,
+    own: tuple[PaillierPublicKey, RowPacking, OwnRows],
+    keys: dict[str, PaillierPublicKey],
+    n_rows: int,
+    batch_size: int,
+    workers: Workers = None,
+) -> dict[str, PeerRows]:
+    """Send our encrypted rows to every peer in ``keys`` and receive theirs: a header, then
+    parts of at most ``ROWS_MESSAGE_BYTES``, sent and received in step (part k out, then
+    every peer's part k in), so that no receive queue ever holds more than about two
+    parts. ``own`` is our key, packing, and ``encrypt(lo, hi)``: the ciphertexts of our
+    rows ``lo:hi`` per column group, made just before their part is sent (our own
+    encrypted rows never all exist at once). The peers' rows are kept where ``workers``
+    says (:func:`~vfl.crypto.store.ciphertext_store`: on the party's Dask cluster when it
+    is one)."""
+    key, packing, encrypt = own
+    per_part = max(1, ROWS_MESSAGE_BYTES // (packing.groups * key.ciphertext_bytes))
+    starts = list(range(0, n_rows, per_part))
+    peers = list(keys)
+    header = RowsHeader(packing=packing.to_dict(), parts=len(starts))
+    VLR.broadcast(fed, "rows", header, to=peers)
+    headers = {p: VLR.recv(fed, p, "rows", RowsHeader) for p in peers}
+    for p, h in headers.items():
+        if not 1 <= h.parts <= n_rows:
+            RowsHeader.refuse(p, "parts", f"is {h.parts}, not between 1 and {n_rows}")
+    receiving = {p: _Receiving(keys[p], headers[p], p, n_rows, batch_size, workers) for p in peers}
+    for k in range(max([len(starts), *(h.parts for h in headers.values())])):
+        if k < len(starts):
+            groups = encrypt(starts[k], min(n_rows, starts[k] + per_part))
+            blocks = [EncryptedVector(key, cts, 0, fresh=True).to_wire() for cts in groups]
+            del groups
+            VLR.broadcast(fed, "rows", RowsPart(blocks=blocks), k, to=peers)
+            del blocks
+        for p in peers:
+            if k < headers[p].parts:
+                receiving[p].add(VLR.recv(fed, p, "rows", RowsPart, k))
+    return {p: receiving[p].done() for p in peers}
+
+
+def rows_from_parts(
+    key: PaillierPublicKey,
+    header: RowsHeader,
+    parts: list[RowsPart],
+    sender: str,
+    n_rows: int,
+    batch_size: int,
+) -> PeerRows:
+    """Check and join received parts."""
+    receiving = _Receiving(key, header, sender, n_rows, batch_size)
+    for part in parts:
+        receiving.add(part)
+    return receiving.done()
 
 
 class _Receiving:
@@ -250,15 +202,7 @@ def encrypted_noise(
             f"label-DP noise of standard deviation {sigma:g} does not fit the packing; "
             "raise label_epsilon or lower the row clipping"
         )
-    plain = []
-    n = int(key.n)
-    for k in range(outputs):
-        for g in range(packing.groups):
-            value = 0
-            for j, column in enumerate(packing.group(g)):
-                value += int(scaled[k, column]) << (packing.slot_bits * j)
-            plain.append(value % n)
-    return EncryptedVector(key, key.raw_encrypt(plain), 0, fresh=True)
+    return EncryptedVector(key, slots.encrypt_rows(key, scaled, packing), 0, fresh=True)
 
 
 class GradientExchange:
@@ -331,7 +275,7 @@ class GradientExchange:
         def own_rows(lo: int, hi: int) -> list[list[Any]]:
             return [encrypt(p, workers=workers) for p in pack_rows(x_int[lo:hi], packing, n)]
 
-        self.peers = PeerRows.exchange(
+        self.peers = exchange_rows(
             fed, (self.key, self.packing, own_rows), self.keys, len(x), batch_size, workers
         )
 
@@ -343,17 +287,6 @@ class GradientExchange:
     def setup_counts(self, rows: int | None = None) -> SetupCounts:
         peers = {p: peer.packing.to_dict() for p, peer in self.peers.items()}
         return SetupCounts(self.outputs, self.packing.to_dict(), peers, rows)
-
-    @staticmethod
-    def share_layout(packing: RowPacking, outputs: int) -> PackingLayout:
-        """The layout of a party's masked gradient request: every slot of its ``outputs``
-        times ``groups`` ciphertexts (padding slots included)."""
-        return PackingLayout(
-            count=outputs * packing.groups * packing.per_ct,
-            value_bits=packing.slot_bits - KAPPA - 1,
-            kappa=KAPPA,
-            slots=packing.per_ct,
-        )
 
     def remote(self, rows: np.ndarray[Any, Any], z: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """Send this party's contributions for ``z`` (``(len(rows), K)``) and return the
@@ -379,48 +312,39 @@ class GradientExchange:
             total = part if total is None else total + part
         if total is None:
             raise RuntimeError("a gradient exchange needs at least one other data party")
-        value_bits = self.packing.value_bits(KAPPA if self.coordinator else None)
-        slots = self._open(total)
-        columns = self.x.shape[1]
-        out = np.empty((columns, self.outputs))
+        values = self._open(total)  # (outputs, columns) exact integers
         scale = -(FEATURE_BITS + SCORE_BITS)
-        for k in range(self.outputs):
-            for g in range(self.packing.groups):
-                values = slots[k * self.packing.groups + g]
-                cols = self.packing.group(g)
-                if any(abs(v) >= 1 << value_bits for v in values) or any(values[len(cols) :]):
-                    raise self._overflow(self.coordinator or self.fed.name)
-                out[cols.start : cols.stop, k] = [math.ldexp(v, scale) for v in values[: len(cols)]]
+        out = np.array([[math.ldexp(v, scale) for v in row] for row in values.T.tolist()])
+        out = out.reshape(self.x.shape[1], self.outputs)
         if self.view is not None:
             self.view.append((rows.copy(), out.copy()))
         return out
 
-    def _open(self, total: EncryptedVector) -> list[list[int]]:
-        """Per ciphertext of ``total``, its exact signed slots (``per_ct`` each; slots beyond a
-        group's columns are 0): decrypted by this party's own key, or by the coordinator under
-        masks of ``KAPPA`` bits of statistical hiding."""
-        per_ct = self.packing.per_ct
+    def _open(self, total: EncryptedVector) -> np.ndarray[Any, Any]:
+        """The exact signed values of ``total``, ``(outputs, columns)``, each checked to lie
+        within its slot's bound (padding slots 0): decrypted by this party's own key, or by
+        the coordinator under masks of ``KAPPA`` bits of statistical hiding."""
+        packing, outputs = self.packing, self.outputs
         if self.secret is not None:
-            n = int(self.key.n)
             plain = [int(v) for v in self.secret.raw_decrypt(total.ciphertexts)]
-            full = RowPacking(per_ct, self.packing.slot_bits, per_ct)
             try:
-                return [
-                    unpack_signed(v - n if v > n // 2 else v, full, 0, self.packing.slot_bits - 1)
-                    for v in plain
-                ]
+                return slots.unpack_rows(
+                    plain, outputs, packing, packing.value_bits(None), int(self.key.n), "a share"
+                )
             except OverflowError:
                 raise self._overflow(self.fed.name) from None
         if self.coordinator is None:
             raise RuntimeError("no key to open the gradient share with")
-        masked, masks = mask_slots(total, self.share_layout(self.packing, self.outputs))
+        layout = packing.masked_layout(outputs)
+        masked, masks = mask_slots(total, layout)
         try:
             values = request_decryption(
                 self.fed, self.coordinator, VLR.child("grad"), masked, masks
             )
+            bound = packing.value_bits(KAPPA)
+            return slots.from_slots(values, outputs, packing, value_bits=bound)
         except OverflowError:
             raise self._overflow(self.coordinator) from None
-        return [values[i : i + per_ct] for i in range(0, len(values), per_ct)]
 
     def _overflow(self, holder: str) -> OverflowError:
         return OverflowError(

@@ -65,7 +65,7 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
         Paillier modulus size in bits (2048 by default; smaller needs ``insecure=True``).
     random_state : int, optional
         Seeds the mini-batch order (not the cryptography, whose randomness is from the OS);
-        without it the parties agree on a random seed.
+        None (default): the parties agree on a fresh seed from each one's OS randomness.
     standardize : bool
         Each party standardises its own columns with its own training means and deviations.
     preprocess : bool, PartyPreprocessor or dict, optional
@@ -96,15 +96,18 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
         before training sends anything. A stuck peer fails at once either way.
     insecure : bool
         Allow keys below 2048 bits (tests only).
-    label_epsilon : float, optional
-        **Label DP** for the gradient-revealing protocols: the label party adds Gaussian noise,
+    privacy : GaussianLabelDP, optional
+        **Label DP** for the gradient-revealing protocols
+        (:class:`~vfl.privacy.options.GaussianLabelDP`): the label party adds Gaussian noise,
         under encryption and fresh per batch, to every gradient share it computes for another
-        party, and to its own gradient, so that the whole training is
-        ``(label_epsilon, label_delta)``-DP for each label (the noise multiplier calibrated by
-        dp-accounting over ``max_iter`` epochs times one release per data party; every label is
-        in one batch per epoch). Needs ``tol=None`` and no warm start. The spend is recorded in
-        a :class:`~vfl.privacy.PrivacyLedger` (``fit(ledger=...)`` or ``privacy_ledger_``,
-        saved beside the parts).
+        party, and to its own gradient, so that the whole training is ``(epsilon, delta)``-DP
+        for each label (the noise multiplier calibrated by dp-accounting over ``max_iter``
+        epochs times one release per data party; every label is in one batch per epoch);
+        ``row_clip`` bounds each party's standardised rows (default: the square root of its
+        column count). Needs ``tol=None`` and no warm start. The spend is recorded in a
+        :class:`~vfl.privacy.PrivacyLedger` (``fit(ledger=...)`` or ``privacy_ledger_``,
+        saved beside the parts). Replaces the deprecated ``label_epsilon``, ``label_delta``
+        and ``row_clip``.
 
         .. warning::
            The guarantee is for neighbouring label vectors with the same set of classes (the
@@ -114,11 +117,6 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
            rows allow, but cannot check every row. The noise comes from numpy's PCG64 seeded
            with 128 bits of OS randomness per draw, rounded to the features' grid; it is not a
            discrete-Gaussian sampler.
-    label_delta : float
-        The delta of label DP.
-    row_clip : float, optional
-        With label DP, every party scales each of its standardised rows to at most this L2
-        norm (default: the square root of its column count), which bounds one label's effect.
     verbose : int
         0 (default): nothing shown beyond long stages' progress (the label party's epoch
         lines still go to the ``vflink.progress`` logger at INFO, as in a ``vflink party``
@@ -141,6 +139,11 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
         training loss per epoch (the label party's view: summed over the K
         models), the wall time of each epoch and of the setup at the label party, the label
         party, and the message transcript of the last simulated run.
+    history_ : list of dict
+        One record per epoch at the label party: ``epoch`` (1-based), ``loss``, ``seconds``,
+        ``restart`` (whether training went back to the best epoch after it).
+    privacy_ledger_ : PrivacyLedger
+        The fit's privacy spend (empty without ``privacy``).
     """
 
     _loss = TAYLOR_LOGISTIC

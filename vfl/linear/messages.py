@@ -1,5 +1,7 @@
 """The messages of the vertical linear protocol (tags under ``vlr/``; scoring under
-``vlr-score/``)."""
+``vlr-score/``). Encrypted vectors travel as the toolkit's
+:class:`~vfl.crypto.messages.Encrypted`, the epoch's word as
+:class:`~vfl.training.control.EpochControl`."""
 
 from __future__ import annotations
 
@@ -12,8 +14,6 @@ __all__ = [
     "SCORE",
     "VLR",
     "CrossScores",
-    "Encrypted",
-    "EpochControl",
     "Outputs",
     "RowsHeader",
     "RowsPart",
@@ -56,32 +56,11 @@ class RowsPart(Message):
 
 
 @dataclass(frozen=True)
-class Encrypted(Message):
-    """One encrypted vector: a gradient share, scores, a loss piece or a cross-term sum."""
-
-    KIND = "encrypted vector"
-    data: CiphertextBlock
-
-
-@dataclass(frozen=True)
 class CrossScores(Message):
     """The label party forwards earlier passives' encrypted scores (cross terms of the loss)."""
 
     KIND = "cross-term scores"
     scores: list[CiphertextBlock]
-
-
-@dataclass(frozen=True)
-class EpochControl(Message):
-    """The label party, before each epoch: go on or stop; whether to keep the model of the
-    epoch just finished (the best so far, :class:`~vfl.training.LossCurve`); or whether that
-    epoch diverged, so every party goes back to its kept model and shrinks its step by
-    :data:`~vfl.training.convergence.RESTART_FACTOR` (``restart``)."""
-
-    KIND = "epoch control"
-    stop: bool
-    keep: bool = False
-    restart: bool = False
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from sklearn.base import RegressorMixin
 from vfl.crypto.policy import KeyPolicy
 from vfl.estimator import FederatedEstimator, Role, run_deployed, wait_limit
 from vfl.federation.base import Federation
+from vfl.linear.common import FitResult
 from vfl.linear.model import PartyModel
 from vfl.linear.poisson_math import (
     check_counts,
@@ -32,8 +33,8 @@ from vfl.linear.poisson_protocol import (
     PoissonDataRole,
     PoissonSpec,
 )
-from vfl.linear.protocol import FitResult
 from vfl.linear.scoring import ScoreCoordinatorRole, ScoreRole, ScoreSpec
+from vfl.persistence import label_party_of_parts, model_files
 from vfl.training.divergence import DivergenceWarning
 from vfl.training.optimizers import OPTIMIZERS
 from vfl.training.schedule import check_batch_size
@@ -145,7 +146,26 @@ class VerticalPoissonRegression(RegressorMixin, FederatedEstimator):  # type: ig
     coordinator : str
         The coordinator's party name.
     workers, timeout : optional
-        Processes per party for encryption; seconds a party waits for a message.
+        Processes per party for encryption; seconds a party waits for a message (None, the
+        default: :func:`vfl.estimator.wait_limit`).
+    verbose : int
+        0 (default): nothing shown beyond long stages' progress (the label party's epoch
+        lines still go to the ``vflink.progress`` logger at INFO); 1: the label party's loss,
+        step and best epoch live (:class:`vfl.progress.EpochProgress`).
+
+    Attributes
+    ----------
+    parts_, coef_, intercept_, feature_names_in_, label_party_, transcript_
+        Each party's fitted part; the coefficients held here and the label party's
+        intercept; their columns; the label party; the last simulated run's messages.
+    n_iter_, best_epoch_, loss_curve_, epoch_seconds_, setup_seconds_
+        Epochs run, the epoch kept, the objective per epoch, the wall time of each epoch and
+        of the setup (at the label party).
+    history_ : list of dict
+        One record per epoch at the label party: ``epoch``, ``loss``, ``seconds``,
+        ``restart``.
+    privacy_ledger_ : PrivacyLedger
+        Always empty: no DP mechanism runs here (kept for one surface with the others).
     """
 
     def __init__(
@@ -166,6 +186,7 @@ class VerticalPoissonRegression(RegressorMixin, FederatedEstimator):  # type: ig
         workers: Any = None,
         timeout: float | None = None,
         insecure: bool = False,
+        verbose: int = 0,
     ) -> None:
         self.alpha = alpha
         self.max_iter = max_iter
@@ -182,6 +203,7 @@ class VerticalPoissonRegression(RegressorMixin, FederatedEstimator):  # type: ig
         self.workers = workers
         self.timeout = timeout
         self.insecure = insecure
+        self.verbose = verbose
 
     # -- checks --------------------------------------------------------------------------------
 
@@ -251,6 +273,7 @@ class VerticalPoissonRegression(RegressorMixin, FederatedEstimator):  # type: ig
             policy=self._policy(),
             workers=self._workers(),
             random_state=self.random_state,
+            verbose=int(self.verbose),
         )
 
     def label_data(
@@ -320,6 +343,7 @@ class VerticalPoissonRegression(RegressorMixin, FederatedEstimator):  # type: ig
         self.label_party_ = spec.label_party
         self.data_parties_ = [spec.label_party, spec.passive]
         self.n_iter_ = max((r.n_iter for r in done.values()), default=0)
+        self._fitted_ledger(None)  # no mechanism spends here
         views = {n: r.view for n, r in done.items() if r.view is not None}
         if views:
             self.views_ = views
@@ -328,6 +352,7 @@ class VerticalPoissonRegression(RegressorMixin, FederatedEstimator):  # type: ig
         label = done.get(spec.label_party)
         if label is None or label.part is None:
             self.loss_curve_: list[float] = []  # the loss is the label party's to learn
+            self.history_: list[dict[str, Any]] = []
             return
         self.loss_curve_ = list(label.loss_curve)
         self.best_epoch_ = label.best_epoch
@@ -556,21 +581,28 @@ class VerticalPoissonRegression(RegressorMixin, FederatedEstimator):  # type: ig
             [f"{p.party}:{c}" for p in self._held_parts() for c in p.columns], dtype=object
         )
 
-    def save(self, folder: str | Path) -> list[Path]:
-        """Write each held party's part to ``folder/<party>.npz`` (vflink's model format:
-        weights, columns, standardisation, the exposure column's name; nothing of other
-        parties)."""
+    def save(self, path: str | Path) -> Path:
+        """Write the model to the folder ``path`` (created): each held party's part as
+        ``<party>.npz`` (vflink's model format: weights, columns, standardisation, the
+        exposure column's name; nothing of another party). Returns the folder."""
         self._check_fitted()
-        target = Path(folder)
+        target = Path(path)
         target.mkdir(parents=True, exist_ok=True)
-        return [part.save(target / f"{name}.npz") for name, part in self.parts_.items()]
+        for name, part in self.parts_.items():
+            part.save(target / f"{name}.npz")
+        return target
 
-    def load(self, *paths: str | Path, label_party: str) -> VerticalPoissonRegression:
-        """Load parts written by :meth:`save` (a party loads its own)."""
+    def load(self, *paths: str | Path, label_party: str | None = None) -> VerticalPoissonRegression:
+        """Read a model written by :meth:`save`: its folder, or part files (a party loads
+        its own); ``label_party`` as in :meth:`VerticalLogisticRegression.load`."""
         self.parts_ = {}
-        for path in paths:
+        self._fitted_ledger(None)
+        for path in model_files(paths):
+            if path.suffix != ".npz":
+                continue
             part = PartyModel.load(path)
             self.parts_[part.party] = part
+        label_party = label_party_of_parts(self.parts_, label_party)
         self.label_party_ = label_party
         for part in self.parts_.values():
             if "data_parties" in part.extra:

@@ -57,11 +57,12 @@ from vfl.crypto import EncryptedVector
 from vfl.crypto.kernels import multiexp_big, multiexp_rows
 from vfl.crypto.keys import PaillierPublicKey
 from vfl.crypto.masked import decrypt_masked, serve_decryption
+from vfl.crypto.messages import Encrypted
 from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
+from vfl.linear.common import FitResult
 from vfl.linear.losses import penalty
-from vfl.linear.messages import Encrypted, EpochControl
 from vfl.linear.model import FEATURE_BITS, PartyModel
 from vfl.linear.poisson_math import (
     EXP_BITS,
@@ -80,7 +81,8 @@ from vfl.linear.poisson_math import (
     penalty_value,
     to_fixed,
 )
-from vfl.linear.protocol import FitResult
+from vfl.progress import EpochProgress
+from vfl.training.control import EpochControl
 from vfl.training.convergence import RESTART_FACTOR, LossCurve
 from vfl.training.optimizers import make_optimizer
 from vfl.training.schedule import Schedule, agree_seed, check_batch_size
@@ -139,6 +141,7 @@ class PoissonSpec:
     workers: Any
     random_state: int | None
     keep_views: bool = False
+    verbose: int = 0
 
 
 class PartyWeights:
@@ -339,15 +342,31 @@ class PoissonDataRole:
     ) -> FitResult:
         """The label party: drives the epochs, computes the residuals, learns the loss of each
         epoch's model over all rows."""
-        spec, name, other = self.spec, fed.name, self.other
+        spec, name = self.spec, fed.name
         if self.y is None:
             raise RuntimeError("only the label party leads the epochs")
         y, e = self.y, self.exposure
         initial = half_deviance(y, e * np.exp(self.x @ weights.w)) / len(y)
         curve = LossCurve.restarting(spec.tol, spec.patience, initial)
+        epochs = schedule.epochs()
+        with EpochProgress(name, spec.max_iter, spec.verbose) as shown:
+            return self._epochs(fed, key, weights, curve, (y, e, epochs), shown)
+
+    def _epochs(
+        self,
+        fed: Federation,
+        key: PaillierPublicKey,
+        weights: PartyWeights,
+        curve: LossCurve,
+        data: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], Any],
+        shown: EpochProgress,
+    ) -> FitResult:
+        """The label party's epochs (``data``: its counts, its exposure and the schedule's
+        epochs), each shown live with ``verbose`` and logged."""
+        spec, name, other = self.spec, fed.name, self.other
+        y, e, epochs = data
         result = FitResult(part=None)
         followers = [other, spec.coordinator]
-        epochs = schedule.epochs()
         for epoch in range(spec.max_iter):
             began = time.perf_counter()
             control = EpochControl(stop=False, keep=curve.keep, restart=curve.restart)
@@ -372,16 +391,9 @@ class PoissonDataRole:
             loss = self.model_loss(fed, key, weights.model)
             result.epoch_seconds.append(time.perf_counter() - began)
             stop = curve.add(loss)
-            logger.info(
-                "%s: epoch %d/%d half mean deviance %.6f step %.4g best %d%s",
-                name,
-                epoch + 1,
-                spec.max_iter,
-                loss,
-                weights.rate,
-                curve.best_epoch,
-                " (diverged: restarting from the best epoch)" if curve.restart else "",
-            )
+            shown.update(epoch + 1, loss=loss, step=weights.rate, best=curve.best_epoch)
+            if curve.restart:
+                shown.note(f"epoch {epoch + 1} diverged: back to epoch {curve.best_epoch}")
             if stop:
                 result.converged = not curve.gave_up
                 break

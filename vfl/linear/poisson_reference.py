@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vfl.linear.messages import EpochControl
 from vfl.linear.poisson import Exposure, VerticalPoissonRegression
 from vfl.linear.poisson_math import half_deviance, penalty_value
 from vfl.linear.poisson_protocol import PartyWeights
+from vfl.training.control import EpochControl
 from vfl.training.convergence import LossCurve
 from vfl.training.schedule import Schedule
 from vfl.validation import check_parts

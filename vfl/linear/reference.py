@@ -10,15 +10,10 @@ import numpy as np
 import pandas as pd
 
 from vfl.linear.base import VerticalLinearModel
+from vfl.linear.common import loss_curve, party_step, penalty_weight
 from vfl.linear.losses import penalty
 from vfl.linear.model import FEATURE_BITS, PartyModel
-from vfl.linear.protocol import (
-    loss_curve,
-    party_step,
-    penalty_weight,
-    project,
-    weight_radius,
-)
+from vfl.linear.protocol import project, weight_radius
 from vfl.training.convergence import RESTART_FACTOR
 from vfl.training.optimizers import make_optimizer
 from vfl.training.schedule import Schedule

@@ -32,6 +32,10 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
         The label party centres and scales its targets with its own mean and deviation, and
         trains on them; predictions are mapped back at the label party (the passives' weights
         stay in standardised-target units, so they learn neither statistic). Default True.
+    privacy : None
+        Accepted for one surface with the other estimators; label DP
+        (:class:`~vfl.privacy.options.GaussianLabelDP`) is refused here, as the targets are
+        unbounded.
 
     The training loss (``loss_curve_``) is half the mean squared error, in standardised-target
     units when ``standardize_target``. ``alpha`` applies to the standardised problem; by
@@ -72,7 +76,9 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
         workers: Any = None,
         timeout: float | None = None,
         insecure: bool = False,
+        privacy: Any = None,
         verbose: int = 0,
+        **deprecated: Any,
     ) -> None:
         super().__init__(
             max_iter=max_iter,
@@ -94,7 +100,9 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
             workers=workers,
             timeout=timeout,
             insecure=insecure,
+            privacy=privacy,
             verbose=verbose,
+            **deprecated,
         )
         self.standardize_target = standardize_target
 

@@ -25,12 +25,13 @@ import numpy as np
 
 from vfl.crypto import EncryptedVector
 from vfl.crypto.masked import mask_slots, request_decryption, serve_decryption
+from vfl.crypto.messages import Encrypted
 from vfl.crypto.packing import MIN_KAPPA, PackingLayout
 from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
 from vfl.federation.base import Federation
 from vfl.linear.exchange import SCORE_BITS
 from vfl.linear.losses import SCORE_BOUND
-from vfl.linear.messages import SCORE, Encrypted
+from vfl.linear.messages import SCORE
 from vfl.linear.model import PartyModel
 
 __all__ = ["ScoreCoordinatorRole", "ScoreRole", "ScoreSpec", "pack_scores", "score_layout"]

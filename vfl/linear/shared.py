@@ -3,7 +3,7 @@
 Two data parties: A, the label party, and B. Nobody sees a gradient, a residual, a partial
 score or another party's weights in the clear. Each of these exists only as two additive
 integer shares, one per party. A share is statistically hiding: masks are
-:data:`~vfl.linear.exchange.KAPPA` bits longer than the value. The construction is that of
+:data:`~vfl.linear.common.KAPPA` bits longer than the value. The construction is that of
 FATE's SSHE-LR and SecretFlow's HESS-LR: Paillier for the cross products, additive shares
 for the rest. What vflink adds:
 
@@ -12,10 +12,11 @@ for the rest. What vflink adds:
   shared once, at setup, and an epoch costs no encryption of per-row values: per batch,
   only one multi-exponentiation per output and column group, and a few packed decryptions.
 * **Shares kept small.** After every product, each party reduces its share of a value with
-  a public bound modulo ``2**(bound + RHO)``. The label party's share lies in ``[0, M)``,
-  the other's in ``[-M, 0)``. This is exact unless the label party's share (uniform modulo
-  ``M``) falls within the bound of the modulus' edge, which has probability below
-  ``2**-RHO`` per value (``RHO = 64``).
+  a public bound modulo ``2**(bound + RHO)`` (the bit budget: :mod:`vfl.linear.budget`).
+  The label party's share lies in ``[0, M)``, the other's in ``[-M, 0)``. This is exact
+  unless the label party's share (uniform modulo ``M``) falls within the bound of the
+  modulus' edge, which has probability below ``2**-RHO`` per value
+  (:data:`~vfl.linear.budget.RHO`).
 
 The maths. Both losses (:mod:`vfl.linear.losses`) have the gradient numerator
 ``N = X^T (X w - t) = G w - tau`` for a batch, where ``G = X^T X`` is the joint Gram matrix
@@ -36,7 +37,7 @@ The maths. Both losses (:mod:`vfl.linear.losses`) have the gradient numerator
   it. P's share is the masked value, Q's is minus its mask.
   * **Update.** Heavy-ball momentum (or SGD), linear in the gradient:
     ``velocity = beta velocity + N / (c rows) + alpha w; w -= step_p * velocity``, the label
-    party's block with its step and B's with B's (:func:`~vfl.linear.protocol.shared_step`).
+    party's block with its step and B's with B's (:func:`~vfl.linear.common.shared_step`).
     Each party applies it to its own
     shares, truncating locally, which is exact to 2 units of ``2**-W_BITS``. The label
     party then re-randomises the shares with a fresh uniform offset and sends that offset
@@ -79,7 +80,6 @@ from __future__ import annotations
 
 import logging
 import math
-import secrets
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -89,27 +89,34 @@ from gmpy2 import mpz
 
 from vfl.crypto import EncryptedVector
 from vfl.crypto.kernels import multiexp_big
-from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
-from vfl.crypto.masked import (
-    DecryptedSlots,
-    DecryptionRequest,
-    decrypt_masked,
-    mask_slots,
-    serve_decryption,
-)
-from vfl.crypto.packing import PackingLayout, RowPacking, pack_rows
+from vfl.crypto.keys import PaillierPrivateKey
+from vfl.crypto.masked import decrypt_masked, mask_slots, request_slots, serve_decryption
+from vfl.crypto.messages import Encrypted
+from vfl.crypto.packing import PackingLayout, pack_rows
 from vfl.crypto.parallel import map_processes, multiexp_big_worker
 from vfl.crypto.policy import Base, PublicKeyMessage, vector_from
 from vfl.crypto.rerandomize import rerandomize
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message
-from vfl.linear.exchange import KAPPA, GradientExchange, PeerRows
-from vfl.linear.losses import SCORE_BOUND
-from vfl.linear.messages import VLR, Encrypted, EpochControl, Outputs
-from vfl.linear.model import FEATURE_BITS, feature_bits
-from vfl.linear.protocol import (
+from vfl.linear.budget import (
+    LR_BITS,
+    W_BITS,
+    W_INT_BITS,
+    Sizes,
+    by_rows,
+    dot,
+    exact,
+    fixed_point_step,
+    flat,
+    floats,
+    gram,
+    pack_columns,
+    reduce_share,
+    uniform,
+)
+from vfl.linear.common import (
     STABLE,
-    DataRole,
+    DataParty,
     FitResult,
     FitSpec,
     finish,
@@ -118,37 +125,27 @@ from vfl.linear.protocol import (
     shared_step,
     show_epoch,
 )
+from vfl.linear.exchange import exchange_rows
+from vfl.linear.losses import SCORE_BOUND
+from vfl.linear.messages import VLR, Outputs
+from vfl.linear.model import FEATURE_BITS, feature_bits
 from vfl.progress import EpochProgress
+from vfl.training.control import EpochControl
 from vfl.training.convergence import RESTART_FACTOR
 from vfl.training.optimizers import Optimizer, curvature_bound, make_optimizer
 from vfl.training.schedule import Schedule, agree_seed, auto_batch_size
 
 __all__ = [
-    "RHO",
-    "W_BITS",
+    "SS",
     "Integers",
     "Plan",
     "SharedCoordinatorRole",
     "SharedDataRole",
-    "Sizes",
-    "fixed_point_step",
 ]
 
 logger = logging.getLogger(__name__)
 
 SS = VLR.child("ss")
-W_BITS = 24
-"""Weights are shared as integers at scale ``2**W_BITS``."""
-W_INT_BITS = 16
-"""Public bound on a weight's magnitude: ``|w| < 2**W_INT_BITS``."""
-T_BITS = int(math.log2(SCORE_BOUND)) + FEATURE_BITS + W_BITS + 1
-"""Bits of a target at scale ``2**(FEATURE_BITS + W_BITS)`` (``|t| <= SCORE_BOUND``)."""
-RHO = 48
-"""Bits by which a reduced share exceeds its value's bound (a failure, of probability below
-``2**-RHO`` per value, is loud: it throws the weights far beyond their bound, which the end
-of training refuses)."""
-LR_BITS = 64
-"""Fixed-point precision of the learning-rate factors."""
 
 
 @dataclass(frozen=True)
@@ -173,144 +170,6 @@ class Integers(Message):
 
     KIND = "integer shares"
     values: list[int]
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """Every bound and layout of a fit, derived by all parties alike from the public plans."""
-
-    d_a: int
-    d_b: int
-    outputs: int
-    fb_a: int
-    fb_b: int
-    batch_size: int
-    key_bits: int
-    penalty: int = 0
-    """``penalty_weight`` at the scale of ``N`` over that of the weights (``2**(2 *
-    FEATURE_BITS)``), an integer both data parties derive from the public alpha and rows (0
-    at the coordinator, which is not told the penalty and uses no layout that depends on
-    it: the products' layout does not, and it opens the loss as one exact value)."""
-
-    @property
-    def joint(self) -> int:
-        return self.d_a + self.d_b
-
-    @property
-    def row_bits(self) -> int:
-        return (2 * self.batch_size).bit_length()
-
-    @property
-    def gram_bits(self) -> int:
-        return 2 * max(self.fb_a, self.fb_b) + self.row_bits
-
-    def row_packing(self, label: bool) -> RowPacking:
-        """The packing of the label party's rows (multiplied by B's columns into ``G_AB``) or
-        of B's (multiplied by the targets into ``X_B^T t``)."""
-        if label:
-            return RowPacking.plan(self.gram_bits, self.d_a, self.key_bits, kappa=KAPPA)
-        bits = self.fb_b + T_BITS + self.row_bits
-        return RowPacking.plan(bits, self.d_b, self.key_bits, kappa=KAPPA)
-
-    @property
-    def gram_layout(self) -> PackingLayout:
-        return GradientExchange.share_layout(self.row_packing(True), self.d_b)
-
-    @property
-    def tau_layout(self) -> PackingLayout:
-        return GradientExchange.share_layout(self.row_packing(False), self.outputs)
-
-    def share_bits(self, span: int = 1) -> int:
-        """Bits of the entries of ``S_P`` summed over ``span`` batches (own Grams and shares
-        of the cross Gram matrix)."""
-        return max(self.gram_layout.slot_bits, self.gram_bits) + 1 + span.bit_length()
-
-    @property
-    def weight_modulus(self) -> int:
-        return 1 << (W_INT_BITS + W_BITS + RHO)
-
-    def product_layout(self, span: int = 1) -> PackingLayout:
-        """The packed ``S_P e`` (``S_P`` summed over ``span`` batches) for ``outputs`` columns
-        ``e``: shares of the weights, negated at B."""
-        value_bits = (
-            self.share_bits(span) + self.weight_modulus.bit_length() + self.joint.bit_length() + 2
-        )
-        slots = (self.key_bits - 2) // (value_bits + KAPPA + 1)
-        if slots < 1:
-            raise ValueError(f"a {self.key_bits}-bit key is too small for the shared protocol")
-        groups = -(-self.joint // slots)
-        return PackingLayout(self.outputs * groups * slots, value_bits, KAPPA, slots)
-
-    def groups(self, span: int = 1) -> int:
-        return -(-self.joint // self.product_layout(span).slots)
-
-    def n_modulus(self, span: int = 1) -> int:
-        """Shares of ``N`` and ``N - tau`` (over ``span`` batches) are reduced modulo this."""
-        rows = self.row_bits + span.bit_length()
-        weights = 2 * max(self.fb_a, self.fb_b) + rows + W_INT_BITS + W_BITS
-        # room for + penalty * w (<= penalty * 2**(W_INT_BITS + W_BITS)) beside G w
-        weights = max(weights, self.penalty.bit_length() + W_INT_BITS + W_BITS) + 1
-        targets = rows + max(self.fb_a, self.fb_b) + T_BITS
-        return 1 << (max(weights + self.joint.bit_length(), targets) + 2 + RHO)
-
-    def loss_bound(self, span: int) -> float:
-        """Bound on the encrypted cross terms of the loss over ``span`` batches."""
-        bits = (
-            self.weight_modulus.bit_length()
-            + self.n_modulus(span).bit_length()
-            + (4 * self.joint * self.outputs).bit_length()
-        )
-        return 2.0**bits
-
-
-def _reduce(values: np.ndarray[Any, Any], modulus: int, first: bool) -> np.ndarray[Any, Any]:
-    """A share reduced modulo ``modulus``: into ``[0, M)`` at the label party (``first``),
-    ``[-M, 0)`` at the other."""
-    out = np.empty(values.shape, dtype=object)
-    flat_in, flat_out = values.reshape(-1), out.reshape(-1)
-    for i, v in enumerate(flat_in.tolist()):
-        r = int(v) % modulus
-        flat_out[i] = r if first else r - modulus
-    return out
-
-
-def _uniform(shape: tuple[int, ...], modulus: int) -> np.ndarray[Any, Any]:
-    out = np.empty(shape, dtype=object)
-    flat = out.reshape(-1)
-    for i in range(flat.size):
-        flat[i] = secrets.randbelow(modulus)
-    return out
-
-
-def _ints(a: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return np.asarray(a).astype(object)
-
-
-def _gram(x: np.ndarray[Any, Any], y: np.ndarray[Any, Any], bits: int) -> np.ndarray[Any, Any]:
-    """``x^T y`` of int64 matrices whose entries are below ``2**bits`` in magnitude, exact
-    (object integers when int64 could overflow)."""
-    if bits < 63:
-        return _ints(x.T @ y)
-    return _ints(x).T @ _ints(y)  # type: ignore[no-any-return]
-
-
-def fixed_point_step(
-    optimizer: Optimizer, epoch: int, c: float, rows: int, alpha: float
-) -> tuple[int, int, int, int]:
-    """The integer factors (at scale ``2**LR_BITS``) of one step of a linear optimiser on
-    shares: ``1 / (c rows)`` for ``N`` and ``alpha`` for the weights (the gradient), ``beta``
-    for the velocity and the step size."""
-    linear = optimizer.linear_step(epoch)
-    if linear is None:
-        raise ValueError(f"{type(optimizer).__name__} is not linear in the gradient")
-    beta, step = linear
-    scale = 2.0**LR_BITS
-    return (
-        round(scale / (c * rows)),
-        round(alpha * scale),
-        round(beta * scale),
-        round(step * scale),
-    )
 
 
 class _Link:
@@ -372,33 +231,14 @@ class _Link:
             return [int(v) for v in slots]
         if self.coordinator is None:
             raise RuntimeError("no key to open the share with")
-        request = DecryptionRequest(data=vector.to_wire(), layout=layout.to_dict())
-        SS.child(tag).send(self.fed, self.coordinator, "req", request)
-        answer = SS.child(tag).recv(self.fed, self.coordinator, "plain", DecryptedSlots)
-        if len(answer.slots) != layout.count:
-            DecryptedSlots.refuse(self.coordinator, "slots", f"holds {len(answer.slots)} values")
-        return [int(v) for v in answer.slots]
+        return request_slots(self.fed, self.coordinator, SS.child(tag), vector, layout)
 
 
-def _by_rows(
-    values: list[int] | tuple[int, ...], packing_per_ct: int, groups: int, rows: int, outputs: int
-) -> np.ndarray[Any, Any]:
-    """Slots laid out output-major, then group, then slot, as a ``(rows, outputs)`` array
-    (padding slots dropped)."""
-    out = np.empty((rows, outputs), dtype=object)
-    for k in range(outputs):
-        for g in range(groups):
-            base = (k * groups + g) * packing_per_ct
-            for j in range(packing_per_ct):
-                r = g * packing_per_ct + j
-                if r < rows:
-                    out[r, k] = int(values[base + j])
-    return out
-
-
-class SharedDataRole(DataRole):
+class SharedDataRole(DataParty):
     """A data party's side of the secret-shared protocol (the label party's when ``targets``
-    is given); see the module docstring."""
+    is given); see the module docstring. It shares with the revealing protocols' roles only
+    their common start (:class:`~vfl.linear.common.DataParty`); its integer arithmetic is
+    :mod:`vfl.linear.budget`."""
 
     def __call__(self, fed: Federation) -> FitResult:
         spec = self.spec
@@ -461,7 +301,7 @@ class SharedDataRole(DataRole):
         def own_rows(lo: int, hi: int) -> list[list[Any]]:
             return [link.encrypt(plain) for plain in pack_rows(x_int[lo:hi], packing, n)]
 
-        peer_rows = PeerRows.exchange(
+        peer_rows = exchange_rows(
             fed,
             (link.key, packing, own_rows),
             {link.peer: link.peer_key},
@@ -482,7 +322,7 @@ class SharedDataRole(DataRole):
         gram_l, tau_l = sizes.gram_layout, sizes.tau_layout
         a_pack, b_pack = sizes.row_packing(True), sizes.row_packing(False)
         for rows in fixed:
-            own = _gram(x_int[rows], x_int[rows], sizes.gram_bits)
+            own = gram(x_int[rows], x_int[rows], sizes.gram_bits)
             s = np.zeros((sizes.joint, sizes.joint), dtype=object)
             tau = np.zeros((sizes.joint, k_out), dtype=object)
             if t_int is not None:  # the label party: X_B^T t for B, then its share of G_AB
@@ -490,20 +330,18 @@ class SharedDataRole(DataRole):
                     rows, t_int[rows], to_key_owner=False, workers=spec.workers
                 )
                 masks = link.share_out("tau", product, tau_l)
-                tau[d_a:] = -_by_rows(masks, b_pack.per_ct, b_pack.groups, d_b, k_out)
-                tau[:d_a] = _ints(x_int[rows]).T @ _ints(t_int[rows])
-                h = _by_rows(link.open("gram", gram_l), a_pack.per_ct, a_pack.groups, d_a, d_b)
+                tau[d_a:] = -by_rows(masks, b_pack, k_out)
+                tau[:d_a] = exact(x_int[rows]).T @ exact(t_int[rows])
+                h = by_rows(link.open("gram", gram_l), a_pack, d_b)
                 s[:d_a, :d_a] = own
-                t_squares.append(int(np.sum(_ints(t_int[rows]) ** 2)))
+                t_squares.append(int(np.sum(exact(t_int[rows]) ** 2)))
             else:
                 product = peer_rows.combine(
                     rows, x_int[rows], to_key_owner=False, workers=spec.workers
                 )
                 masks = link.share_out("gram", product, gram_l)
-                h = -_by_rows(masks, a_pack.per_ct, a_pack.groups, d_a, d_b)
-                tau[d_a:] = _by_rows(
-                    link.open("tau", tau_l), b_pack.per_ct, b_pack.groups, d_b, k_out
-                )
+                h = -by_rows(masks, a_pack, d_b)
+                tau[d_a:] = by_rows(link.open("tau", tau_l), b_pack, k_out)
                 s[d_a:, d_a:] = own
             s[:d_a, d_a:] = h
             s[d_a:, :d_a] = h.T
@@ -521,8 +359,7 @@ class SharedDataRole(DataRole):
             zero[:d_a, :d_a] = True
         plains: list[int | None] = []
         for b, s in enumerate(s_mats):
-            layout = sizes.product_layout(span if b == span else 1)
-            plains += _pack_columns(s, layout, link.key, zero)
+            plains += pack_columns(s, sizes.product_packing(span if b == span else 1), n, zero)
         # groups known to be zero (the zero block of S_P) travel as the trivial ciphertext 1
         encrypted = iter(link.encrypt([p for p in plains if p is not None]))
         cts = [mpz(1) if p is None else next(encrypted) for p in plains]
@@ -556,18 +393,19 @@ class SharedDataRole(DataRole):
         """Shares of the starting weights (zeros, or this party's part for a warm start): each
         party splits its own weights with a uniform share for the label party."""
         w = self.part.weights(with_intercept=self.is_label)
-        w_int = _ints(np.round(np.asarray(w, dtype=float) * 2.0**W_BITS).astype(np.int64))
+        w_int = exact(np.round(np.asarray(w, dtype=float) * 2.0**W_BITS).astype(np.int64))
         m = sizes.weight_modulus
         v = np.zeros((sizes.joint, sizes.outputs), dtype=object)
         mine = slice(0, sizes.d_a) if self.is_label else slice(sizes.d_a, sizes.joint)
         theirs = slice(sizes.d_a, sizes.joint) if self.is_label else slice(0, sizes.d_a)
         if self.is_label:  # our uniform share of our weights; the rest is B's
-            own = _uniform(w_int.shape, m)
-            SS.send(fed, link.peer, "init", Integers(values=_flat(_reduce(w_int - own, m, False))))
+            own = uniform(w_int.shape, m)
+            given = reduce_share(w_int - own, m, False)
+            SS.send(fed, link.peer, "init", Integers(values=flat(given)))
         else:  # the label party's uniform share of our weights
-            given = _uniform(w_int.shape, m)
-            SS.send(fed, link.peer, "init", Integers(values=_flat(given)))
-            own = _reduce(w_int - given, m, False)
+            given = uniform(w_int.shape, m)
+            SS.send(fed, link.peer, "init", Integers(values=flat(given)))
+            own = reduce_share(w_int - given, m, False)
         v[mine] = own
         shape = (theirs.stop - theirs.start, sizes.outputs)
         v[theirs] = _unflat(SS.recv(fed, link.peer, "init", Integers), shape, link.peer)
@@ -617,7 +455,7 @@ class SharedDataRole(DataRole):
                 rows = fixed[b]
                 n_share = self._gradient(link, sizes, shares, b, 1, v)
                 if spec.keep_views:  # our share of our gradient numerator, for audits
-                    scaled = _floats(n_share[mine], 2 * FEATURE_BITS + W_BITS)
+                    scaled = floats(n_share[mine], 2 * FEATURE_BITS + W_BITS)
                     link.views.append((rows.copy(), scaled))
                 v, velocity = self._step(
                     fed, link, sizes, optimizers, epoch, rows, n_share, v, velocity
@@ -673,12 +511,12 @@ class SharedDataRole(DataRole):
         modulus = sizes.weight_modulus
         both = np.concatenate([v, velocity])
         if self.is_label:
-            offset = _uniform(both.shape, modulus)
-            SS.send(fed, link.peer, "offset", Integers(values=_flat(offset)))
-            both = _reduce(both + offset, modulus, True)
+            offset = uniform(both.shape, modulus)
+            SS.send(fed, link.peer, "offset", Integers(values=flat(offset)))
+            both = reduce_share(both + offset, modulus, True)
         else:
             offset = _unflat(SS.recv(fed, link.peer, "offset", Integers), both.shape, link.peer)
-            both = _reduce(both - offset, modulus, False)
+            both = reduce_share(both - offset, modulus, False)
         return both[: len(v)], both[len(v) :]
 
     def _gradient(
@@ -694,7 +532,8 @@ class SharedDataRole(DataRole):
         of them): the other party's columns raised to our share, masked and sent to it; ours
         raised to its share, opened."""
         sign = 1 if self.is_label else -1
-        layout, groups = sizes.product_layout(span), sizes.groups(span)
+        layout, packing = sizes.product_layout(span), sizes.product_packing(span)
+        groups = packing.groups
         nsq = link.peer_key.nsquare
         columns = shares["peer_s"][b]
         e = v * sign  # non-negative at both parties
@@ -707,11 +546,11 @@ class SharedDataRole(DataRole):
         products = map_processes(multiexp_big_worker, jobs, self.spec.workers)
         tag = "prod" if span == 1 else "prod-all"
         masks = link.share_out(tag, EncryptedVector(link.peer_key, products, 0), layout)
-        share = -sign * _by_rows(masks, layout.slots, groups, sizes.joint, sizes.outputs)
-        opened = _by_rows(link.open(tag, layout), layout.slots, groups, sizes.joint, sizes.outputs)
+        share = -sign * by_rows(masks, packing, sizes.outputs)
+        opened = by_rows(link.open(tag, layout), packing, sizes.outputs)
         share = share - sign * opened
         s, tau = shares["s"][b], shares["tau"][b]
-        return _reduce(s @ v + share - tau, sizes.n_modulus(span), self.is_label)
+        return reduce_share(s @ v + share - tau, sizes.n_modulus(span), self.is_label)
 
     def _epoch_loss(
         self,
@@ -732,8 +571,8 @@ class SharedDataRole(DataRole):
         # penalty, so the tracked loss is the objective minimised (protocol.penalty_term)
         penalised = v * sizes.penalty
         penalised[sizes.d_a - 1] = 0
-        m_share = _reduce(n_share - shares["tau"][span] + penalised, modulus, self.is_label)
-        own = _dot(v, m_share)
+        m_share = reduce_share(n_share - shares["tau"][span] + penalised, modulus, self.is_label)
+        own = dot(v, m_share)
         if not self.is_label:
             got = vector_from(
                 link.peer_key, SS.recv(fed, link.peer, "loss", Encrypted).data, link.peer
@@ -748,7 +587,7 @@ class SharedDataRole(DataRole):
             total = link.for_owner(total)
             SS.send(fed, link.peer, "loss-total", Encrypted(data=total.to_wire()))
             return 0.0
-        terms = link.encrypt(_flat(v) + _flat(m_share))
+        terms = link.encrypt(flat(v) + flat(m_share))
         SS.send(
             fed,
             link.peer,
@@ -764,8 +603,7 @@ class SharedDataRole(DataRole):
             n = int(link.key.n)
             raw = int(link.secret.raw_decrypt(total.ciphertexts)[0])
             value = raw - n if raw > n // 2 else raw
-        else:
-            assert link.coordinator is not None
+        elif link.coordinator is not None:
             value = int(
                 decrypt_masked(
                     fed,
@@ -776,6 +614,8 @@ class SharedDataRole(DataRole):
                     exact=True,
                 )[0]
             )
+        else:
+            raise RuntimeError("no key to open the loss with: neither ours nor a coordinator's")
         squares = (own + shares["t_squares"] - value) / 2.0 ** (2 * (FEATURE_BITS + W_BITS))
         return self.spec.loss.mean_loss(squares, len(self.x), sizes.outputs)
 
@@ -783,9 +623,9 @@ class SharedDataRole(DataRole):
         """Each party sends the other its share of the other's weights and keeps its own."""
         mine = slice(0, sizes.d_a) if self.is_label else slice(sizes.d_a, sizes.joint)
         theirs = slice(sizes.d_a, sizes.joint) if self.is_label else slice(0, sizes.d_a)
-        SS.send(fed, link.peer, "final", Integers(values=_flat(v[theirs])))
+        SS.send(fed, link.peer, "final", Integers(values=flat(v[theirs])))
         got = _unflat(SS.recv(fed, link.peer, "final", Integers), v[mine].shape, link.peer)
-        w = _floats(v[mine] + got, W_BITS)
+        w = floats(v[mine] + got, W_BITS)
         if not np.all(np.abs(w) < 2.0**W_INT_BITS):
             raise FloatingPointError(
                 f"party {fed.name!r}: weights beyond {2**W_INT_BITS}; training diverged "
@@ -797,46 +637,6 @@ class SharedDataRole(DataRole):
 def peer_b(spec: FitSpec) -> str:
     """The data party that is not the label party."""
     return next(p for p in spec.data_parties if p != spec.label_party)
-
-
-def _pack_columns(
-    s: np.ndarray[Any, Any],
-    layout: PackingLayout,
-    key: PaillierPublicKey,
-    zero: np.ndarray[Any, Any],
-) -> list[int | None]:
-    """The plaintexts of ``s``'s columns, each cut into groups of ``layout.slots`` signed
-    slots (column-major: column ``c``, group ``g`` at ``c * groups + g``); None for a group
-    whose rows lie in the structurally zero block of ``S_P`` (public, as the block is)."""
-    rows = s.shape[0]
-    groups = -(-rows // layout.slots)
-    n = int(key.n)
-    out: list[int | None] = []
-    for c in range(s.shape[1]):
-        for g in range(groups):
-            cut = range(g * layout.slots, min(rows, (g + 1) * layout.slots))
-            if all(zero[r, c] for r in cut):
-                out.append(None)
-                continue
-            acc = 0
-            for j, r in enumerate(cut):
-                acc += int(s[r, c]) << (layout.slot_bits * j)
-            out.append(acc % n)
-    return out
-
-
-def _dot(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> int:
-    return int(sum(int(x) * int(y) for x, y in zip(a.reshape(-1), b.reshape(-1), strict=True)))
-
-
-def _floats(a: np.ndarray[Any, Any], bits: int) -> np.ndarray[Any, Any]:
-    flat = [math.ldexp(int(x), -bits) for x in a.reshape(-1)]
-    out: np.ndarray[Any, Any] = np.array(flat, dtype=float).reshape(a.shape)
-    return out
-
-
-def _flat(a: np.ndarray[Any, Any]) -> list[int]:
-    return [int(x) for x in np.asarray(a).reshape(-1)]
 
 
 def _unflat(message: Integers, shape: tuple[int, ...], sender: str) -> np.ndarray[Any, Any]:

@@ -1,11 +1,14 @@
 """Differential privacy for every vflink protocol: mechanisms, accounting and the ledger.
 
-* :mod:`vfl.privacy.mechanisms` -- Laplace, Gaussian (classic and analytic calibration) and
-  exponential mechanisms, and L2 clipping, as pure numpy functions with OS randomness;
-* :mod:`vfl.privacy.accounting` -- dp-accounting events for those mechanisms and the epsilon
-  they spend under the ``"rdp"`` or ``"pld"`` accountant;
+* :mod:`vfl.privacy.mechanisms` -- Laplace, Gaussian (classic and analytic calibration),
+  exponential and randomised-response mechanisms, and L2 clipping, as pure numpy functions
+  with OS randomness;
+* :mod:`vfl.privacy.accounting` -- dp-accounting events for those mechanisms, the epsilon
+  they spend under the ``"rdp"`` or ``"pld"`` accountant, and the noise multiplier that
+  spends a target epsilon (:func:`resolve_noise_multiplier`);
 * :mod:`vfl.privacy.ledger` -- :class:`PrivacyLedger`, where every mechanism records its
-  spend, composed per data holder; :mod:`vfl.privacy.entry` -- one recorded spend.
+  spend, composed per data holder; :mod:`vfl.privacy.entry` -- one recorded spend;
+* :mod:`vfl.privacy.checks` -- the parameter checks every privacy setting shares.
 
 Importing this package loads numpy only; dp-accounting (about a second to import), scipy and
 pandas are imported when first needed.
@@ -20,9 +23,10 @@ from vfl.privacy.accounting import (
     laplace_event,
     noise_multiplier_for,
     randomized_response_event,
+    resolve_noise_multiplier,
 )
 from vfl.privacy.entry import MECHANISMS, LedgerEntry, Mechanism
-from vfl.privacy.ledger import PrivacyLedger, record_blip
+from vfl.privacy.ledger import PrivacyLedger, record_blip, record_randomized_response
 from vfl.privacy.mechanisms import (
     CALIBRATIONS,
     clip_l2,
@@ -32,6 +36,7 @@ from vfl.privacy.mechanisms import (
     gaussian_sigma,
     laplace,
     laplace_scale,
+    randomized_response,
 )
 
 __all__ = [
@@ -54,6 +59,9 @@ __all__ = [
     "laplace_event",
     "laplace_scale",
     "noise_multiplier_for",
+    "randomized_response",
     "randomized_response_event",
     "record_blip",
+    "record_randomized_response",
+    "resolve_noise_multiplier",
 ]

@@ -35,13 +35,14 @@ accountant, which composes a self-composed ``RandomizedResponseDpEvent`` only on
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from vfl.privacy._checks import check_positive_finite, check_positive_int, check_probability
+from vfl.privacy.checks import check_positive_finite, check_positive_int, check_probability
 
 
 class _QuietOrders(logging.Filter):
@@ -67,7 +68,9 @@ __all__ = [
     "gaussian_event",
     "get_accountant",
     "laplace_event",
+    "noise_multiplier_for",
     "randomized_response_event",
+    "resolve_noise_multiplier",
 ]
 
 DpEvent = Any
@@ -375,3 +378,56 @@ def noise_multiplier_for(
 
     bracket = mechanism_calibration.LowerEndpointAndGuess(1e-3, 1.0)
     return float(dp_accounting.calibrate_dp_mechanism(chosen.new, event, epsilon, delta, bracket))
+
+
+@functools.lru_cache(maxsize=256)
+def resolve_noise_multiplier(
+    *,
+    noise_multiplier: float | None,
+    epsilon: float | None,
+    delta: float,
+    steps: int,
+    sampling_rate: float = 1.0,
+    what: str = "privacy",
+) -> float:
+    """The Gaussian noise multiplier of a privacy setting that gives exactly one of
+    ``noise_multiplier`` and a target ``epsilon``: the former as it is, or the one that spends
+    ``epsilon`` at ``delta`` over ``steps`` releases Poisson-sampled at ``sampling_rate``
+    (:func:`noise_multiplier_for`, RDP accountant; calibrated once per schedule: the result
+    is cached).
+
+    Parameters
+    ----------
+    noise_multiplier : float or None
+        Noise standard deviation over sensitivity, when given directly.
+    epsilon : float or None
+        The target epsilon over the whole schedule, otherwise.
+    delta : float
+        The target delta in ``(0, 1)``.
+    steps : int
+        How many releases the schedule makes.
+    sampling_rate : float
+        The Poisson sampling rate of each release (1: every record each time).
+    what : str
+        The setting's name, for the error message (``"ClientDP"``, say).
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        If both or neither of ``noise_multiplier`` and ``epsilon`` are given, or a parameter
+        is out of range.
+    """
+    if (noise_multiplier is None) == (epsilon is None):
+        raise ValueError(f"{what}: give exactly one of noise_multiplier= and epsilon=")
+    if noise_multiplier is not None:
+        return check_positive_finite("noise_multiplier", noise_multiplier)
+    return noise_multiplier_for(
+        epsilon=check_positive_finite("epsilon", epsilon),
+        delta=delta,
+        steps=steps,
+        sampling_rate=sampling_rate,
+    )

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from vfl.privacy import accounting
-from vfl.privacy._checks import check_positive_finite, check_positive_int, check_probability
+from vfl.privacy.checks import check_positive_finite, check_positive_int, check_probability
 
 __all__ = ["MECHANISMS", "LedgerEntry", "Mechanism"]
 

@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from vfl.files import write_atomically
 from vfl.privacy import accounting
-from vfl.privacy._checks import check_probability
+from vfl.privacy.checks import check_probability
 from vfl.privacy.entry import LedgerEntry
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["PrivacyLedger", "record_blip"]
+__all__ = ["PrivacyLedger", "record_blip", "record_randomized_response"]
 
 logger = logging.getLogger(__name__)
 
@@ -368,4 +368,40 @@ def record_blip(
         mechanism="randomized_response",
         epsilon=epsilon_per_bit,
         steps=1 if bits_per_record is None else bits_per_record,
+    )
+
+
+def record_randomized_response(
+    ledger: PrivacyLedger,
+    *,
+    holder: str,
+    epsilon: float,
+    data: str = "its labels (randomised response)",
+) -> LedgerEntry:
+    """Record one release of a holder's codes through
+    :func:`vfl.privacy.mechanisms.randomized_response` (pure ``epsilon``-DP per code: the
+    label-DP of split learning's and transfer learning's ``label_epsilon``).
+
+    Parameters
+    ----------
+    ledger : PrivacyLedger
+        Where to record.
+    holder : str
+        The data holder whose codes were randomised.
+    epsilon : float
+        The ``epsilon`` they were randomised with.
+    data : str
+        What was randomised.
+
+    Returns
+    -------
+    LedgerEntry
+
+    Raises
+    ------
+    ValueError
+        If ``epsilon`` is not a positive finite number.
+    """
+    return ledger.record(
+        holder=holder, data=data, mechanism="randomized_response", epsilon=float(epsilon)
     )

@@ -8,6 +8,9 @@
   noise of a known standard deviation (DP-SGD's ``noise_multiplier * max_norm``).
 * :func:`exponential` -- pick an index with probability proportional to
   ``exp(epsilon * score / (2 * sensitivity))`` (McSherry and Talwar 2007); pure ``epsilon``-DP.
+* :func:`randomized_response` -- keep each class code with probability
+  ``e^eps / (e^eps + K - 1)``, else replace it by another class drawn uniformly (Warner 1965;
+  the label-DP mechanism of Ghazi et al. 2021); pure ``epsilon``-DP per code.
 * :func:`clip_l2` -- bound each row's L2 norm, which sets the sensitivity the Gaussian
   mechanism is calibrated to.
 
@@ -34,7 +37,7 @@ from typing import Literal, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from vfl.privacy._checks import check_positive_finite, check_probability
+from vfl.privacy.checks import check_positive_finite, check_probability
 
 __all__ = [
     "CALIBRATIONS",
@@ -45,6 +48,7 @@ __all__ = [
     "gaussian_sigma",
     "laplace",
     "laplace_scale",
+    "randomized_response",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -309,6 +313,58 @@ def exponential(scores: ArrayLike, *, sensitivity: float, epsilon: float) -> int
         raise ValueError(f"scores must be a non-empty 1-D array, got shape {array.shape}")
     logits = (epsilon / (2.0 * sensitivity)) * array
     return int(np.argmax(logits + _os_rng().gumbel(size=array.shape)))
+
+
+def randomized_response(codes: ArrayLike, *, classes: int, epsilon: float) -> NDArray[np.int64]:
+    """K-ary randomised response: each code kept with probability ``e^eps / (e^eps + K - 1)``,
+    otherwise replaced by one of the other ``K - 1`` classes, uniformly.
+
+    Any two codes are output with probabilities within a factor ``e^eps`` of each other, so
+    each released code is ``epsilon``-DP for the code it hides (Warner 1965); applied to
+    labels, everything computed from the released labels is ``epsilon``-label-DP (Ghazi et
+    al. 2021, "Deep Learning with Label Differential Privacy"). The caller records the spend
+    (:func:`vfl.privacy.record_randomized_response`).
+
+    Parameters
+    ----------
+    codes : array_like of int
+        Class codes in ``0 .. classes - 1``, one per record.
+    classes : int
+        ``K``, the number of classes (at least 2).
+    epsilon : float
+        The privacy budget per code.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 codes of the same shape.
+
+    Raises
+    ------
+    ValueError
+        If ``classes`` is not an integer >= 2, ``epsilon`` is not a positive finite number,
+        or a code is not an integer in ``0 .. classes - 1``.
+    """
+    epsilon = check_positive_finite("epsilon", epsilon)
+    if isinstance(classes, bool) or not isinstance(classes, (int, np.integer)) or classes < 2:
+        raise ValueError(f"classes must be an integer >= 2, got {classes!r}")
+    array = np.asarray(codes)
+    if array.dtype.kind not in "iuf" or not np.isfinite(array).all():
+        raise ValueError(f"codes must be integer class codes, got {array.dtype} values")
+    as_int = array.astype(np.int64)
+    bad = (as_int != array) | (as_int < 0) | (as_int >= classes)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"codes must be integers in 0..{classes - 1}; {int(bad.sum())} are not (the first, "
+            f"{array[first]!r}, at index {first})"
+        )
+    draw = _os_rng()
+    keep = 1.0 / (1.0 + (classes - 1) * math.exp(-epsilon))  # e^eps / (e^eps + K - 1)
+    flip = draw.random(as_int.shape) >= keep
+    shift = draw.integers(1, classes, size=as_int.shape)
+    out: NDArray[np.int64] = np.where(flip, (as_int + shift) % classes, as_int)
+    return out
 
 
 @overload

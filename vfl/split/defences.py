@@ -11,9 +11,10 @@ ledger):
   gradients it returns so that every row's gradient has, in expectation, the batch's largest
   norm: the norm-scoring attack of Li et al. 2021 then sees equal norms (a heuristic: no
   epsilon);
-* :func:`randomized_response` (``label_epsilon=``) -- the label party trains on labels kept
-  with probability ``e^eps / (e^eps + K - 1)`` and otherwise replaced by another class drawn
-  uniformly: epsilon-label-DP for everything computed from them, recorded in the ledger;
+* :func:`vfl.privacy.randomized_response` (``label_epsilon=``) -- the label party trains on
+  labels kept with probability ``e^eps / (e^eps + K - 1)`` and otherwise replaced by another
+  class drawn uniformly: epsilon-label-DP for everything computed from them, recorded in the
+  ledger (:func:`vfl.privacy.record_randomized_response`);
 * :class:`Quantizer` (``compression="float16"`` or a bit count) -- embeddings and gradients
   sent as float16, or stochastically rounded to ``bits``-bit integers with a per-message
   offset and scale (unbiased); fewer bytes, not privacy.
@@ -21,21 +22,25 @@ ledger):
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from vfl.privacy._checks import check_positive_finite
+from vfl.extras import optional
+from vfl.privacy import mechanisms
+from vfl.privacy.checks import check_positive_finite
+from vfl.privacy.ledger import record_randomized_response as record_labels
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = optional("torch", for_=__name__)
 
 __all__ = [
     "EmbeddingNoise",
     "Quantizer",
     "match_norms",
-    "randomized_response",
-    "record_randomized_response",
 ]
 
 
@@ -88,25 +93,19 @@ def match_norms(gradients: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return out
 
 
+# The old positional spellings, for the estimators that still import them from here; the
+# mechanism and its ledger entry are vfl.privacy's. Remove once vfl/split/estimator.py and
+# transfer/estimator.py call vfl.privacy.randomized_response(codes, classes=, epsilon=) and
+# vfl.privacy.record_randomized_response(ledger, holder=, epsilon=).
 def randomized_response(codes: np.ndarray[Any, Any], classes: int, epsilon: float) -> Any:
-    """Class codes kept with probability ``e^eps / (e^eps + K - 1)``, else replaced by one of
-    the other ``K - 1`` classes uniformly (OS randomness)."""
+    """:func:`vfl.privacy.randomized_response` of the labels, under ``label_epsilon``."""
     epsilon = check_positive_finite("label_epsilon", epsilon)
-    draw = np.random.default_rng(secrets.randbits(128))
-    keep = np.exp(epsilon) / (np.exp(epsilon) + classes - 1)
-    flip = draw.random(len(codes)) >= keep
-    shift = draw.integers(1, classes, size=len(codes))
-    return np.where(flip, (codes + shift) % classes, codes)
+    return mechanisms.randomized_response(codes, classes=classes, epsilon=epsilon)
 
 
 def record_randomized_response(ledger: Any, holder: str, epsilon: float) -> None:
-    """Record :func:`randomized_response` on ``holder``'s labels in the privacy ledger."""
-    ledger.record(
-        holder=holder,
-        data="its labels (randomised response)",
-        mechanism="randomized_response",
-        epsilon=float(epsilon),
-    )
+    """:func:`vfl.privacy.record_randomized_response` of ``holder``'s labels."""
+    record_labels(ledger, holder=holder, epsilon=epsilon)
 
 
 @dataclass(frozen=True)

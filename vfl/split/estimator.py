@@ -11,21 +11,27 @@ maps its party's standardised columns to an embedding; the top maps the combined
 to the outputs); by default a bottom is ``Linear(columns, embedding_dim) -> ReLU`` and the top
 an MLP with ``hidden_layer_sizes``. The label party may hold features (it is one of ``parts``)
 or none (it is not: name it with ``label_party=``).
+
+The secure variant is ``protocol="protected"`` (or ``protocol=ProtectedLayer(...)`` for its
+options: :mod:`vfl.split.interactive`); privacy is ``privacy=RandomizedResponse(epsilon)`` on
+the labels, ``privacy=EmbeddingNoise(...)`` on the embeddings, or a tuple of both.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from torch import nn
 
 from vfl import persistence
-from vfl.estimator import FederatedEstimator, Role, run_deployed
+from vfl.estimator import FederatedEstimator, Role, deprecated_parameters, run_deployed
+from vfl.extras import optional, require
 from vfl.federation.base import Federation
+from vfl.persistence import model_files
+from vfl.privacy.options import RandomizedResponse
 from vfl.split.defences import (
     EmbeddingNoise,
     Quantizer,
@@ -44,7 +50,26 @@ from vfl.validation import (
     label_party_of,
 )
 
-__all__ = ["SplitNNClassifier", "SplitNNRegressor"]
+if TYPE_CHECKING:
+    from torch import nn
+else:
+    nn = optional("torch.nn", for_=__name__)
+
+__all__ = ["PROTOCOLS", "SplitNNClassifier", "SplitNNRegressor"]
+
+PROTOCOLS = ("plain", "protected")
+"""``protocol=``: ``"plain"`` (default) sends embeddings and gradients in the clear;
+``"protected"`` runs the top's first layer on encrypted embeddings with secret-shared weights
+(:class:`~vfl.split.interactive.ProtectedLayer` with its defaults; pass a ProtectedLayer for
+its options)."""
+
+RENAMED = {
+    "label_epsilon": "privacy=RandomizedResponse(epsilon)",
+    "embedding_noise": "privacy=EmbeddingNoise(...)",
+    "protected_layer": 'protocol="protected" or protocol=ProtectedLayer(...)',
+}
+SEED_TAG = "split/seed"
+"""The tag of the seed agreement of a fit with ``random_state=None``."""
 
 
 class _SplitNN(FederatedEstimator):
@@ -65,14 +90,14 @@ class _SplitNN(FederatedEstimator):
         tol: float | None = 1e-4,
         n_iter_no_change: int = 5,
         validation_fraction: float = 0.1,
-        random_state: int = 0,
-        embedding_noise: EmbeddingNoise | None = None,
+        random_state: int | None = None,
+        privacy: Any = None,
         gradient_protection: str | None = None,
-        label_epsilon: float | None = None,
         compression: Any = None,
-        protected_layer: ProtectedLayer | None = None,
-        timeout: float = 600.0,
+        protocol: str | ProtectedLayer = "plain",
+        timeout: float | None = None,
         verbose: int = 0,
+        **deprecated: Any,
     ) -> None:
         self.bottoms = bottoms
         self.top = top
@@ -87,13 +112,74 @@ class _SplitNN(FederatedEstimator):
         self.n_iter_no_change = n_iter_no_change
         self.validation_fraction = validation_fraction
         self.random_state = random_state
-        self.embedding_noise = embedding_noise
+        self.privacy = privacy
         self.gradient_protection = gradient_protection
-        self.label_epsilon = label_epsilon
         self.compression = compression
-        self.protected_layer = protected_layer
+        self.protocol = protocol
         self.timeout = timeout
         self.verbose = verbose
+        old = deprecated_parameters(type(self).__name__, deprecated, RENAMED)
+        if "protected_layer" in old:
+            self.protocol = "plain" if old["protected_layer"] is None else old["protected_layer"]
+        given = [
+            RandomizedResponse(old["label_epsilon"])
+            if old.get("label_epsilon") is not None
+            else None,
+            old.get("embedding_noise"),
+        ]
+        chosen = tuple(d for d in given if d is not None)
+        if chosen:
+            if privacy is not None:
+                raise TypeError(
+                    f"{type(self).__name__}: pass privacy= or the deprecated label_epsilon= / "
+                    "embedding_noise=, not both"
+                )
+            self.privacy = chosen[0] if len(chosen) == 1 else chosen
+
+    # -- the options -----------------------------------------------------------------------
+
+    @property
+    def protected_layer(self) -> ProtectedLayer | None:
+        """The :class:`~vfl.split.interactive.ProtectedLayer` that ``protocol`` names (None
+        under ``"plain"``), checked."""
+        chosen = self.protocol
+        if isinstance(chosen, ProtectedLayer):
+            return chosen
+        if chosen not in PROTOCOLS:
+            raise ValueError(
+                f"protocol must be one of {PROTOCOLS} or a ProtectedLayer(...), got {chosen!r}"
+            )
+        return ProtectedLayer() if chosen == "protected" else None
+
+    @property
+    def embedding_noise(self) -> EmbeddingNoise | None:
+        """The :class:`~vfl.split.defences.EmbeddingNoise` among ``privacy`` (None without),
+        checked: what an audit applies to the embeddings it reconstructs."""
+        return self._defences()[1]
+
+    def _defences(self) -> tuple[RandomizedResponse | None, EmbeddingNoise | None]:
+        """``privacy`` as ``(randomised response on the labels, noise on the embeddings)``,
+        each checked."""
+        given = self.privacy
+        items = [] if given is None else list(given) if isinstance(given, tuple) else [given]
+        labels = [d for d in items if isinstance(d, RandomizedResponse)]
+        noise = [d for d in items if isinstance(d, EmbeddingNoise)]
+        if len(labels) + len(noise) != len(items) or len(labels) > 1 or len(noise) > 1:
+            raise ValueError(
+                "privacy must be None, RandomizedResponse(epsilon) (on the labels), "
+                "EmbeddingNoise(noise_multiplier, clip) (on the embeddings), or a tuple of "
+                f"one of each; got {given!r}"
+            )
+        for response in labels:
+            response.check()
+        for noisy in noise:
+            noisy.check()
+        if labels and self._task != "classification":
+            raise ValueError(
+                "privacy=RandomizedResponse(...) randomises class labels: it is for "
+                "SplitNNClassifier"
+            )
+        return (labels[0] if labels else None), (noise[0] if noise else None)
 
     # -- checks and modules ----------------------------------------------------------------
 
@@ -107,10 +193,12 @@ class _SplitNN(FederatedEstimator):
         for name, value in [("max_iter", self.max_iter), ("batch_size", self.batch_size)]:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.random_state, int) or isinstance(self.random_state, bool):
+        if self.random_state is not None and (
+            not isinstance(self.random_state, int) or isinstance(self.random_state, bool)
+        ):
             raise ValueError(
-                f"random_state must be an integer the parties agree on (it draws the batches "
-                f"and initialises the modules), got {self.random_state!r}"
+                f"random_state must be None or an integer the parties agree on (it draws the "
+                f"batches and initialises the modules), got {self.random_state!r}"
             )
         if not 0 <= self.validation_fraction < 0.5:
             raise ValueError(
@@ -124,12 +212,7 @@ class _SplitNN(FederatedEstimator):
             raise ValueError(
                 f'gradient_protection must be None or "norm", got {self.gradient_protection!r}'
             )
-        if self.embedding_noise is not None:
-            if not isinstance(self.embedding_noise, EmbeddingNoise):
-                raise ValueError(
-                    "embedding_noise must be an EmbeddingNoise(noise_multiplier, clip)"
-                )
-            self.embedding_noise.check()
+        _, embedding_noise = self._defences()
         quantizer = Quantizer(self.compression)
         quantizer.check()
         width = self._layer_width()
@@ -152,8 +235,9 @@ class _SplitNN(FederatedEstimator):
             tol=self.tol,
             patience=self.n_iter_no_change,
             validation_fraction=float(self.validation_fraction),
-            random_state=self.random_state,
-            embedding_noise=self.embedding_noise,
+            # without random_state, a placeholder: the roles agree on the seed as they start
+            random_state=0 if self.random_state is None else self.random_state,
+            embedding_noise=embedding_noise,
             gradient_protection=self.gradient_protection,
             compression=quantizer,
             ledger=ledger,
@@ -167,15 +251,15 @@ class _SplitNN(FederatedEstimator):
         layer = self.protected_layer
         if layer is None:
             return 0
-        if not isinstance(layer, ProtectedLayer):
-            raise ValueError("protected_layer must be a ProtectedLayer(width=..., key_bits=...)")
         layer.check()
         if self.aggregation != "concat":
-            raise ValueError('protected_layer needs aggregation="concat" (one block per party)')
+            raise ValueError(
+                'protocol="protected" needs aggregation="concat" (one block per party)'
+            )
         if self.compression is not None:
             raise ValueError(
-                "compression applies to plaintext embeddings; with protected_layer they travel "
-                "encrypted: drop one of the two"
+                'compression applies to plaintext embeddings; with protocol="protected" they '
+                "travel encrypted: drop one of the two"
             )
         if layer.width is not None:
             return layer.width
@@ -186,14 +270,17 @@ class _SplitNN(FederatedEstimator):
             )
         return int(self.hidden_layer_sizes[0])
 
-    def build_bottom(self, party: str, position: int, columns: int) -> nn.Module:
+    def build_bottom(
+        self, party: str, position: int, columns: int, seed: int | None = None
+    ) -> nn.Module:
         """Party ``party``'s bottom (its own module, copied, or the default), initialised
-        from ``random_state`` and its position among the data parties: each party builds its
-        own alike in simulation and in deployment."""
+        from ``seed`` (default ``random_state``; the agreed seed of a fit without one) and
+        its position among the data parties: each party builds its own alike in simulation
+        and in deployment."""
         import copy
 
         given = (self.bottoms or {}).get(party)
-        with seeded(_seed(self.random_state, 1, position)):
+        with seeded(_seed(self.random_state if seed is None else seed, 1, position)):
             module = (
                 copy.deepcopy(given)
                 if given is not None
@@ -202,17 +289,20 @@ class _SplitNN(FederatedEstimator):
         output_width(module, columns, f"party {party!r}: its bottom module")
         return module
 
-    def build_top(self, joined: int, outputs: int, own: int = 0) -> nn.Module:
-        """The top for combined embeddings of width ``joined`` (checked). With a protected
-        layer, an :class:`~vfl.split.interactive.InteractiveTop`: the label party's own block
-        of the layer (``own`` its embedding width) and the top on the layer's outputs (the
-        default top's first hidden layer *is* the protected layer)."""
+    def build_top(
+        self, joined: int, outputs: int, own: int = 0, seed: int | None = None
+    ) -> nn.Module:
+        """The top for combined embeddings of width ``joined`` (checked), initialised from
+        ``seed`` (default ``random_state``). With a protected layer, an
+        :class:`~vfl.split.interactive.InteractiveTop`: the label party's own block of the
+        layer (``own`` its embedding width) and the top on the layer's outputs (the default
+        top's first hidden layer *is* the protected layer)."""
         import copy
 
         width = self._layer_width()
         n_in = width or joined
         hidden = self.hidden_layer_sizes[1:] if width else self.hidden_layer_sizes
-        with seeded(_seed(self.random_state, 2, 0)):
+        with seeded(_seed(self.random_state if seed is None else seed, 2, 0)):
             top = (
                 copy.deepcopy(self.top).float()
                 if self.top is not None
@@ -263,6 +353,7 @@ class _SplitNN(FederatedEstimator):
         held by ``label_party`` (one of ``parts``, or a party without features).
         ``keep_views`` keeps what each sender received (``views_``: ``{party: [(rows,
         gradients), ...]}``) for :mod:`vfl.audit.split`."""
+        require("torch", for_=type(self).__name__)
         self._forget()
         label_party = label_party_of(parts, label_party)
         anchor = label_party if label_party in _frames(parts) else next(iter(_frames(parts)))
@@ -302,25 +393,20 @@ class _SplitNN(FederatedEstimator):
     def _labels(
         self, y: Any, index: pd.Index, label_party: str, ledger: Any
     ) -> tuple[np.ndarray[Any, Any], int]:
-        """The label party's targets (randomised under ``label_epsilon``) and the outputs;
-        opens the ledger when a defence spends privacy."""
+        """The label party's targets (randomised under ``privacy=RandomizedResponse``) and
+        the outputs; opens the fit's ledger (``privacy_ledger_``)."""
+        response, _ = self._defences()
         targets, outputs = self._targets(y, index, label_party)
-        if self.label_epsilon is not None:
-            if self._task != "classification":
-                raise ValueError("label_epsilon (randomised response) is for SplitNNClassifier")
-            targets = randomized_response(targets, outputs, self.label_epsilon)
+        if response is not None:
+            targets = randomized_response(targets, outputs, response.epsilon)
         self._open_ledger(ledger)
-        if self.label_epsilon is not None:
-            record_randomized_response(self.privacy_ledger_, label_party, self.label_epsilon)
+        if response is not None:
+            record_randomized_response(self.privacy_ledger_, label_party, response.epsilon)
         return targets, outputs
 
     def _open_ledger(self, ledger: Any) -> None:
-        if self.label_epsilon is not None or self.embedding_noise is not None:
-            if ledger is None:
-                from vfl.privacy import PrivacyLedger
-
-                ledger = PrivacyLedger()
-            self.privacy_ledger_ = ledger
+        """The fit's ledger, kept as ``privacy_ledger_`` (empty when no defence spends)."""
+        self._fitted_ledger(ledger)
 
     def _role(
         self,
@@ -339,15 +425,39 @@ class _SplitNN(FederatedEstimator):
             self.means_[party] = values.mean(axis=0)
             std = values.std(axis=0)
             self.scales_[party] = np.where(std > 0, std, 1.0)
-            position = spec.data_parties.index(party)
-            module = self.build_bottom(party, position, frame.shape[1])
+            module = self.build_bottom(party, spec.data_parties.index(party), frame.shape[1])
             x = self._design(party, frame)
         if party == spec.label_party:
-            assert targets is not None
+            if targets is None:
+                raise ValueError(f"party {party!r} is the label party: pass its labels")
+        elif module is None or x is None:
+            raise ValueError(f"party {party!r} sends embeddings: pass its features")
+        if self.random_state is None:  # the modules are built again from the agreed seed
+            return _AgreedSeed(self, spec, party, x, targets, outputs)
+        return self._built_role(spec, party, module, x, targets, outputs)
+
+    def _built_role(
+        self,
+        spec: SplitSpec,
+        party: str,
+        module: nn.Module | None,
+        x: np.ndarray[Any, Any] | None,
+        targets: np.ndarray[Any, Any] | None,
+        outputs: int,
+    ) -> Role:
+        """The role of ``party`` with its bottom ``module`` (a label party's top is built when
+        it learns the embeddings' widths), from ``spec``'s seed."""
+        seed = spec.random_state
+        if party == spec.label_party and targets is not None:
             return LabelRole(
-                spec, lambda joined, own: self.build_top(joined, outputs, own), module, x, targets
+                spec,
+                lambda joined, own: self.build_top(joined, outputs, own, seed=seed),
+                module,
+                x,
+                targets,
             )
-        assert module is not None and x is not None
+        if module is None or x is None:
+            raise ValueError(f"party {party!r} sends embeddings: pass its features")
         return DataRole(spec, module, x)
 
     def _design(self, party: str, frame: pd.DataFrame) -> np.ndarray[Any, Any]:
@@ -368,6 +478,7 @@ class _SplitNN(FederatedEstimator):
         self.best_epoch_ = label.best_epoch
         self.loss_curve_ = label.loss_curve
         self.epoch_seconds_ = label.epoch_seconds
+        self.history_ = _history(label)
         views = {p: results[p].view for p in spec.senders if results[p].view is not None}
         if views:
             self.views_ = views
@@ -396,7 +507,9 @@ class _SplitNN(FederatedEstimator):
         """This party's role of training (deployment): ``frame`` its own aligned features
         (None at a label party without features, and at a coordinator, which split learning
         does not use), ``y`` its labels at ``label_party``, ``data_parties`` every party with
-        features, in the same order everywhere (it seeds each party's bottom)."""
+        features, in the same order everywhere (it seeds each party's bottom). Every party
+        passes the same ``random_state``, or every party None (they then agree on a seed)."""
+        require("torch", for_=type(self).__name__)
         name = federation.name
         if name != label_party and name not in data_parties:
             return self  # a coordinator: no role here
@@ -420,6 +533,7 @@ class _SplitNN(FederatedEstimator):
         self.label_party_, self.data_parties_, self.spec_ = label_party, list(data_parties), spec
         self.n_iter_, self.best_epoch_ = result.n_iter, result.best_epoch
         self.loss_curve_, self.epoch_seconds_ = result.loss_curve, result.epoch_seconds
+        self.history_ = _history(result)
         self.parts_ = {name: self._part(name)}
         return self
 
@@ -503,24 +617,51 @@ class _SplitNN(FederatedEstimator):
             extra=extra,
         )
 
-    def save(self, folder: str | Path) -> list[Path]:
-        """Write each held party's part to ``folder/<party>.npz`` (a party saves only its own)."""
+    def save(self, path: str | Path) -> Path:
+        """Write the model to the folder ``path`` (created): each held party's part as
+        ``<party>.npz`` (a party saves only its own; nothing of another party) and the
+        privacy ledger, when a defence spent anything, as ``privacy_ledger.json``. Returns
+        the folder."""
         self._check_fitted("spec_")
-        target = Path(folder)
+        target = Path(path)
         target.mkdir(parents=True, exist_ok=True)
         parties = [p for p in self.spec_.data_parties if p in self.modules_]
         if self.top_ is not None and self.spec_.label_party not in parties:
             parties.append(self.spec_.label_party)
-        return [self._part(p).save(target / f"{p}.npz") for p in parties]
+        for party in parties:
+            self._part(party).save(target / f"{party}.npz")
+        ledger = getattr(self, "privacy_ledger_", None)
+        if ledger is not None and len(ledger):
+            ledger.save(target / "privacy_ledger.json")
+        return target
 
-    def load(self, *paths: str | Path, label_party: str) -> _SplitNN:
-        """Load parts written by :meth:`save` (or ``vflink party``) into this estimator, whose
-        hyperparameters must be those of the fit (the modules are rebuilt from them)."""
+    def load(self, *paths: str | Path, label_party: str | None = None) -> _SplitNN:
+        """Read a model written by :meth:`save` (or ``vflink party``): its folder, or part
+        files (a party loads its own), into this estimator, whose hyperparameters must be
+        those of the fit (the modules are rebuilt from them). ``label_party`` is read from
+        the parts; a coordinator, which loads none, names it."""
+        from vfl.privacy import PrivacyLedger
+
+        require("torch", for_=type(self).__name__)
         self._forget()
+        self.privacy_ledger_ = PrivacyLedger()
         self.modules_, self.top_ = {}, None
         spec: SplitSpec | None = None
-        for path in paths:
-            part = SplitPart.load(path)
+        loaded: dict[str, SplitPart] = {}
+        for path in model_files(paths):
+            if path.name == "privacy_ledger.json":
+                self.privacy_ledger_ = PrivacyLedger.load(path)
+                continue
+            loaded[str(path)] = SplitPart.load(path)
+        if label_party is None:
+            named = {str(p.extra.get("label_party")) for p in loaded.values()}
+            if len(named) != 1:
+                raise ValueError(
+                    "load needs label_party='...' here: no part was loaded (a coordinator) or "
+                    f"the parts name different label parties ({sorted(named)})"
+                )
+            label_party = named.pop()
+        for source, part in loaded.items():
             extra, party = part.extra, part.party
             for key, value in [
                 ("aggregation", self.aggregation),
@@ -531,7 +672,7 @@ class _SplitNN(FederatedEstimator):
             ]:
                 if extra.get(key) != value:
                     raise ValueError(
-                        f"{path} was fitted with {key}={extra.get(key)!r}, this estimator has "
+                        f"{source} was fitted with {key}={extra.get(key)!r}, this estimator has "
                         f"{value!r}: load it with the fit's hyperparameters"
                     )
             parties = [str(p) for p in extra["data_parties"]]
@@ -605,9 +746,57 @@ class _SplitNN(FederatedEstimator):
         raise NotImplementedError
 
 
-def _seed(random_state: int, kind: int, position: int) -> int:
-    """A torch seed for one module, from the agreed ``random_state``."""
-    return int(np.random.SeedSequence([random_state, kind, position]).generate_state(1)[0])
+def _seed(random_state: int | None, kind: int, position: int) -> int:
+    """A torch seed for one module, from the agreed ``random_state`` (None: 0, for modules
+    whose weights are loaded or built again from the agreed seed)."""
+    seeds = [0 if random_state is None else random_state, kind, position]
+    return int(np.random.SeedSequence(seeds).generate_state(1)[0])
+
+
+def _history(result: SplitResult) -> list[dict[str, Any]]:
+    """``history_``: one record per epoch at the label party (``epoch``, ``loss`` -- the
+    validation loss with early stopping on held-out rows, else the training loss --,
+    ``seconds``)."""
+    return [
+        {"epoch": i + 1, "loss": loss, "seconds": seconds}
+        for i, (loss, seconds) in enumerate(
+            zip(result.loss_curve, result.epoch_seconds, strict=False)
+        )
+    ]
+
+
+class _AgreedSeed:
+    """A party's role in a fit without ``random_state``: the parties first agree on a seed,
+    each contributing 16 bytes of OS randomness (:func:`~vfl.training.schedule.agree_seed`),
+    then the party builds its modules and draws its batches from it, as every other does."""
+
+    def __init__(
+        self,
+        estimator: _SplitNN,
+        spec: SplitSpec,
+        party: str,
+        x: np.ndarray[Any, Any] | None,
+        targets: np.ndarray[Any, Any] | None,
+        outputs: int,
+    ) -> None:
+        self.estimator, self.spec, self.party = estimator, spec, party
+        self.x, self.targets, self.outputs = x, targets, outputs
+
+    def __call__(self, fed: Federation) -> Any:
+        from vfl.training.schedule import agree_seed
+
+        spec = self.spec
+        parties = list(dict.fromkeys([*spec.data_parties, spec.label_party]))
+        seed = agree_seed(fed, parties, SEED_TAG)
+        agreed = replace(spec, random_state=seed)
+        module = None
+        if self.x is not None:
+            position = spec.data_parties.index(self.party)
+            module = self.estimator.build_bottom(self.party, position, self.x.shape[1], seed)
+        role = self.estimator._built_role(
+            agreed, self.party, module, self.x, self.targets, self.outputs
+        )
+        return role(fed)
 
 
 def _frames(parts: Any) -> dict[str, Any]:
@@ -632,17 +821,29 @@ class SplitNNClassifier(_SplitNN):
     tol, n_iter_no_change, validation_fraction
         Early stopping on the validation loss (a share of the rows drawn from
         ``random_state``; the training loss when 0), keeping the best epoch's modules.
-    random_state : int
+    random_state : int, optional
         Draws the batches and validation rows and initialises the modules, the same at
-        every party.
-    embedding_noise : EmbeddingNoise, optional
-        Clipping and Gaussian noise on every sent embedding (:mod:`vfl.split.defences`).
+        every party. None (default): the parties agree on a fresh seed at the start of the
+        fit, each contributing OS randomness (in deployment every party then passes None).
+    privacy : RandomizedResponse, EmbeddingNoise or a tuple of both, optional
+        :class:`~vfl.privacy.options.RandomizedResponse` on the labels (epsilon-label-DP;
+        classifier only) and/or :class:`~vfl.split.defences.EmbeddingNoise` (clipping and
+        Gaussian noise on every sent embedding, :mod:`vfl.split.defences`); the spend is in
+        ``privacy_ledger_``. Replaces the deprecated ``label_epsilon`` and
+        ``embedding_noise``.
     gradient_protection : {None, "norm"}
-        Norm matching on the returned gradients.
-    label_epsilon : float, optional
-        Randomised response on the labels (epsilon-label-DP).
+        Norm matching on the returned gradients (a heuristic, no epsilon).
     compression : None, "float16" or int
         What the embeddings and gradients travel as.
+    protocol : {"plain", "protected"} or ProtectedLayer
+        ``"plain"`` (default): embeddings and gradients in the clear; ``"protected"``: the
+        top's first layer on encrypted embeddings with secret-shared weights
+        (:class:`~vfl.split.interactive.ProtectedLayer` with its defaults; pass a
+        ProtectedLayer for its width, step and key size). Replaces the deprecated
+        ``protected_layer``.
+    timeout : float, optional
+        Seconds a simulated party waits for a message (None, the default:
+        :func:`vfl.estimator.wait_limit`, 600 s).
     verbose : int
         ``0`` (default): nothing shown but bars for long work (the epoch lines still go to
         the ``vflink.progress`` logger at INFO where logging is configured: a deployed
@@ -652,7 +853,13 @@ class SplitNNClassifier(_SplitNN):
 
     Attributes
     ----------
-    modules_, top_, classes_, n_iter_, best_epoch_, loss_curve_, privacy_ledger_, views_
+    modules_, top_, classes_, n_iter_, best_epoch_, loss_curve_, views_
+        Each party's bottom, the top, the classes, epochs run, the epoch kept, the loss per
+        epoch, what each sender received (``keep_views``).
+    history_ : list of dict
+        One record per epoch at the label party: ``epoch``, ``loss``, ``seconds``.
+    privacy_ledger_ : PrivacyLedger
+        The fit's privacy spend (empty without ``privacy``).
     """
 
     _task = "classification"
@@ -682,7 +889,8 @@ class SplitNNClassifier(_SplitNN):
 
 class SplitNNRegressor(_SplitNN):
     """A split neural network regressor (squared loss on the label party's standardised
-    target); parameters as :class:`SplitNNClassifier` without ``label_epsilon``."""
+    target); parameters as :class:`SplitNNClassifier`, ``privacy`` without
+    :class:`~vfl.privacy.options.RandomizedResponse` (the targets are not classes)."""
 
     _task = "regression"
 

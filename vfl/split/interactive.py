@@ -20,7 +20,8 @@ parties hold a Paillier key (2048 bits by default); ``[x]_L`` is under the label
    the gradient with respect to the embedding (the data party decrypts it and back-propagates
    through its bottom, as in plain split learning);
 4. the data party computes ``[h^T d]_L``, adds a mask ``M`` (``kappa = 40`` bits beyond the
-   value, from the OS) and sends it; the label party decrypts ``G + M`` only. The shares step
+   value, from the OS; :func:`vfl.crypto.masked.mask_slots`) and sends it; the label party
+   decrypts ``G + M`` only. The shares step
    by plain SGD: ``A -= lr (G + M)`` at the label party, ``B += lr M`` at the data party, so
    ``A + B`` takes the step ``-lr G`` and neither party learns ``G`` or ``W_p``.
 
@@ -51,19 +52,28 @@ from __future__ import annotations
 import math
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from vfl.crypto import slots
 from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
+from vfl.crypto.masked import mask_slots
+from vfl.crypto.messages import Encrypted
 from vfl.crypto.packing import MIN_KAPPA
 from vfl.crypto.policy import Base, KeyPolicy, PublicKeyMessage, vector_from
+from vfl.crypto.vector import EncryptedVector
+from vfl.extras import optional
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
 from vfl.federation.wire import CiphertextBlock
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:
+    torch = optional("torch", for_=__name__)
+    nn = optional("torch.nn", for_=__name__)
 
 __all__ = ["LAYER", "InteractiveTop", "LabelSide", "ProtectedLayer", "SenderSide"]
 
@@ -156,14 +166,6 @@ class Share(Message):
 
 
 @dataclass(frozen=True)
-class Ciphertexts(Message):
-    """Packed ciphertexts: the weights' share, the layer's output, the gradients."""
-
-    KIND = "protected layer ciphertexts"
-    data: CiphertextBlock
-
-
-@dataclass(frozen=True)
 class Outputs(Message):
     """The data party's ``[z_p]_L`` and, in training, its ``[B]_P``."""
 
@@ -202,13 +204,6 @@ def _step(
     out: np.ndarray[Any, Any] = np.array(
         [(eta_int * int(v)) >> shift for v in values.ravel().tolist()], dtype=object
     ).reshape(share.shape)
-    return out
-
-
-def _obj(rows: list[list[int]]) -> np.ndarray[Any, Any]:
-    out = np.empty((len(rows), len(rows[0]) if rows else 0), dtype=object)
-    for i, row in enumerate(rows):
-        out[i, :] = row
     return out
 
 
@@ -289,22 +284,20 @@ class SenderSide:
         self, fed: Federation, h: np.ndarray[Any, Any], *index: int, training: bool
     ) -> None:
         """Send ``[h W]_L`` for the rows of ``h`` (and ``[B]_P`` in training)."""
-        assert self.share is not None
+        share = self._share()
         key = self.peer_key
         z_pack = slots.packing(_z_bits(self.k), self.m, key, masked=False)
         got = vector_from(
-            key, LAYER.recv(fed, self.label, "encw", Ciphertexts, *index).data, self.label
+            key, LAYER.recv(fed, self.label, "encw", Encrypted, *index).data, self.label
         )
-        weights = slots.expect(got, self.k * z_pack.groups, Ciphertexts, self.label, "data")
+        weights = slots.expect(got, self.k * z_pack.groups, Encrypted, self.label, "data")
         self.h_int = slots.fixed(h, FH, HB, f"party {fed.name!r}: its embedding", _FIX)
         out = slots.combine(weights, z_pack.groups, self.h_int, key.nsquare)
-        out = slots.add_plain(out, self.h_int.astype(object) @ self.share, z_pack, key)  # + h B
+        out = slots.add_plain(out, self.h_int.astype(object) @ share, z_pack, key)  # + h B
         share_block = None
         if training:
             g_pack = slots.packing(_g_bits(self.m), self.k, self.key, masked=False)
-            share_block = slots.block(
-                self.key, slots.encrypt_rows(self.secret, self.share.T, g_pack)
-            )
+            share_block = slots.block(self.key, slots.encrypt_rows(self.secret, share.T, g_pack))
         LAYER.send(
             fed,
             self.label,
@@ -313,10 +306,18 @@ class SenderSide:
             *index,
         )
 
+    def _share(self) -> np.ndarray[Any, Any]:
+        if self.share is None:
+            raise RuntimeError(
+                f"the protected layer with {self.label!r} has no share of the weights yet: "
+                "connect in training, or give the fitted share to score"
+            )
+        return self.share
+
     def backward(self, fed: Federation, *index: int) -> np.ndarray[Any, Any]:
         """The gradient with respect to our embedding (decrypted); sends the masked weight
         gradient and steps our share."""
-        assert self.share is not None
+        share = self._share()
         key, n_rows = self.peer_key, len(self.h_int)
         message = LAYER.recv(fed, self.label, "encd", Backward, *index)
         g_bits = _g_bits(self.m)
@@ -336,23 +337,13 @@ class SenderSide:
         delta = vector_from(key, message.delta, self.label)
         delta_cts = slots.expect(delta, n_rows * wg_pack.groups, Backward, self.label, "delta")
         products = slots.combine(delta_cts, wg_pack.groups, self.h_int.T, key.nsquare)
-        offset = 1 << wg_bits
-        masks = np.array(
-            [offset + secrets.randbits(wg_bits + KAPPA) for _ in range(self.k * self.m)],
-            dtype=object,
-        ).reshape(self.k, self.m)
-        masked = [
-            c * e % key.nsquare
-            for c, e in zip(products, slots.encrypt_rows(key, masks, wg_pack), strict=True)
-        ]
-        LAYER.send(
-            fed,
-            self.label,
-            "encg",
-            Ciphertexts(data=slots.block(key, slots.for_owner(key, masked))),
-            *index,
+        # G = h^T d (k rows of m slots) under a mask M: the label party decrypts G + M, its
+        # step; ours is M (the one masked decryption, the key's owner its holder)
+        masked, masks = mask_slots(
+            EncryptedVector(key, products, 0), wg_pack.masked_layout(self.k), for_key_owner=True
         )
-        self.share = self.share + _step(self.share, masks, self.eta)
+        LAYER.send(fed, self.label, "encg", Encrypted(data=masked.to_wire()), *index)
+        self.share = share + _step(share, slots.from_slots(masks.masks, self.k, wg_pack), self.eta)
         return grad.astype(np.float64) * 2.0 ** -(FD + FW)
 
 
@@ -401,11 +392,11 @@ class LabelSide:
         self, fed: Federation, n_rows: int, *index: int, training: bool
     ) -> np.ndarray[Any, Any]:
         """``z_p = h_p W_p`` for this batch's ``n_rows`` rows, decrypted."""
-        assert self.share is not None
+        share = self._share()
         z_bits = _z_bits(self.k)
         z_pack = slots.packing(z_bits, self.m, self.key, masked=False)
-        cts = slots.encrypt_rows(self.secret, self.share, z_pack)
-        LAYER.send(fed, self.peer, "encw", Ciphertexts(data=slots.block(self.key, cts)), *index)
+        cts = slots.encrypt_rows(self.secret, share, z_pack)
+        LAYER.send(fed, self.peer, "encw", Encrypted(data=slots.block(self.key, cts)), *index)
         message = LAYER.recv(fed, self.peer, "encz", Outputs, *index)
         got = vector_from(self.key, message.outputs, self.peer)
         out = slots.expect(got, n_rows * z_pack.groups, Outputs, self.peer, "outputs")
@@ -413,9 +404,9 @@ class LabelSide:
             if message.share is None:
                 Outputs.refuse(self.peer, "share", "is missing in training")
             g_pack = slots.packing(_g_bits(self.m), self.k, self.peer_key, masked=False)
-            share = vector_from(self.peer_key, message.share, self.peer)
+            theirs = vector_from(self.peer_key, message.share, self.peer)
             self.peer_share = slots.expect(
-                share, self.m * g_pack.groups, Outputs, self.peer, "share"
+                theirs, self.m * g_pack.groups, Outputs, self.peer, "share"
             )
         z = slots.unpack_rows(
             self.secret.raw_decrypt(out, workers=DECRYPT_THREADS),
@@ -430,7 +421,7 @@ class LabelSide:
     def backward(self, fed: Federation, delta: np.ndarray[Any, Any], *index: int) -> None:
         """Send ``[d]_L`` and ``[g]_P`` for ``delta = dLoss/dz``; step our share with the
         masked weight gradient."""
-        assert self.share is not None
+        share = self._share()
         n_rows = len(delta)
         d_int = slots.fixed(
             delta, FD, DB, "the gradient with respect to the protected layer's output", _FIX
@@ -440,7 +431,7 @@ class LabelSide:
         delta_cts = slots.encrypt_rows(self.secret, d_int, wg_pack)
         g_pack = slots.packing(_g_bits(self.m), self.k, self.peer_key, masked=False)
         grad = slots.combine(self.peer_share, g_pack.groups, d_int, self.peer_key.nsquare)
-        grad = slots.add_plain(grad, d_int.astype(object) @ self.share.T, g_pack, self.peer_key)
+        grad = slots.add_plain(grad, d_int.astype(object) @ share.T, g_pack, self.peer_key)
         LAYER.send(
             fed,
             self.peer,
@@ -452,22 +443,24 @@ class LabelSide:
             *index,
         )
         got = vector_from(
-            self.key, LAYER.recv(fed, self.peer, "encg", Ciphertexts, *index).data, self.peer
+            self.key, LAYER.recv(fed, self.peer, "encg", Encrypted, *index).data, self.peer
         )
-        cts = slots.expect(got, self.k * wg_pack.groups, Ciphertexts, self.peer, "data")
-        plain_masked = self.secret.raw_decrypt(cts, workers=DECRYPT_THREADS)
-        slot_mask = (1 << wg_pack.slot_bits) - 1
-        values = []
-        for row_index in range(self.k):
-            row: list[int] = []
-            for g in range(wg_pack.groups):
-                value = int(plain_masked[row_index * wg_pack.groups + g])
-                row += [
-                    (value >> (wg_pack.slot_bits * j)) & slot_mask
-                    for j in range(len(wg_pack.group(g)))
-                ]
-            values.append(row)
-        self.share = self.share - _step(self.share, _obj(values), self.eta)
+        slots.expect(got, self.k * wg_pack.groups, Encrypted, self.peer, "data")
+        layout = wg_pack.masked_layout(self.k)
+        try:  # G + M, slot by slot: our step (M is the data party's)
+            masked = self.secret.decrypt_packed(got, layout, workers=DECRYPT_THREADS)
+        except ValueError as exc:
+            Encrypted.refuse(self.peer, "data", f"is not the masked weight gradient: {exc}")
+        step = _step(share, slots.from_slots(masked, self.k, wg_pack), self.eta)
+        self.share = share - step
+
+    def _share(self) -> np.ndarray[Any, Any]:
+        if self.share is None:
+            raise RuntimeError(
+                f"the protected layer with {self.peer!r} has no share of the weights yet: "
+                "connect in training, or give the fitted share to score"
+            )
+        return self.share
 
 
 class InteractiveTop(nn.Module):
@@ -485,10 +478,12 @@ class InteractiveTop(nn.Module):
 
     def forward(self, remote: torch.Tensor, own: torch.Tensor | None = None) -> torch.Tensor:
         if self.own is not None:
-            assert own is not None
+            if own is None:
+                raise ValueError("the label party has features: pass its own embedding `own`")
             z = remote + self.own(own)
-        else:
-            assert self.bias is not None
+        elif self.bias is not None:
             z = remote + self.bias
+        else:
+            raise RuntimeError("a protected top without features holds a bias")
         out: torch.Tensor = self.top(torch.relu(z))
         return out

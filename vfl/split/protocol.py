@@ -16,8 +16,8 @@ The batches come from ``random_state`` (:class:`vfl.training.Schedule`, the same
 party, never from the data), as do the validation rows held out for early stopping and the
 modules' initialisation. After each epoch the label party computes the validation loss (or
 the epoch's mean training loss without a validation split) and tells the others, one bit,
-whether to keep this epoch's modules (:class:`vfl.training.LossCurve`); at the end every party
-restores the kept ones.
+whether to keep this epoch's modules (:class:`vfl.training.LossCurve`, sent as the toolkit's
+:class:`vfl.training.EpochControl`); at the end every party restores the kept ones.
 
 What each party learns: a data party, the gradients with respect to its own embeddings (from
 which labels can leak: :mod:`vfl.audit.split` measures it); the label party, every other
@@ -32,19 +32,26 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
+from vfl.extras import optional
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
 from vfl.progress import EpochProgress
 from vfl.split.defences import EmbeddingNoise, Quantizer, match_norms
 from vfl.split.interactive import LabelSide, ProtectedLayer, SenderSide
+from vfl.training.control import EpochControl
 from vfl.training.convergence import LossCurve
 from vfl.training.schedule import Schedule
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:
+    torch = optional("torch", for_=__name__)
+    nn = optional("torch.nn", for_=__name__)
 
 __all__ = ["SPLIT", "DataRole", "Embedding", "EmbeddingGrad", "LabelRole", "SplitSpec"]
 
@@ -79,15 +86,6 @@ class Width(Message):
 
     KIND = "embedding width"
     width: int
-
-
-@dataclass(frozen=True)
-class Control(Message):
-    """The label party, before each epoch: go on or stop; keep the last epoch's modules."""
-
-    KIND = "split control"
-    stop: bool
-    keep: bool = False
 
 
 @dataclass(frozen=True)
@@ -213,7 +211,7 @@ class DataRole:
         view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
         epoch = 0
         while True:
-            control = SPLIT.recv(fed, label, "control", Control)
+            control = SPLIT.recv(fed, label, "control", EpochControl)
             if control.keep:
                 kept = (copy.deepcopy(self.module.state_dict()), _copy(side))
             if control.stop:
@@ -280,9 +278,8 @@ class LabelRole:
         widths: dict[str, int] = {}
         for party in self.spec.data_parties:
             if party == self.spec.label_party:
-                assert self.module is not None and self.x is not None
                 with torch.no_grad():
-                    widths[party] = int(self.module(self.x[:1]).shape[1])
+                    widths[party] = int(self._own(slice(0, 1)).shape[1])
             else:
                 widths[party] = SPLIT.recv(fed, party, "width", Width).width
                 if not 0 < widths[party] <= 1 << 16:
@@ -326,7 +323,8 @@ class LabelRole:
         senders = list(spec.senders)
         with EpochProgress(fed.name, spec.max_iter, spec.verbose) as shown:
             for epoch in range(spec.max_iter):
-                SPLIT.broadcast(fed, "control", Control(stop=False, keep=curve.keep), to=senders)
+                control = EpochControl(stop=False, keep=curve.keep)
+                SPLIT.broadcast(fed, "control", control, to=senders)
                 if curve.keep:
                     kept = self._state()
                 began = time.perf_counter()
@@ -380,7 +378,7 @@ class LabelRole:
                             f"loss for {spec.patience} epochs; kept epoch {curve.best_epoch}"
                         )
                     break
-        SPLIT.broadcast(fed, "control", Control(stop=True, keep=curve.keep), to=senders)
+        SPLIT.broadcast(fed, "control", EpochControl(stop=True, keep=curve.keep), to=senders)
         if curve.keep:
             kept = self._state()
         self._restore(kept)
@@ -428,12 +426,21 @@ class LabelRole:
         parts = []
         for party in self.spec.data_parties:
             if party == self.spec.label_party:
-                assert self.module is not None and self.x is not None
-                parts.append(self.module(self.x[rows]))
+                parts.append(self._own(rows))
             else:
                 parts.append(received[party])
         joined = torch.cat(parts, dim=1) if self.spec.aggregation == "concat" else sum(parts)
         out = self.top(joined)
+        return out
+
+    def _own(self, rows: Any) -> torch.Tensor:
+        """The label party's own bottom on ``rows`` (it is among the data parties)."""
+        if self.module is None or self.x is None:
+            raise ValueError(
+                f"the label party {self.spec.label_party!r} is listed among the data parties "
+                "but holds no features or bottom module"
+            )
+        out: torch.Tensor = self.module(self.x[rows])
         return out
 
     def _state(self) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any]]:
@@ -468,7 +475,8 @@ class ScoreRole:
     def __call__(self, fed: Federation) -> np.ndarray[Any, Any] | None:
         spec = self.spec
         if fed.name != spec.label_party:
-            assert self.module is not None and self.x is not None
+            if self.module is None or self.x is None:
+                raise ValueError(f"party {fed.name!r} scores with its bottom module and rows")
             with torch.no_grad():
                 h = self.module(self.x)
             if spec.protected is not None:
@@ -481,11 +489,12 @@ class ScoreRole:
             return None
         if self.rows is None:
             raise ValueError("scoring at a label party without features needs the row count")
-        assert self.top is not None
+        if self.top is None:
+            raise ValueError(f"the label party {fed.name!r} scores with its top module")
         with torch.no_grad():
             own = self.module(self.x) if self.module is not None and self.x is not None else None
             if spec.protected is not None:
-                return self._protected(fed, own)
+                return self._protected(fed, own, spec.protected, self.top, self.rows)
             received = {
                 p: torch.as_tensor(_recv(fed, p, "score", Embedding, (self.rows, None)))
                 for p in spec.senders
@@ -498,20 +507,26 @@ class ScoreRole:
             out: np.ndarray[Any, Any] = self.top(joined).double().numpy()
         return out
 
-    def _protected(self, fed: Federation, own: torch.Tensor | None) -> np.ndarray[Any, Any]:
+    def _protected(
+        self,
+        fed: Federation,
+        own: torch.Tensor | None,
+        layer: ProtectedLayer,
+        top: nn.Module,
+        rows: int,
+    ) -> np.ndarray[Any, Any]:
         """The label party's scoring through the protected layer, under a fresh key."""
         spec = self.spec
-        assert spec.protected is not None and self.top is not None and self.rows is not None
-        key, secret = spec.protected.policy().generate()
-        total = np.zeros((self.rows, spec.width))
+        key, secret = layer.policy().generate()
+        total = np.zeros((rows, spec.width))
         for p in spec.senders:
             share = self.shares.get(p)
             if share is None:
                 raise ValueError(f"the label party holds no protected-layer share for {p!r}")
-            side = LabelSide(spec.protected, p, key, secret, 0.0, share)
-            joined = int(self.top.joined)  # type: ignore[arg-type]
+            side = LabelSide(layer, p, key, secret, 0.0, share)
+            joined = int(top.joined)  # type: ignore[arg-type]
             side.connect(fed, spec.width, joined, share.shape[0], training=False)
-            total += side.forward(fed, self.rows, training=False)
+            total += side.forward(fed, rows, training=False)
         remote = torch.as_tensor(total, dtype=torch.float32)
-        out: np.ndarray[Any, Any] = self.top(remote, own).double().numpy()
+        out: np.ndarray[Any, Any] = top(remote, own).double().numpy()
         return out

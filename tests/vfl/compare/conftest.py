@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vfl.compare import QUICK, Context
+from vfl.comparison import QUICK, Context
 from vfl.datasets import make_population
 
 

@@ -1,4 +1,4 @@
-"""The side-by-side comparison of every partition scheme (vfl.compare, vflink compare)."""
+"""The side-by-side comparison of every partition scheme (vfl.app.compare, vflink compare)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vfl.cli import main as cli
-from vfl.compare import FAMILIES, SCHEMES, Attack, Comparison, SchemeResult, compare
-from vfl.compare.run import _load_schemes
+from vfl.app.cli import main as cli
+from vfl.app.compare import (
+    FAMILIES,
+    SCHEMES,
+    Attack,
+    Comparison,
+    SchemeResult,
+    compare,
+    load_schemes,
+)
 from vfl.privacy import PrivacyLedger
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -49,7 +56,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
 def test_quick_comparison_has_a_row_for_every_scheme_with_finite_figures(
     quick: Comparison,
 ) -> None:
-    _load_schemes()
+    load_schemes()
     assert [r.scheme for r in quick.results] == sorted(
         SCHEMES, key=lambda s: FAMILIES.index(SCHEMES[s].family)
     )
@@ -185,7 +192,7 @@ def test_unknown_scheme_is_a_clear_error() -> None:
 
 
 def test_without_torch_its_schemes_are_skipped_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
-    import vfl.compare.run as run
+    import vfl.app.compare as run
 
     real = importlib.util.find_spec
     monkeypatch.setattr(

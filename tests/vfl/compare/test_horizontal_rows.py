@@ -1,4 +1,4 @@
-"""The horizontal rows of :mod:`vfl.compare` (QUICK settings, one shared context)."""
+"""The horizontal rows of :mod:`vfl.app.compare` (QUICK settings, one shared context)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-import vfl.compare.horizontal as horizontal_rows
-from vfl.compare.base import QUICK, SCHEMES, Context, SchemeResult
+import horizontal.comparison as horizontal_rows
+from vfl.comparison import QUICK, SCHEMES, Context, SchemeResult
 
 FEDAVG = "horizontal FedAvg"
 FEDPROX = "horizontal FedProx"

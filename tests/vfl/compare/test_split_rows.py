@@ -1,4 +1,4 @@
-"""The split-learning rows of :mod:`vfl.compare` (QUICK settings, one shared context)."""
+"""The split-learning rows of :mod:`vfl.app.compare` (QUICK settings, one shared context)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-import vfl.compare.split as split_rows
-from vfl.compare.base import QUICK, SCHEMES, Context, SchemeResult
+import vfl.comparison.split as split_rows
+from vfl.comparison import QUICK, SCHEMES, Context, SchemeResult
 
 NONE = "split NN, no defence"
 NORM = "split NN, norm matching"

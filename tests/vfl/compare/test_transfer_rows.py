@@ -1,4 +1,4 @@
-"""The transfer rows of :mod:`vfl.compare` (QUICK settings, one shared context)."""
+"""The transfer rows of :mod:`vfl.app.compare` (QUICK settings, one shared context)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-import vfl.compare.transfer as transfer_rows
-from vfl.compare.base import QUICK, SCHEMES, Context, SchemeResult
+import transfer.comparison as transfer_rows
+from vfl.comparison import QUICK, SCHEMES, Context, SchemeResult
 
 FTL = "federated transfer (FTL)"
 FTL_DP = "federated transfer (FTL) + DP"

@@ -19,6 +19,7 @@ from vfl.crypto.packing import RowPacking, unpack_signed
 from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
 from vfl.linear.exchange import FEATURE_BITS, SCORE_BITS, encrypted_noise
 from vfl.privacy.accounting import epsilon, gaussian_event
+from vfl.privacy.options import GaussianLabelDP
 
 
 def small_model(cls: Any, **params: Any) -> Any:
@@ -64,8 +65,7 @@ def test_label_dp_spends_what_the_ledger_says_and_defeats_the_solver(protocol: s
         batch_size=64,
         max_iter=3,
         tol=None,
-        label_epsilon=2.0,
-        label_delta=1e-5,
+        privacy=GaussianLabelDP(2.0, delta=1e-5),
     )
     est.fit(parts, y, label_party="imaging", keep_views=True)
     ledger = est.privacy_ledger_
@@ -87,7 +87,7 @@ def test_label_dp_spends_what_the_ledger_says_and_defeats_the_solver(protocol: s
 def test_one_labels_sensitivity_is_what_the_noise_is_scaled_to() -> None:
     from vfl.linear.protocol import label_sensitivity
 
-    spec = small_model(VerticalLogisticRegression, label_epsilon=1.0, tol=None).fit_spec(
+    spec = small_model(VerticalLogisticRegression, privacy=GaussianLabelDP(1.0), tol=None).fit_spec(
         "a", ["a", "b"]
     )
     # a label moves t = 2(2y - 1) by 4, times the row's norm bound (sqrt(columns) by default)
@@ -95,7 +95,7 @@ def test_one_labels_sensitivity_is_what_the_noise_is_scaled_to() -> None:
     assert label_sensitivity(spec, 16, 1, intercept=True) == pytest.approx(4 * np.sqrt(17))
     assert label_sensitivity(spec, 16, 3) == pytest.approx(16.0 * np.sqrt(2))  # two outputs
     clipped = small_model(
-        VerticalLogisticRegression, label_epsilon=1.0, tol=None, row_clip=2.0
+        VerticalLogisticRegression, privacy=GaussianLabelDP(1.0, row_clip=2.0), tol=None
     ).fit_spec("a", ["a", "b"])
     assert label_sensitivity(clipped, 16, 1) == pytest.approx(8.0)
 
@@ -116,7 +116,7 @@ def test_every_batch_a_passive_decrypts_carries_noise_of_the_claimed_scale(class
         max_iter=6,
         tol=None,
         learning_rate=1e-12,
-        label_epsilon=3.0,
+        privacy=GaussianLabelDP(3.0),
     )
     est.fit(parts, y, label_party="cellar", keep_views=True)
     (entry,) = est.privacy_ledger_.entries
@@ -149,7 +149,7 @@ def test_a_passive_clips_its_rows_when_the_label_party_asks_even_if_its_own_sett
     y = pd.Series((frame.sum(axis=1) > 0).astype(int))
     label = small_model(
         VerticalLogisticRegression,
-        label_epsilon=2.0,
+        privacy=GaussianLabelDP(2.0),
         tol=None,
         max_iter=1,
         batch_size=64,
@@ -172,9 +172,9 @@ def test_a_passive_clips_its_rows_when_the_label_party_asks_even_if_its_own_sett
     assert part.extra["row_clip"] == pytest.approx(np.sqrt(3))
     assert np.linalg.norm(part.design(parts["b"]), axis=1).max() <= np.sqrt(3)
     with pytest.raises(ValueError, match="label DP cannot continue a fit"):
-        small_model(VerticalLogisticRegression, label_epsilon=2.0, tol=None, warm_start=True).fit(
-            parts, y, label_party="a"
-        )
+        small_model(
+            VerticalLogisticRegression, privacy=GaussianLabelDP(2.0), tol=None, warm_start=True
+        ).fit(parts, y, label_party="a")
 
 
 def test_label_dp_bad_settings_are_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -183,18 +183,24 @@ def test_label_dp_bad_settings_are_refused(tmp_path) -> None:  # type: ignore[no
     parts = {"a": frame[["a", "b", "c"]], "b": frame[["d", "e", "f"]]}
     y = pd.Series((frame.sum(axis=1) > 0).astype(int))
     with pytest.raises(ValueError, match="label DP needs a fixed number of epochs: set tol=None"):
-        small_model(VerticalLogisticRegression, label_epsilon=1.0).fit(parts, y, label_party="a")
+        small_model(VerticalLogisticRegression, privacy=GaussianLabelDP(1.0)).fit(
+            parts, y, label_party="a"
+        )
     reg = small_model(VerticalLinearRegression, tol=None)
-    reg.label_epsilon = 1.0
+    reg.privacy = GaussianLabelDP(1.0)
     with pytest.raises(ValueError, match="VerticalLinearRegression has no label DP"):
         reg.fit(parts, frame["a"], label_party="a")
     est = small_model(
-        VerticalLogisticRegression, label_epsilon=4.0, tol=None, max_iter=2, batch_size=64
+        VerticalLogisticRegression,
+        privacy=GaussianLabelDP(4.0),
+        tol=None,
+        max_iter=2,
+        batch_size=64,
     )
     est.fit(parts, y, label_party="a")
-    paths = est.save(tmp_path)
-    assert (tmp_path / "privacy_ledger.json") in paths
-    loaded = small_model(VerticalLogisticRegression).load(*paths, label_party="a")
+    folder = est.save(tmp_path)
+    assert (folder / "privacy_ledger.json").exists()
+    loaded = small_model(VerticalLogisticRegression).load(folder)
     assert loaded.privacy_ledger_.epsilon(holder="a") == pytest.approx(
         est.privacy_ledger_.epsilon(holder="a")
     )

@@ -179,12 +179,14 @@ def test_auc_close_to_scikit_learn_and_beats_one_party(breast, protocol: str) ->
 def test_saved_parts_predict_the_same(breast, tmp_path) -> None:  # type: ignore[no-untyped-def]
     parts, y, test_parts, _ = breast
     est = small(max_iter=1, tol=None).fit(parts, y, label_party="imaging")
-    paths = est.save(tmp_path)
-    assert sorted(p.name for p in paths) == ["imaging.npz", "lab.npz"]
-    with np.load(paths[0], allow_pickle=False) as saved:  # numbers only, no key material
+    folder = est.save(tmp_path)
+    assert sorted(p.name for p in folder.iterdir()) == ["imaging.npz", "lab.npz"]
+    with np.load(
+        folder / "imaging.npz", allow_pickle=False
+    ) as saved:  # numbers only, no key material
         assert "coef" in saved.files and not any("key" in f for f in saved.files)
         assert b"key" not in saved["__meta__"].tobytes().lower()
-    loaded = small().load(*paths, label_party="imaging")
+    loaded = small().load(folder)
     np.testing.assert_allclose(
         loaded.decision_function(test_parts), est.decision_function(test_parts), atol=1e-6
     )
@@ -361,8 +363,9 @@ def test_a_party_cannot_test_guesses_against_the_shares_computed_on_its_rows() -
     from vfl.crypto import generate_paillier_keypair
     from vfl.crypto.kernels import multiexp
     from vfl.crypto.packing import RowPacking, pack_rows, unpack_signed
+    from vfl.crypto.slots import PeerRows
     from vfl.crypto.store import CiphertextStore
-    from vfl.linear.exchange import SCORE_BITS, PeerRows
+    from vfl.linear.exchange import SCORE_BITS
 
     public, secret = generate_paillier_keypair(1024, insecure=True)
     rng = np.random.default_rng(1)
@@ -448,7 +451,7 @@ def test_batches_cover_every_row_once(n: int, batch: int) -> None:
 def test_peers_refuse_bad_packings_and_overflowing_shares() -> None:
     from vfl.crypto import EncryptedVector, generate_paillier_keypair
     from vfl.crypto.packing import RowPacking, unpack_signed
-    from vfl.linear.exchange import PeerRows
+    from vfl.linear.exchange import rows_from_parts
     from vfl.linear.messages import RowsHeader, RowsPart
 
     public, _ = generate_paillier_keypair(1024, insecure=True)
@@ -456,19 +459,19 @@ def test_peers_refuse_bad_packings_and_overflowing_shares() -> None:
     # a party declaring as many columns as a batch has rows could solve our z from its shares
     wide = RowsHeader(packing={"columns": 39, "slot_bits": 100, "per_ct": 10}, parts=1)
     with pytest.raises(ValueError, match=r"party 'lab': mini-batches of \d+ rows would reveal"):
-        PeerRows.from_parts(public, wide, [RowsPart(blocks=[block] * 4)], "lab", 40, 32)
+        rows_from_parts(public, wide, [RowsPart(blocks=[block] * 4)], "lab", 40, 32)
     bad = RowsHeader(packing={"columns": 3, "slot_bits": 900, "per_ct": 3}, parts=1)
     with pytest.raises(ValueError, match=r"party 'lab' sent .* 'packing' impossible row packing"):
-        PeerRows.from_parts(public, bad, [RowsPart(blocks=[block])], "lab", 40, 32)
+        rows_from_parts(public, bad, [RowsPart(blocks=[block])], "lab", 40, 32)
     fine = RowsHeader(packing={"columns": 3, "slot_bits": 100, "per_ct": 3}, parts=2)
     half = EncryptedVector(public, public.raw_encrypt([0] * 20), 0, fresh=True).to_wire()
     two = [RowsPart(blocks=[half]), RowsPart(blocks=[half])]
-    joined = PeerRows.from_parts(public, fine, two, "lab", 40, 32)
+    joined = rows_from_parts(public, fine, two, "lab", 40, 32)
     assert len(joined.groups[0]) == 40
     # kept packed: exactly the ciphertexts' bytes, no Python object per row
     assert joined.nbytes == 40 * public.ciphertext_bytes == joined.groups[0].data.nbytes
     with pytest.raises(ValueError, match=r"party 'lab' sent .* 'blocks' do not add up"):
-        PeerRows.from_parts(public, fine, two[:1], "lab", 40, 32)
+        rows_from_parts(public, fine, two[:1], "lab", 40, 32)
     packing = RowPacking(3, 64, 3)
     value = (5 << 128) + (-7 << 64) + 3
     assert unpack_signed(value, packing, 0, 60) == [3, -7, 5]

@@ -155,7 +155,7 @@ def test_deployment_roles_and_saved_parts_give_the_same_model(wine, tmp_path) ->
     np.testing.assert_allclose(
         results["garage"], simulated.decision_function(test_parts), atol=1e-6
     )
-    loaded = small(protocol="two_party").load(*simulated.save(tmp_path), label_party="garage")
+    loaded = small(protocol="two_party").load(simulated.save(tmp_path), label_party="garage")
     assert list(loaded.classes_) == list(simulated.classes_)
     np.testing.assert_array_equal(loaded.predict(test_parts), simulated.predict(test_parts))
 

@@ -272,8 +272,8 @@ def test_deviating_parties_are_refused_by_name(table) -> None:  # type: ignore[n
 
         def lead(self, fed, key, schedule, weights):  # type: ignore[no-untyped-def]
             # waits (its widened rows fit no weights) until the coordinator's refusal ends it
-            from vfl.linear.messages import EpochControl
             from vfl.linear.poisson_protocol import VPR
+            from vfl.training.control import EpochControl
 
             VPR.recv(fed, self.spec.coordinator, "never", EpochControl)
 
@@ -356,6 +356,6 @@ def test_prediction_exposure_deployment_and_persistence(table, tmp_path) -> None
         )
     np.testing.assert_allclose(results[LABEL], counts, rtol=1e-9)
     assert results[PASSIVE] is None and results["coordinator"] is None
-    loaded = small().load(*simulated.save(tmp_path), label_party=LABEL)
+    loaded = small().load(simulated.save(tmp_path), label_party=LABEL)
     np.testing.assert_allclose(loaded.predict(parts), counts, rtol=1e-9)
     assert loaded.intercept_ == simulated.intercept_

@@ -160,7 +160,7 @@ def test_deployment_roles_train_and_score_like_the_simulation(diabetes, tmp_path
         )
     np.testing.assert_allclose(results["school"], simulated.predict(test_parts), atol=1e-6)
     assert results["survey"] is None and results["coordinator"] is None
-    loaded = small(protocol="coordinator").load(*simulated.save(tmp_path), label_party="school")
+    loaded = small(protocol="coordinator").load(simulated.save(tmp_path), label_party="school")
     np.testing.assert_allclose(loaded.predict(test_parts), simulated.predict(test_parts), atol=1e-6)
 
 

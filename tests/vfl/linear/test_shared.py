@@ -16,9 +16,11 @@ from vfl.crypto.policy import PublicKeyMessage
 from vfl.federation import LocalFederation
 from vfl.federation.base import PartyFailedError
 from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
+from vfl.linear.budget import Sizes, fixed_point_step
 from vfl.linear.messages import VLR, Outputs
 from vfl.linear.reference import plaintext_reference
-from vfl.linear.shared import SS, Plan, SharedCoordinatorRole, Sizes, fixed_point_step
+from vfl.linear.shared import SS, Plan, SharedCoordinatorRole
+from vfl.privacy.options import GaussianLabelDP
 from vfl.training.divergence import DivergenceWarning
 from vfl.training.optimizers import make_optimizer
 
@@ -198,7 +200,7 @@ def test_what_the_shared_protocol_cannot_do_is_refused_with_the_reason(breast) -
             parts, y, label_party="imaging"
         )
     with pytest.raises(ValueError, match="reveals no gradient, so label DP"):
-        small_model(VerticalLogisticRegression, label_epsilon=1.0, tol=None).fit(
+        small_model(VerticalLogisticRegression, privacy=GaussianLabelDP(1.0), tol=None).fit(
             parts, y, label_party="imaging"
         )
 

@@ -110,3 +110,32 @@ def test_unsupported_event_points_to_pld() -> None:
 def test_bad_parameters_are_named(build: object, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         build()  # type: ignore[operator]
+
+
+def test_a_noise_multiplier_is_given_or_resolved_from_a_target_epsilon() -> None:
+    given = accounting.resolve_noise_multiplier(
+        noise_multiplier=1.3, epsilon=None, delta=1e-5, steps=10
+    )
+    assert given == 1.3
+    resolved = accounting.resolve_noise_multiplier(
+        noise_multiplier=None, epsilon=2.0, delta=1e-5, steps=50, sampling_rate=0.1
+    )
+    assert resolved == accounting.noise_multiplier_for(
+        epsilon=2.0, delta=1e-5, steps=50, sampling_rate=0.1
+    )
+    spent = accounting.epsilon(
+        accounting.gaussian_event(noise_multiplier=resolved, sampling_rate=0.1, steps=50),
+        delta=1e-5,
+    )
+    assert spent <= 2.0 and spent == pytest.approx(2.0, rel=0.01)
+    for both_or_neither in ((1.0, 2.0), (None, None)):
+        with pytest.raises(ValueError, match="ClientDP: give exactly one of noise_multiplier="):
+            accounting.resolve_noise_multiplier(
+                noise_multiplier=both_or_neither[0],
+                epsilon=both_or_neither[1],
+                delta=1e-5,
+                steps=1,
+                what="ClientDP",
+            )
+    with pytest.raises(ValueError, match="noise_multiplier must be a positive finite number"):
+        accounting.resolve_noise_multiplier(noise_multiplier=0.0, epsilon=None, delta=1e-5, steps=1)

@@ -13,7 +13,7 @@ import pytest
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
-from vfl.privacy import LedgerEntry, PrivacyLedger, record_blip
+from vfl.privacy import LedgerEntry, PrivacyLedger, record_blip, record_randomized_response
 
 DELTA = 1e-5
 DIRECT = {"rdp": RdpAccountant, "pld": PLDAccountant}
@@ -100,6 +100,20 @@ def test_blip_is_composed_per_bit() -> None:
     assert (entry.epsilon, entry.steps, entry.sampling_rate) == (1.5, 4, 1.0)
     assert ledger.epsilon(1e-12) == pytest.approx(6.0, rel=1e-3)  # four pure 1.5-DP bits
     assert ledger.epsilon(accountant="rdp") == pytest.approx(6.0, abs=0.01)
+
+
+def test_randomized_response_of_labels_is_one_pure_epsilon_release() -> None:
+    ledger = PrivacyLedger(delta=DELTA, accountant="pld")
+    entry = record_randomized_response(ledger, holder="lab", epsilon=1.5)
+    assert (entry.holder, entry.mechanism, entry.data) == (
+        "lab",
+        "randomized_response",
+        "its labels (randomised response)",
+    )
+    assert (entry.epsilon, entry.steps) == (1.5, 1)
+    assert ledger.epsilon(1e-12) == pytest.approx(1.5, rel=1e-3)
+    with pytest.raises(ValueError, match="epsilon"):
+        record_randomized_response(ledger, holder="lab", epsilon=-1.0)
 
 
 def test_blip_without_bit_count_warns(caplog: pytest.LogCaptureFixture) -> None:

@@ -27,6 +27,7 @@ from vfl.privacy import (
     gaussian_sigma,
     laplace,
     laplace_scale,
+    randomized_response,
 )
 
 N = 200_000
@@ -201,3 +202,36 @@ def test_non_finite_values_and_bad_shapes_are_refused() -> None:
         exponential(np.ones((2, 2)), sensitivity=1, epsilon=1)
     with pytest.raises(ValueError, match=r"shape must be non-negative integers, got \(2, -1\)"):
         gaussian_noise((2, -1), sigma=1.0)
+
+
+def test_randomized_response_keeps_a_code_with_e_eps_over_e_eps_plus_k_minus_1() -> None:
+    classes, epsilon = 4, 1.0
+    released = randomized_response(np.zeros(N, dtype=np.int64), classes=classes, epsilon=epsilon)
+    assert released.shape == (N,) and released.dtype == np.int64
+    keep = math.exp(epsilon) / (math.exp(epsilon) + classes - 1)
+    counts = np.bincount(released, minlength=classes) / N
+    # each class's share is a binomial proportion: standard error sqrt(p (1 - p) / n)
+    expected = [keep, *[(1 - keep) / (classes - 1)] * (classes - 1)]
+    for share, p in zip(counts, expected, strict=True):
+        assert abs(share - p) <= Z * math.sqrt(p * (1 - p) / N)
+    # binary: a bit flips with probability 1 / (1 + e^eps)
+    bits = randomized_response(np.ones(N, dtype=np.int64), classes=2, epsilon=2.0)
+    flip = 1 / (1 + math.exp(2.0))
+    assert abs((bits == 0).mean() - flip) <= Z * math.sqrt(flip * (1 - flip) / N)
+
+
+@pytest.mark.parametrize(
+    ("codes", "options", "match"),
+    [
+        ([0, 1], {"classes": 1, "epsilon": 1.0}, "classes must be an integer >= 2"),
+        ([0, 1], {"classes": 2, "epsilon": 0.0}, "epsilon must be a positive finite number"),
+        ([0, 3, 1], {"classes": 3, "epsilon": 1.0}, r"integers in 0..2; 1 are not .* index \(1,\)"),
+        ([0.5], {"classes": 2, "epsilon": 1.0}, "integers in 0..1"),
+        (["a"], {"classes": 2, "epsilon": 1.0}, "integer class codes"),
+    ],
+)
+def test_randomized_response_names_bad_parameters(
+    codes: list[object], options: dict[str, float], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        randomized_response(codes, **options)  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ from sklearn.metrics import roc_auc_score
 from torch import nn
 
 from vfl import SplitNNClassifier
-from vfl.audit.split import _layer_block
+from vfl.audit.split import protected_layer_block
 from vfl.audit.transcript import find_plaintext
 from vfl.federation.base import PartyFailedError
 from vfl.split import ProtectedLayer
@@ -60,10 +60,10 @@ def test_training_through_the_protected_layer_is_centralised_sgd_training(breast
         hidden_layer_sizes=(8,),
         embedding_dim=6,
     )
-    model = SplitNNClassifier(**options, protected_layer=SMALL)
+    model = SplitNNClassifier(**options, protocol=SMALL)
     model.fit(parts, y, label_party="imaging", keep_views=True)
     # the same network in one place: the lab's block starts where the lab drew it
-    twin = SplitNNClassifier(**options, protected_layer=SMALL)
+    twin = SplitNNClassifier(**options, protocol=SMALL)
     bottoms = {p: twin.build_bottom(p, k, f.shape[1]) for k, (p, f) in enumerate(parts.items())}
     top = twin.build_top(12, 2, own=6)
     lab_block = nn.Parameter(torch.tensor(model.initial_["lab"], dtype=torch.float32))
@@ -82,7 +82,9 @@ def test_training_through_the_protected_layer_is_centralised_sgd_training(breast
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-    np.testing.assert_allclose(_layer_block(model, "lab"), lab_block.detach().numpy(), atol=1e-5)
+    np.testing.assert_allclose(
+        protected_layer_block(model, "lab"), lab_block.detach().numpy(), atol=1e-5
+    )
     for name in parts:
         for a, b in zip(model.modules_[name].parameters(), bottoms[name].parameters(), strict=True):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
@@ -104,7 +106,7 @@ def test_no_raw_embedding_reaches_the_label_party(breast) -> None:  # type: igno
         first = bottom(_standardised(parts["lab"])[rows]).numpy()
     secret = {"lab": [first.T.astype(np.float64)]}  # searched row by row
     assert find_plaintext(plain.transcript_, secret)  # plain split learning sends them
-    model = SplitNNClassifier(**options, protected_layer=SMALL)
+    model = SplitNNClassifier(**options, protocol=SMALL)
     model.fit(parts, y, label_party="imaging", keep_payloads=True)
     assert find_plaintext(model.transcript_, secret, scales=(1.0, 2.0**24)) == []
     sent = {r.tag.split("/")[1] for r in model.transcript_.records if r.sender == "lab"}
@@ -119,40 +121,34 @@ def test_no_raw_embedding_reaches_the_label_party(breast) -> None:  # type: igno
 @pytest.mark.slow
 def test_it_learns_and_saved_shares_score_like_the_fitted_model(breast, tmp_path) -> None:  # type: ignore[no-untyped-def]
     parts, y = breast
-    options: dict[str, Any] = dict(max_iter=4, random_state=0, protected_layer=SMALL)
+    options: dict[str, Any] = dict(max_iter=4, random_state=0, protocol=SMALL)
     for label in ("imaging", "registry"):  # with and without features at the label party
         model = SplitNNClassifier(**options).fit(parts, y, label_party=label)
         proba = model.predict_proba(parts)
         assert roc_auc_score(y, proba[:, 1]) > 0.97
-        model.save(tmp_path / label)
-        files = sorted((tmp_path / label).glob("*.npz"))
-        again = SplitNNClassifier(**options).load(*files, label_party=label)
+        again = SplitNNClassifier(**options).load(model.save(tmp_path / label))
         np.testing.assert_allclose(again.predict_proba(parts), proba, atol=1e-6)
 
 
 def test_bad_options_get_clear_errors(breast) -> None:  # type: ignore[no-untyped-def]
     parts, y = breast
     with pytest.raises(ValueError, match='aggregation="concat"'):
-        SplitNNClassifier(aggregation="sum", protected_layer=SMALL).fit(
-            parts, y, label_party="imaging"
-        )
+        SplitNNClassifier(aggregation="sum", protocol=SMALL).fit(parts, y, label_party="imaging")
     with pytest.raises(ValueError, match="compression applies to plaintext"):
-        SplitNNClassifier(compression="float16", protected_layer=SMALL).fit(
+        SplitNNClassifier(compression="float16", protocol=SMALL).fit(
             parts, y, label_party="imaging"
         )
     with pytest.raises(ValueError, match=r"ProtectedLayer\(width=...\) is needed"):
-        SplitNNClassifier(top=nn.Linear(4, 2), protected_layer=SMALL).fit(
-            parts, y, label_party="imaging"
-        )
+        SplitNNClassifier(top=nn.Linear(4, 2), protocol=SMALL).fit(parts, y, label_party="imaging")
     with pytest.raises(ValueError, match="below 2048: pass insecure=True"):
-        SplitNNClassifier(protected_layer=ProtectedLayer(key_bits=1024)).fit(
+        SplitNNClassifier(protocol=ProtectedLayer(key_bits=1024)).fit(
             parts, y, label_party="imaging"
         )
     huge = nn.Sequential(nn.Linear(12, 4), nn.ReLU())
     with torch.no_grad():
         huge[0].weight.fill_(1e4)
     with pytest.raises(PartyFailedError, match="party 'lab': its embedding reached"):
-        SplitNNClassifier(bottoms={"lab": huge}, protected_layer=SMALL, max_iter=1).fit(
+        SplitNNClassifier(bottoms={"lab": huge}, protocol=SMALL, max_iter=1).fit(
             parts, y, label_party="imaging"
         )
 
@@ -162,7 +158,7 @@ def test_each_party_its_own_grpc_endpoint_trains_and_scores_through_the_layer(
     breast, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
     from tests.grpc_parties import run_endpoints
-    from vfl.jobs import get_job
+    from vfl.app.families import get_job
 
     parts, y = breast
     names = list(parts)  # lab, imaging

@@ -16,6 +16,7 @@ from torch import nn
 from vfl import SplitNNClassifier, SplitNNRegressor
 from vfl.audit.split import direction_scores, leakage_auc, norm_scores, split_privacy_audit
 from vfl.audit.transcript import find_plaintext, numbers_in
+from vfl.privacy.options import RandomizedResponse
 from vfl.split import EmbeddingNoise
 from vfl.split.protocol import split_rows
 from vfl.training.schedule import Schedule
@@ -124,7 +125,9 @@ def test_the_label_leakage_attack_succeeds_without_defence_and_drops_with_it(bre
         return leakage_auc(rows, scores, labels)
 
     undefended = attack()
-    protected = attack(label_epsilon=0.5)  # randomised response: the gradients follow noisy labels
+    protected = attack(
+        privacy=RandomizedResponse(0.5)
+    )  # randomised response: the gradients follow noisy labels
     assert undefended > 0.95  # measured: 1.0
     assert protected < undefended - 0.2  # measured: about 0.6
     one = SplitNNClassifier(max_iter=1, tol=None, random_state=0)
@@ -143,7 +146,7 @@ def test_embedding_noise_follows_the_dp_module_and_defeats_inversion(breast) -> 
     released = noise.apply(h)
     clipped = h * (0.5 / torch.linalg.vector_norm(h, dim=1, keepdim=True))
     assert float((released - clipped).std()) == pytest.approx(1.5 * 2 * 0.5, rel=0.05)
-    model = SplitNNClassifier(max_iter=3, tol=None, random_state=0, embedding_noise=noise)
+    model = SplitNNClassifier(max_iter=3, tol=None, random_state=0, privacy=noise)
     model.fit(parts, y, label_party="imaging")
     expected = epsilon(gaussian_event(noise_multiplier=1.5, steps=3), delta=1e-5)
     assert model.privacy_ledger_.epsilon(holder="lab") == pytest.approx(expected, rel=1e-9)
@@ -187,8 +190,8 @@ def test_bad_input_gets_clear_errors(breast) -> None:  # type: ignore[no-untyped
     model = SplitNNClassifier(max_iter=1, random_state=0).fit(parts, y, label_party="imaging")
     with pytest.raises(ValueError, match="party 'lab': the columns differ"):
         model.predict_proba({**parts, "lab": parts["lab"].iloc[:, :5]})
-    with pytest.raises(ValueError, match="random_state must be an integer"):
-        SplitNNClassifier(random_state=None).fit(parts, y, label_party="imaging")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="random_state must be None or an integer"):
+        SplitNNClassifier(random_state=1.5).fit(parts, y, label_party="imaging")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="compression must be"):
         SplitNNClassifier(compression=1).fit(parts, y, label_party="imaging")
 

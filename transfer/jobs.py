@@ -1,0 +1,45 @@
+"""The transfer family's job and comparison rows: what it offers the application.
+
+:func:`register` (the ``transfer`` entry point of the ``vflink.families`` group) adds to the
+registries of :mod:`vfl.registry` the job ``model = "transfer"`` (federated transfer learning,
+:class:`transfer.FederatedTransferClassifier`, run by the application's transfer runner: the
+source labels every row, the target keeps its own) and the module of its comparison rows,
+:mod:`transfer.comparison`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vfl.registry import Job, register_job, register_scheme_module
+
+__all__ = ["TRANSFER", "register"]
+
+
+def _transfer(**params: Any) -> Any:
+    from transfer.estimator import FederatedTransferClassifier
+
+    return FederatedTransferClassifier(**params)
+
+
+def _evaluate_transfer(
+    estimator: Any, labels: np.ndarray[Any, Any], proba: np.ndarray[Any, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    from sklearn.metrics import roc_auc_score
+
+    positive = np.asarray(labels) == estimator.classes_[1]
+    auc = float(roc_auc_score(positive, proba)) if len(set(positive.tolist())) == 2 else None
+    return {"test_auc": auc}, {"probability": proba}
+
+
+TRANSFER = Job(
+    "transfer", _transfer, _evaluate_transfer, ("test_auc",), protocols=False, runner="transfer"
+)
+
+
+def register() -> None:
+    """Add the transfer family's job and module of comparison rows to :mod:`vfl.registry`."""
+    register_job(TRANSFER)
+    register_scheme_module("transfer", "transfer.comparison", needs=("torch",))

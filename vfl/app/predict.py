@@ -1,0 +1,173 @@
+"""Scoring new rows with the saved parts: ``vflink party --predict``.
+
+Every data party loads its own part (``--model model_<party>.npz``, as a training run wrote
+it, :func:`load_model`) and reads its new data file (the label column is optional,
+:func:`check_columns`); the parties align the rows as a training job does
+(:func:`vfl.app.party.align_rows`) and score every common row (:func:`predict_rows`), with no
+split and no training; only the active party learns the scores (:func:`predict_outputs`). See
+:mod:`vfl.app.party` for the outputs and what is refused before any peer is contacted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vfl.app.drive import drive
+from vfl.app.party import align_rows, predictions_frame
+from vfl.app.plan import PartyRun, plan, read_data
+from vfl.federation.base import Federation
+from vfl.federation.config import FederationConfig
+
+__all__ = ["check_columns", "load_model", "predict_outputs", "predict_rows", "run_predict"]
+
+logger = logging.getLogger("vflink.party")
+
+
+def load_model(run: PartyRun, model: str | Path | None) -> None:
+    """``--predict``: give the estimator this party's saved part (the ``model_<party>.npz`` its
+    training run wrote), checked against the party and the config; the coordinator holds no
+    part and is given none."""
+    name, config = run.name, run.config
+    config.check_arguments(name, model=model, predict=True)
+    if run.role == "coordinator":
+        run.estimator.load(label_party=config.active)
+        return
+    try:
+        run.estimator.load(model, label_party=config.active)
+    except ValueError as exc:
+        raise ValueError(
+            f"party {name!r}: --model {model}: {exc}; pass the model_{name}.npz that its "
+            "training run wrote"
+        ) from None
+    parts = run.estimator.parts_
+    if name not in parts:
+        owner = f"the part of party {next(iter(parts))!r}" if parts else "no part of a model"
+        raise ValueError(
+            f"party {name!r}: --model {model} is {owner}, not of party {name!r}; pass the "
+            f"model_{name}.npz that its own training run wrote"
+        )
+    part = parts[name]
+    if part.role != run.role:
+        raise ValueError(
+            f"party {name!r}: --model {model} was trained with {name!r} as the {part.role} "
+            f"party, but {config.path} makes it {run.role}; score with the config it was "
+            "trained with"
+        )
+    trained = part.extra.get("data_parties")
+    if trained is not None and sorted(trained) != sorted(run.data_parties):
+        raise ValueError(
+            f"party {name!r}: --model {model} was trained with the data parties {trained}, "
+            f"but {config.path} has {run.data_parties}; score with the config it was trained "
+            "with"
+        )
+
+
+def check_columns(run: PartyRun, model: str | Path | None) -> None:
+    """``--predict``: the new data file has every column the saved part was trained on; they
+    are this party's features (the label column is not needed)."""
+    if run.frame is None:
+        return
+    part = run.estimator.parts_[run.name]
+    # the raw columns the part's design reads (its preprocessing's inputs, when it keeps one)
+    columns = list(part.input_columns)
+    missing = [c for c in columns if c not in run.frame.columns]
+    if missing:
+        raise ValueError(
+            f"party {run.name!r}: its data file lacks the columns {missing} that its model "
+            f"{model} was trained on (it has {list(run.frame.columns)}); add them, under the "
+            "same names"
+        )
+    run.features = list(columns)
+
+
+def predict_rows(run: PartyRun, fed: Federation) -> None:
+    """This party's role of scoring every aligned row with the saved parts (no split, no
+    training); only the label party learns the scores."""
+    began = time.perf_counter()
+    logger.info("party %r: scoring %d common rows", run.name, run.rows)
+    rows = None if run.aligned is None else run.aligned[run.features]
+    run.predicted = run.estimator.predict_party(fed, rows, data_parties=run.data_parties)
+    run.seconds["predict"] = time.perf_counter() - began
+
+
+def predict_outputs(run: PartyRun, summary: dict[str, Any]) -> dict[str, str | bytes]:
+    """The files of ``--predict``: every data party's ``aligned_<party>.csv``; the label
+    party's ``predictions.csv`` and, when the new file holds labels, ``metrics.json`` (the
+    job's metrics on the labelled rows, which go into ``summary``)."""
+    files: dict[str, str | bytes] = {}
+    if run.aligned is None or run.frame is None:
+        return files
+    id_column, label_column = run.job["id_column"], run.job["label_column"]
+    ids = run.frame.loc[list(run.aligned.attrs["source_rows"]), id_column].to_numpy()
+    mapping = pd.DataFrame({"common_row": run.aligned.index, id_column: ids})
+    files[f"aligned_{run.name}.csv"] = mapping.to_csv(index=False)
+    if run.name != run.config.active:
+        return files
+    if run.predicted is None:
+        raise RuntimeError(f"party {run.name!r}: the label party received no scores")
+    labels = run.aligned[label_column].to_numpy() if label_column in run.aligned else None
+    columns = run.learner.present(run.estimator, run.predicted)
+    files["predictions.csv"] = predictions_frame(
+        run.aligned.index, ids, id_column, label_column, labels, columns
+    ).to_csv(index=False)
+    known = np.zeros(0, dtype=bool) if labels is None else np.asarray(pd.notna(labels))
+    if labels is not None and known.any():  # metrics on the rows that have a label
+        found, _ = run.learner.evaluate(run.estimator, labels[known], run.predicted[known])
+        metrics: dict[str, Any] = dict.fromkeys(run.learner.metrics)
+        metrics.update(found)
+        summary.update(metrics, model=run.learner.name, labelled_rows=int(known.sum()))
+        files["metrics.json"] = json.dumps(summary, indent=1)
+    return files
+
+
+def run_predict(
+    config: FederationConfig,
+    name: str,
+    *,
+    data: str | Path | None = None,
+    model: str | Path | None = None,
+    out: str | Path = ".",
+    cert: str | Path | None = None,
+    key: str | Path | None = None,
+    secret: str | None = None,
+) -> dict[str, Any]:
+    """Run party ``name``'s side of scoring new rows with the saved parts (``vflink party
+    --predict``): each data party loads its own ``model`` (``model_<party>.npz``) and reads its
+    new ``data``; the parties align the rows as the training job does (:func:`align_rows`) and
+    score them all; only the label party learns the scores. ``secret`` as in
+    :func:`vfl.app.party.run_party`. Returns a summary (the label party's includes the job's
+    metrics when the new file holds labels). Raises ValueError for bad input (telling the peers
+    why), a FederationError when a peer fails; writes nothing unless every stage succeeded."""
+
+    def prepare() -> PartyRun:
+        config.check_arguments(name, model=model, predict=True)  # before anything loads
+        run = plan(config, name, secret)
+        if run.learner.runner == "transfer":
+            raise ValueError(
+                f"{config.path}: a transfer job has no --predict yet: its target scores every "
+                "row of its file in the training run (predictions.csv)"
+            )
+        run.predict = True
+        load_model(run, model)
+        read_data(run, data)
+        check_columns(run, model)
+        return run
+
+    return drive(
+        config,
+        name,
+        cert,
+        key,
+        out,
+        prepare,
+        [align_rows, predict_rows],
+        lambda run: {"mode": "predict"},
+        predict_outputs,
+    )
