@@ -98,7 +98,7 @@ def plain_loop(data: dict[str, Any], rounds: int, batch: int, lr: float) -> floa
 def vflink_round(data: dict[str, Any], rounds: int, batch: int, lr: float, **extra: Any) -> Any:
     model = FederatedClassifier(
         hidden_layer_sizes=HIDDEN,
-        rounds=rounds,
+        max_iter=rounds,
         batch_size=batch,
         learning_rate=lr,
         strategy="fedavg",  # local SGD, as the plain loop and Flower's clients run

@@ -16,8 +16,8 @@
    2048-bit keys. It prints test AUC, the labels recovered from the first batch
    (``LabelSolveAudit``) and from every batch (``LabelDirectionAudit``, statistical; chance
    is the majority class) and seconds per epoch.
-4. **Label DP** (``label_epsilon``) on breast cancer: 30 epochs, batch 64, coordinator
-   protocol, mean of three seeds. It prints the test AUC and the audit's recovery at
+4. **Label DP** (``privacy=GaussianLabelDP(epsilon)``) on breast cancer: 30 epochs, batch
+   64, coordinator protocol, mean of three seeds. It prints the test AUC and the audit's recovery at
    several budgets, against no DP and scikit-learn.
 
 Run::
@@ -45,6 +45,7 @@ from sklearn.preprocessing import StandardScaler  # noqa: E402
 from vfl.audit import LabelDirectionAudit, LabelSolveAudit, ScoreSolveAudit  # noqa: E402
 from vfl.datasets import IMAGING_FEATURES, LAB_FEATURES, LABEL, make_lab_imaging_cohort  # noqa: E402
 from vfl.linear import VerticalLogisticRegression  # noqa: E402
+from vfl.privacy.options import GaussianLabelDP  # noqa: E402
 
 
 def cases() -> list[tuple[str, dict[str, pd.DataFrame], pd.Series, str, str]]:
@@ -139,7 +140,10 @@ def side_by_side() -> None:
     runs: list[tuple[str, dict[str, object]]] = [
         ("coordinator", {"protocol": "coordinator"}),
         ("two_party", {"protocol": "two_party"}),
-        ("coordinator (label DP, eps 4)", {"protocol": "coordinator", "label_epsilon": 4.0}),
+        (
+            "coordinator (label DP, eps 4)",
+            {"protocol": "coordinator", "privacy": GaussianLabelDP(4.0)},
+        ),
         ("shared (default)", {"protocol": "shared"}),
         ("shared_coordinator", {"protocol": "shared_coordinator"}),
     ]
@@ -189,7 +193,7 @@ def label_dp_costs() -> None:
                 max_iter=30,
                 tol=None,
                 random_state=seed,
-                label_epsilon=budget,
+                privacy=None if budget is None else GaussianLabelDP(budget),
             )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 from sklearn.linear_model import Lasso  # noqa: E402
 
 from horizontal.lasso import FederatedLasso  # noqa: E402
+from horizontal.secagg import SecAggConfig  # noqa: E402
 
 
 def objective(
@@ -71,10 +72,11 @@ def main() -> None:
             f"\np = {p}, {args.clients} clients x {args.rows} rows, alpha {alpha}: scikit-learn "
             f"Lasso (coordinate descent, pooled) {sk_seconds:.2f} s, objective gap {sk_gap:.1e}"
         )
-        for label, secure in (("federated", None), ("federated + secure aggregation", 6)):
-            model = FederatedLasso(
-                alpha=alpha, tol=1e-5, max_iter=20_000, secure_aggregation=secure
-            )
+        for label, secure in (
+            ("federated", "plain"),
+            ("federated + secure aggregation", SecAggConfig(threshold=6)),
+        ):
+            model = FederatedLasso(alpha=alpha, tol=1e-5, max_iter=20_000, protocol=secure)
             began = time.perf_counter()
             model.fit(clients)
             seconds = time.perf_counter() - began

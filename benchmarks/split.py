@@ -70,6 +70,7 @@ from sklearn.model_selection import train_test_split  # noqa: E402
 from torch import nn  # noqa: E402
 
 from vfl import SplitNNClassifier  # noqa: E402
+from vfl.privacy.options import RandomizedResponse  # noqa: E402
 from vfl.split import EmbeddingNoise, ProtectedLayer  # noqa: E402
 from vfl.split.protocol import split_rows  # noqa: E402
 from vfl.training.schedule import Schedule  # noqa: E402
@@ -226,9 +227,9 @@ def compression(case: Case, epochs: int, batch: int, seeds: int) -> None:
 def defences(case: Case, epochs: int, batch: int, repeats: int) -> None:
     options: list[tuple[str, dict[str, Any]]] = [
         ("none", {}),
-        ("embedding noise (z=1, clip 1)", {"embedding_noise": EmbeddingNoise(1.0, 1.0)}),
+        ("embedding noise (z=1, clip 1)", {"privacy": EmbeddingNoise(1.0, 1.0)}),
         ("norm matching", {"gradient_protection": "norm"}),
-        ("label DP (eps 1)", {"label_epsilon": 1.0}),
+        ("label DP (eps 1)", {"privacy": RandomizedResponse(1.0)}),
     ]
     seconds: dict[str, list[float]] = {name: [] for name, _ in options}
     auc: dict[str, list[float]] = {name: [] for name, _ in options}
@@ -260,7 +261,7 @@ def protected(case: Case, epochs: int, batch: int, key_bits: int, rows: int | No
         Schedule(full, batch, 0).batches_per_epoch() / Schedule(used, batch, 0).batches_per_epoch()
     )
     results = {}
-    for name, extra in [("plain", {}), ("protected", {"protected_layer": layer})]:
+    for name, extra in [("plain", {}), ("protected", {"protocol": layer})]:
         began = time.perf_counter()
         model = case.fit(epochs, batch, rows=rows, **extra)
         wall = time.perf_counter() - began

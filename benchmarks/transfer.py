@@ -4,7 +4,7 @@ Prints, in one run, after the machine's load:
 
 (a) seconds per iteration of secure FTL (``transfer.FederatedTransferClassifier``, both parties
     threads of this process, 2048-bit Paillier keys by default) against its plaintext
-    simulation (``secure=False``: the same terms in the clear) at 500 and 5,000 overlapping
+    simulation (``protocol="plain"``: the same terms in the clear) at 500 and 5,000 overlapping
     patients, and megabytes per iteration on the wire. The median of iterations 2 onwards (the
     first also makes the key and the re-randomisation tables, printed apart). The paper's HE
     protocol is quoted at about 35 s per iteration for 500 samples and a secret-sharing
@@ -67,7 +67,7 @@ def fit_ftl(pair: Any, **options: Any) -> FederatedTransferClassifier:
     return model.fit(
         source,
         target,
-        source_labels=pair.source_labels,
+        pair.source_labels,
         target_labels=pair.target_labels,
         overlap=pair.overlap,
         keep_payloads=True,
@@ -90,7 +90,7 @@ def cost(overlap: int, key_bits: int, iterations: int) -> None:
             pair,
             max_iter=iterations,
             tol=None,  # every iteration an update: no held-out rows, no evaluation round
-            secure=secure,
+            protocol="masked" if secure else "plain",
             key_bits=key_bits,
             insecure=key_bits < 2048,
         )
@@ -126,7 +126,7 @@ def aucs(seed: int) -> dict[str, list[float]]:
         alone = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
         alone.fit(labelled, pair.target_labels)
         out["target alone"].append(auc(alone.predict_proba(target.loc[test])[:, 1]))
-        ftl = fit_ftl(pair, secure=False)
+        ftl = fit_ftl(pair, protocol="plain")
         out["secure FTL"].append(auc(ftl.decision_function(target.loc[test])))
         artifact = pretrain_encoder(
             {"source": (source, pair.source_labels)}, columns=pair.shared_columns, rounds=10
@@ -141,7 +141,7 @@ def aucs(seed: int) -> dict[str, list[float]]:
 
 def main() -> None:
     os.environ.setdefault("VFLINK_PROGRESS", "0")
-    warnings.simplefilter("ignore")  # secure=False and small keys warn, by design
+    warnings.simplefilter("ignore")  # protocol="plain" and small keys warn, by design
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--key-bits", type=int, default=2048)
     parser.add_argument("--iterations", type=int, default=3, help="timed iterations (>= 2)")
@@ -183,7 +183,7 @@ def main() -> None:
         for seed in range(args.seeds):
             pair = make_transfer_pair(n_overlap=overlap, target_labels=50, random_state=seed)
             _, target = features(pair)
-            model = fit_ftl(pair, secure=False)
+            model = fit_ftl(pair, protocol="plain")
             test = pair.target_truth.index.difference(pair.target_labels.index)
             scores = model.decision_function(target.loc[test])
             values.append(roc_auc_score(pair.target_truth[test], scores))

@@ -48,6 +48,7 @@ from horizontal.lasso import (
     kkt_order,
     support_recovery,
 )
+from horizontal.secagg import SecAggConfig
 
 P, TRUE, HOSPITALS, ROWS = 500, 10, 10, 300
 
@@ -79,7 +80,9 @@ def main() -> None:
     alphas = [0.4, 0.2, 0.1, 0.05, 0.025]
     alpha, _ = federated_lasso_cv(clients, alphas, folds=3, fit_intercept=False, tol=1e-7)
     print(f"federated 3-fold cross-validation over {alphas}: alpha {alpha}")
-    model = FederatedLasso(alpha=alpha, fit_intercept=False, secure_aggregation=6, tol=1e-9)
+    model = FederatedLasso(
+        alpha=alpha, fit_intercept=False, protocol=SecAggConfig(threshold=6), tol=1e-9
+    )
     model.fit(clients)
     pooled = Lasso(alpha=alpha, fit_intercept=False, tol=1e-10, max_iter=100_000).fit(x, y)
     precision, recall = support_recovery(model.coef_, truth)
@@ -109,7 +112,7 @@ def main() -> None:
                 alpha=alpha,
                 fit_intercept=False,
                 max_iter=30,
-                secure_aggregation=6 if where == "central" else None,
+                protocol=SecAggConfig(threshold=6) if where == "central" else "plain",
                 privacy=LassoDP(epsilon=eps, clip=3.0, where=where, select=select),
             ).fit(clients)
             p_, r_ = support_recovery(private.coef_, truth)

@@ -52,6 +52,7 @@ from horizontal.attacks import (
 )
 from horizontal.model import build_module, flatten
 from horizontal.robust import RobustAggregation
+from horizontal.secagg import SecAggConfig
 from horizontal.training import Update
 from vfl.datasets import make_hospital_cohort
 
@@ -98,7 +99,7 @@ def inversion() -> None:
     y = (x[:, 0] > 0).astype(int)
     clients = {f"c{i:02d}": (x[i : i + 1], y[i : i + 1]) for i in range(20)}
     options: dict[str, Any] = dict(
-        rounds=1, strategy="fedsgd", standardize=False, classes=[0, 1], random_state=0
+        max_iter=1, strategy="fedsgd", standardize=False, classes=[0, 1], random_state=0
     )
     template = build_module(None, 6, 2, (64,), 0)
     plain, seconds = timed(
@@ -111,7 +112,9 @@ def inversion() -> None:
             guess = invert_affine_update(update.delta, template)
             found += reconstruction_error(guess, x[int(message.sender[1:])]) < 0.01
     record("gradient inversion", "none", found / 20, float("nan"), seconds)
-    secure, seconds = timed(FederatedClassifier(**options, secure_aggregation=10), clients)
+    secure, seconds = timed(
+        FederatedClassifier(**options, protocol=SecAggConfig(threshold=10)), clients
+    )
     guess = invert_affine_update(secure.weights_ - flatten(template), template)
     hits = sum(reconstruction_error(guess, row) < 0.01 for row in x)
     record("gradient inversion", "secure aggregation", hits / 20, float("nan"), seconds)
@@ -140,7 +143,7 @@ def membership() -> None:
 
 
 OPTIONS: dict[str, Any] = dict(
-    rounds=20, standardize=False, classes=[0, 1], random_state=0, hidden_layer_sizes=(32,)
+    max_iter=20, standardize=False, classes=[0, 1], random_state=0, hidden_layer_sizes=(32,)
 )
 
 

@@ -75,7 +75,7 @@ LABEL_SKEW, QUANTITY_SKEW, FEATURE_SHIFT = 5.0, 2.0, 0.5
 N_PATIENTS = 6000
 # The federated model: logistic regression, 20 rounds of 5 local epochs each.
 OPTIONS: dict[str, Any] = dict(
-    module="linear", rounds=20, local_epochs=5, batch_size=32, learning_rate=0.05, random_state=0
+    module="linear", max_iter=20, local_epochs=5, batch_size=32, learning_rate=0.05, random_state=0
 )
 FEDPROX_MU = 0.3
 # Differential privacy: each hospital's training rows cut into wards, the wards the clients;
@@ -83,7 +83,7 @@ FEDPROX_MU = 0.3
 WARDS = 20
 DP_OPTIONS: dict[str, Any] = dict(
     module="linear",
-    rounds=10,
+    max_iter=10,
     local_epochs=2,
     batch_size=32,
     learning_rate=0.2,
@@ -389,7 +389,7 @@ def shared_population(seed: int, quick: bool) -> dict[str, float]:
     for name, strategy in (("FedAvg", "fedavg"), ("FedProx", FedProx(mu=comparison.FEDPROX_MU))):
         model = FederatedClassifier(
             **comparison.OPTIONS,
-            rounds=settings.rounds,
+            max_iter=settings.rounds,
             strategy=strategy,
             standardize=False,  # scaled already, with the public reference's statistics
             random_state=seed,

@@ -82,6 +82,7 @@ from vfl.comparison.vertical import linked, linked_test
 from vfl.crypto import SecurityWarning
 from vfl.datasets import IMAGING_FEATURES, LAB_FEATURES, make_lab_imaging_cohort, make_population
 from vfl.linear import VerticalLogisticRegression
+from vfl.privacy.options import RandomizedResponse
 from vfl.split import EmbeddingNoise, ProtectedLayer
 
 N_PATIENTS, OVERLAP = 4000, 0.75  # 3000 patients in both tables
@@ -96,18 +97,18 @@ SPLIT_OPTIONS: dict[str, Any] = dict(
 DEFENCES: dict[str, dict[str, Any]] = {
     "none": {},
     "norm matching": {"gradient_protection": "norm"},
-    "label DP, eps 4": {"label_epsilon": 4.0},
-    "label DP, eps 1": {"label_epsilon": 1.0},
+    "label DP, eps 4": {"privacy": RandomizedResponse(4.0)},
+    "label DP, eps 1": {"privacy": RandomizedResponse(1.0)},
     # clip each embedding (16 numbers) to norm 1, add N(0, (2 z)^2) to each number: z=0.5
     # keeps most of the AUC at a large epsilon, z=1 costs nearly all of it
-    "embedding noise z=0.5": {"embedding_noise": EmbeddingNoise(noise_multiplier=0.5, clip=1.0)},
-    "embedding noise z=1": {"embedding_noise": EmbeddingNoise(noise_multiplier=1.0, clip=1.0)},
+    "embedding noise z=0.5": {"privacy": EmbeddingNoise(noise_multiplier=0.5, clip=1.0)},
+    "embedding noise z=1": {"privacy": EmbeddingNoise(noise_multiplier=1.0, clip=1.0)},
     "float16": {"compression": "float16"},
     # the top's first layer on encrypted embeddings: the imaging centre sees z = h W, never h.
     # Demo speed: 1024-bit keys (2048 by default) and 3 epochs at a learning rate of 0.01
     # (benchmarks/split.py prints the cost with 2048-bit keys)
     "protected layer (3 epochs)": {
-        "protected_layer": ProtectedLayer(key_bits=1024, insecure=True),
+        "protocol": ProtectedLayer(key_bits=1024, insecure=True),
         "max_iter": 3,
         "learning_rate": 0.01,
     },
@@ -324,7 +325,7 @@ def shared_population(seed: int, quick: bool, context: Context | None = None) ->
     results = {}
     for name, extra in (
         ("split NN, no defence", {}),
-        ("split NN, label DP (eps 2)", {"label_epsilon": 2.0}),
+        ("split NN, label DP (eps 2)", {"privacy": RandomizedResponse(2.0)}),
     ):
         model = SplitNNClassifier(
             **COMPARISON_OPTIONS, **extra, max_iter=settings.split_epochs, random_state=seed

@@ -69,12 +69,12 @@ def features(pair: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
 def ftl(pair: Any, overlap: pd.DataFrame, **options: Any) -> FederatedTransferClassifier:
     source, target = features(pair)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # secure=False warns: a simulation, by design
+        warnings.simplefilter("ignore")  # protocol="plain" warns: a simulation, by design
         model = FederatedTransferClassifier(random_state=0, **options)
         return model.fit(
             source,
             target,
-            source_labels=pair.source_labels,
+            pair.source_labels,
             target_labels=pair.target_labels,
             overlap=overlap,
             keep_views=True,
@@ -105,7 +105,7 @@ def main() -> None:
     began = time.perf_counter()
     secure = ftl(pair, overlap, max_iter=4, verbose=1)  # each party's iterations, live
     seconds = time.perf_counter() - began
-    plain = ftl(pair, overlap, max_iter=4, secure=False)
+    plain = ftl(pair, overlap, max_iter=4, protocol="plain")
     gap = max(float(np.abs(a - b).max()) for a, b in zip(secure.views_, plain.views_, strict=True))
     print(
         f"4 iterations in {seconds:.1f} s ({np.median(secure.iteration_seconds_[1:]):.2f} s per "
@@ -132,7 +132,7 @@ def main() -> None:
         results["centre alone"].append(
             roc_auc_score(y_test, alone.predict_proba(target.loc[test])[:, 1])
         )
-        model = ftl(p, p.overlap, secure=False)
+        model = ftl(p, p.overlap, protocol="plain")
         results["secure FTL"].append(
             roc_auc_score(y_test, model.decision_function(target.loc[test]))
         )
@@ -157,7 +157,7 @@ def main() -> None:
         p = make_transfer_pair(n_overlap=size, target_labels=50, random_state=0)
         _, target = features(p)
         held = p.target_truth.index.difference(p.target_labels.index)
-        model = ftl(p, p.overlap, secure=False)
+        model = ftl(p, p.overlap, protocol="plain")
         by_overlap["secure FTL"].append(
             roc_auc_score(p.target_truth[held], model.decision_function(target.loc[held]))
         )
@@ -171,7 +171,7 @@ def main() -> None:
 
     print("\n== 4. What the centre learns about the shared patients")
     found_attack = overlap_label_attack(plain, features(pair)[1], overlap, pair.source_labels)
-    model = ftl(pair, overlap, secure=False)
+    model = ftl(pair, overlap, protocol="plain")
     model_auc = overlap_label_attack(model, features(pair)[1], overlap, pair.source_labels)
     print(
         f"the first iteration's gradients separate the shared patients' outcomes at AUC "

@@ -96,7 +96,6 @@ if TYPE_CHECKING:
     from horizontal.baseline import pooled_twin
     from horizontal.estimator import FederatedClassifier, FederatedRegressor
     from horizontal.lasso import FederatedLasso, LassoDP
-    from horizontal.pretrain import pretrain_encoder
     from horizontal.partition import (
         dirichlet_label_split,
         earth_movers,
@@ -106,6 +105,7 @@ if TYPE_CHECKING:
         skew_report,
         total_variation,
     )
+    from horizontal.pretrain import pretrain_encoder
     from horizontal.privacy import ClientDP, LocalDP, RecordDP
     from horizontal.scaling import DPScaling
     from horizontal.secagg import SecAggConfig

@@ -224,14 +224,16 @@ def _drop_process_pool(processes: int, pool: ProcessPoolExecutor) -> None:
 
 
 def _shutdown_and_wait() -> None:
-    for pool in list(_process_pools.values()):
-        pool.shutdown(wait=True, cancel_futures=True)
+    if os.getpid() == _pools_pid:  # a forked child's copies are its parent's to end
+        for pool in list(_process_pools.values()):
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 @atexit.register
 def _shutdown() -> None:
-    for pool in [*_process_pools.values(), *_thread_pools.values()]:
-        pool.shutdown(wait=False, cancel_futures=True)
+    if os.getpid() == _pools_pid:
+        for pool in [*_process_pools.values(), *_thread_pools.values()]:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 _main_lock = threading.Lock()
