@@ -175,7 +175,8 @@ def test_an_unknown_keyword_is_still_a_type_error() -> None:
 
 def _table(rows: int = 80, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    return pd.DataFrame(rng.normal(size=(rows, 4)), columns=["a1", "a2", "b1", "b2"])
+    frame: pd.DataFrame = pd.DataFrame(rng.normal(size=(rows, 4)), columns=["a1", "a2", "b1", "b2"])
+    return frame
 
 
 def _vertical(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:

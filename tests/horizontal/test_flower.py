@@ -122,7 +122,7 @@ def test_client_dp_mean_and_ledger_match_vflinks(monkeypatch: pytest.MonkeyPatch
     weights = np.zeros(7)
     privacy = ClientDP(noise_multiplier=1.1, clip=0.5)
     rounds = 3
-    params = {"rounds": rounds, "standardize": False, "classes": [0, 1], "privacy": privacy}
+    params = {"max_iter": rounds, "standardize": False, "classes": [0, 1], "privacy": privacy}
     flower = as_flower_strategy("fedavg", **params)
     flower.begin(["a", "b", "c"], nodes={"a": 1, "b": 2, "c": 3})
     for r in range(1, rounds + 1):
@@ -189,7 +189,7 @@ def test_flower_protocol_in_process_trains_vflinks_model(strategy: Any) -> None:
     train, held_out = _cohort()
     params = {
         "module": "linear",
-        "rounds": 3,
+        "max_iter": 3,
         "learning_rate": 0.1,
         "strategy": strategy,
         "random_state": 0,
@@ -320,7 +320,7 @@ def test_superlink_and_two_supernodes_train_as_vflink(
         pytest.skip("flower-superlink is not installed beside this Python")
     params = {
         "module": "linear",
-        "rounds": 3,
+        "max_iter": 3,
         "learning_rate": 0.1,
         "strategy": "fedavg",  # "auto" would be FedLBFGS, which Flower's fixed rounds refuse
         "random_state": 0,

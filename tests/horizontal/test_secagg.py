@@ -222,8 +222,8 @@ def test_client_level_dp_under_secure_aggregation_distributes_its_noise() -> Non
     spec = SimpleNamespace(
         client_fraction=1.0,
         clients=("a", "b", "c", "d", "e"),
-        max_iter=3,
-        protocol=SecAggConfig(threshold=4),
+        rounds=3,
+        secure_aggregation=SecAggConfig(threshold=4),
     )
     share = privacy.noise_share(200_000, None, spec)
     # each client's share carries 1/t of the variance: t of them the whole (1.5 * 0.5)^2

@@ -375,7 +375,7 @@ def test_bad_input_gets_clear_errors(breast) -> None:  # type: ignore[no-untyped
     with pytest.raises(ValueError, match="FedLBFGS needs every client's exact gradient"):
         FederatedClassifier(strategy="lbfgs", compression=8).fit(breast)
     for name, value in [
-        ("rounds", 0),
+        ("max_iter", 0),
         ("learning_rate", -1.0),
         ("alpha", -0.1),
         ("early_stopping", "yes"),

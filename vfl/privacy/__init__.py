@@ -8,7 +8,9 @@
   spends a target epsilon (:func:`resolve_noise_multiplier`);
 * :mod:`vfl.privacy.ledger` -- :class:`PrivacyLedger`, where every mechanism records its
   spend, composed per data holder; :mod:`vfl.privacy.entry` -- one recorded spend;
-* :mod:`vfl.privacy.checks` -- the parameter checks every privacy setting shares.
+* :mod:`vfl.privacy.checks` -- the parameter checks every privacy setting shares;
+* :mod:`vfl.privacy.options` -- the ``privacy=`` objects of the vertical estimators
+  (:class:`GaussianLabelDP`, :class:`RandomizedResponse`), each named after its mechanism.
 
 Importing this package loads numpy only; dp-accounting (about a second to import), scipy and
 pandas are imported when first needed.
@@ -38,15 +40,18 @@ from vfl.privacy.mechanisms import (
     laplace_scale,
     randomized_response,
 )
+from vfl.privacy.options import GaussianLabelDP, RandomizedResponse
 
 __all__ = [
     "ACCOUNTANTS",
     "CALIBRATIONS",
     "MECHANISMS",
     "Accountant",
+    "GaussianLabelDP",
     "LedgerEntry",
     "Mechanism",
     "PrivacyLedger",
+    "RandomizedResponse",
     "clip_l2",
     "compose",
     "exponential",
