@@ -16,7 +16,7 @@ differential privacy.
    the noise) against local (:class:`horizontal.LocalDP`: every client noises its own update)
    at several epsilons: a table and a privacy-utility plot, and the privacy ledger of one run.
 4. FedAvg and FedProx on the population every scheme of the comparison shares
-   (``examples/partition_schemes.py``, :mod:`vfl.compare`): its five hospitals (label and
+   (``examples/partition_schemes.py``, :mod:`vfl.app.compare`): its five hospitals (label and
    quantity skew, no feature shift), scaled with a public reference sample, scored on its
    held-out patients; the AUCs are the comparison's "horizontal FedAvg" and "horizontal
    FedProx" rows for the same ``--seed`` (``--quick``: the comparison's quick settings).

@@ -14,7 +14,7 @@
    curve and the linkage scores in the output folder.
 
 The population, the vertical cut and the training settings are those of the comparison of
-every partition scheme (``examples/partition_schemes.py``, :mod:`vfl.compare`), so for the same
+every partition scheme (``examples/partition_schemes.py``, :mod:`vfl.app.compare`), so for the same
 ``--seed`` (and ``--quick``) the figures here are its rows "vertical LR, secret-shared",
 "imaging centre alone" and "centralised LR".
 

@@ -31,7 +31,7 @@ each defence buys.
 5. plots: the training curves (the split network's validation loss per epoch, vertical LR's
    training loss), and privacy against utility (test AUC against each attack, per defence).
 6. the same network on the population every scheme of the comparison shares
-   (``examples/partition_schemes.py``, :mod:`vfl.compare`): the cohort's own diagnosis, which is
+   (``examples/partition_schemes.py``, :mod:`vfl.app.compare`): the cohort's own diagnosis, which is
    additive in the log-odds, on the rows Bloom-filter linkage finds, scored on the held-out
    patients. There the split network does no better than vertical logistic regression (the
    comparison's table puts them side by side); its AUC here is the comparison's "split NN, no

@@ -50,6 +50,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 import linkage.workers
 from linkage.executors import Workers
+from linkage.kernels import pack_bits, unpack_bits
 from linkage.progress import Stage
 from linkage.schema import Field, Schema
 from linkage.workers import map_chunks
@@ -151,20 +152,6 @@ class Encodings:
     def bit_matrix(self) -> np.ndarray[Any, Any]:
         """The filters as an ``(n, bits)`` uint8 matrix of 0/1 (bit ``i`` in column ``i``)."""
         return unpack_bits(self.words)
-
-
-def unpack_bits(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Filters as ``uint64`` words (bit ``i`` of a filter in word ``i // 64``, least
-    significant first) to an ``(n, bits)`` uint8 matrix of 0/1; :func:`pack_bits` inverts it."""
-    as_bytes = np.ascontiguousarray(words).astype("<u8", copy=False).view(np.uint8)
-    return np.unpackbits(as_bytes, axis=1, bitorder="little")
-
-
-def pack_bits(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """An ``(n, bits)`` 0/1 matrix (``bits`` a multiple of 64) to ``uint64`` words, as
-    :class:`Encodings` holds them; :func:`unpack_bits` inverts it."""
-    packed = np.packbits(bits, axis=1, bitorder="little")
-    return np.ascontiguousarray(packed).view("<u8").astype(np.uint64, copy=False)
 
 
 def encode(

@@ -35,7 +35,9 @@ __all__ = [
     "dice_all_pairs",
     "dice_cross",
     "dice_of_pairs",
+    "pack_bits",
     "pair_intersections",
+    "unpack_bits",
 ]
 
 CHUNK = 2048
@@ -169,7 +171,7 @@ class _Engine:
 
     def __init__(self, words_b: np.ndarray[Any, Any], backend: str, pad: int) -> None:
         self.backend = backend
-        bits = _unpack(np.concatenate([words_b, np.zeros((pad, words_b.shape[1]), np.uint64)]))
+        bits = unpack_bits(np.concatenate([words_b, np.zeros((pad, words_b.shape[1]), np.uint64)]))
         if backend == "torch":
             import torch
 
@@ -178,7 +180,7 @@ class _Engine:
             self.right = bits.astype(np.float32)
 
     def rows(self, words: np.ndarray[Any, Any]) -> Any:
-        bits = _unpack(words)
+        bits = unpack_bits(words)
         if self.backend == "torch":
             import torch
 
@@ -221,9 +223,18 @@ class _Engine:
         return result
 
 
-def _unpack(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+def unpack_bits(words: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Filters as ``uint64`` words (bit ``i`` of a filter in word ``i // 64``, least
+    significant first) to an ``(n, bits)`` uint8 matrix of 0/1; :func:`pack_bits` inverts it."""
     as_bytes = np.ascontiguousarray(words).astype("<u8", copy=False).view(np.uint8)
     return np.unpackbits(as_bytes, axis=1, bitorder="little")
+
+
+def pack_bits(bits: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """An ``(n, bits)`` 0/1 matrix (``bits`` a multiple of 64) to ``uint64`` words, as
+    :class:`~linkage.encoding.Encodings` holds them; :func:`unpack_bits` inverts it."""
+    packed = np.packbits(bits, axis=1, bitorder="little")
+    return np.ascontiguousarray(packed).view("<u8").astype(np.uint64, copy=False)
 
 
 def _block(

@@ -35,7 +35,7 @@ arithmetic.
    sensitive as the data: an encryption's random power decrypts that ciphertext without the
    key (``c * r**-1 = 1 + m n``), and the party's feature rows and, in the secret-shared
    protocol, its shares travel as exponents. ``vflink party`` reaches another host's
-   scheduler only over ``tls://`` (:func:`vfl.party._connect_scheduler`).
+   scheduler only over ``tls://`` (:func:`vfl.app.scheduler.connect_scheduler`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A Paillier ciphertext under a 2048-bit key is 512 bytes. Held as a list of ``gmpy2.mpz`` it
 costs about 560 (the object and the list's pointer), and the signed products of
-:meth:`vfl.linear.exchange.PeerRows.combine` used to keep every row's inverse beside it: 1.1
+:meth:`vfl.crypto.slots.PeerRows.combine` used to keep every row's inverse beside it: 1.1
 KB per row and column group, for the whole fit. :class:`CiphertextStore` keeps exactly the
 wire's 512 bytes per ciphertext in a ``(count, width)`` uint8 array and turns only the rows a
 batch needs back into integers (:meth:`CiphertextStore.take`, about a microsecond each);
@@ -172,7 +172,7 @@ class ClusterCiphertextStore:
                     pure=False,
                 )
             )
-        from linkage.workers import gather  # only with a cluster: vfl.crypto stays light
+        from linkage.executors import gather  # only with a cluster: vfl.crypto stays light
 
         results = gather(futures, "a gradient product failed on the Dask cluster")
         out = []
@@ -190,7 +190,7 @@ def ciphertext_store(
     """Where ``count`` long-kept ciphertexts go: on the party's Dask cluster when ``workers``
     is its client, in this process otherwise."""
     if parallel.is_executor(workers):
-        from linkage.workers import is_dask  # only with an executor: vfl.crypto stays light
+        from linkage.executors import is_dask  # only with an executor: vfl.crypto stays light
 
         if is_dask(workers):
             return ClusterCiphertextStore(key, count, workers)

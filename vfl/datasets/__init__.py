@@ -15,7 +15,7 @@ patients in common, both seeing one shared disease process.
 
 :func:`make_population` draws one population and cuts every one of these partitions from it
 (:class:`ClinicalPopulation`), with held-out patients that no party holds, so that every scheme
-of :mod:`vfl.compare` answers the same question about the same patients.
+of :mod:`vfl.app.compare` answers the same question about the same patients.
 
 The generators live in modules by setting: :mod:`vfl.datasets.identities` (names and the
 errors registers make), :mod:`vfl.datasets.clinical` (the disease model and its features),

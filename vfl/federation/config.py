@@ -22,7 +22,7 @@ Example (``examples/deploy/federation.toml``)::
     address = "127.0.0.1:50152"
     ...
 
-    [job]                            # what ``vflink party`` runs (see vfl.party)
+    [job]                            # what ``vflink party`` runs (see vfl.app.party)
     ...
 
 Roles: ``"active"`` (holds the labels; exactly one), ``"passive"``, ``"coordinator"`` (at most

@@ -18,7 +18,7 @@ such failure of a call or a heartbeat fetches the certificate the peer presents,
 wrong with it against the CA file (:mod:`vfl.federation.trust`), logs it at ERROR and raises
 :class:`UntrustedPeerError` from ``send`` and from any ``recv`` waiting on that peer. gRPC's
 own log of the failed handshakes goes to standard error at its verbosity (``vflink party``
-turns it off, :mod:`vfl.cli`); a party whose own certificate is not the CA's learns it before
+turns it off, :mod:`vfl.app.cli`); a party whose own certificate is not the CA's learns it before
 it starts (:func:`vfl.federation.trust.check_own_certificate`).
 
 Transport, per message:

@@ -352,8 +352,8 @@ def record_blip(
     LedgerEntry
 
     .. warning::
-       BLIP protects the content of a record, not its presence: which records match, and how
-       many there are, is revealed by the linkage and is not accounted here.
+        BLIP protects the content of a record, not its presence: which records match, and how
+        many there are, is revealed by the linkage and is not accounted here.
     """
     if bits_per_record is None:
         logger.warning(
