@@ -133,8 +133,8 @@ def membership() -> None:
         random_state=0,
     )
     for name, extra in [
-        ("none", {"rounds": 60}),
-        ("record-level DP (z = 2)", {"rounds": 30, "privacy": RecordDP(noise_multiplier=2.0)}),
+        ("none", {"max_iter": 60}),
+        ("record-level DP (z = 2)", {"max_iter": 30, "privacy": RecordDP(noise_multiplier=2.0)}),
     ]:
         model, seconds = timed(FederatedClassifier(**options, **extra), clients)
         auc = membership_auc(model.predict_proba, (x_in, y_in), (x_test, y_test), [0, 1])

@@ -247,7 +247,7 @@ def compare(
     )
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    rounds = np.arange(1, OPTIONS["rounds"] + 1)
+    rounds = np.arange(1, OPTIONS["max_iter"] + 1)
     for name, curve in curves.items():
         ax.plot(rounds, curve, marker="o", markersize=3, label=name)
     ax.axhline(
@@ -294,7 +294,7 @@ def privacy_utility(
         f"hospital's training rows are\ncut into {WARDS} wards (random, "
         f"horizontal.iid_split), {n} clients of {min(sizes)} to {max(sizes)} rows, every ward "
         f"in every round.\nFeatures scaled with a public reference sample's means and SDs "
-        f"(assumed public); classes=[0, 1] agreed.\n{DP_OPTIONS['rounds']} rounds of "
+        f"(assumed public); classes=[0, 1] agreed.\n{DP_OPTIONS['max_iter']} rounds of "
         f"{DP_OPTIONS['local_epochs']} local epochs, clip {CLIP}, delta {DELTA:g}; "
         f"AUC the mean of {repeats} run(s) (DP noise from the OS; the plot's bars: "
         f"min to max)."
@@ -328,7 +328,7 @@ def privacy_utility(
         f"{'central':>11}{'local':>7}{'(AUC lost)':>15}"
     )
     for i, epsilon in enumerate(EPSILONS):
-        rounds = DP_OPTIONS["rounds"]
+        rounds = DP_OPTIONS["max_iter"]
         z = ClientDP(epsilon=epsilon, delta=DELTA).multiplier(rounds, 1.0)
         assert np.isclose(z, LocalDP(epsilon=epsilon, delta=DELTA).multiplier(rounds))
         central, local = np.mean(results["central"][i]), np.mean(results["local"][i])
@@ -339,9 +339,9 @@ def privacy_utility(
         )
     print(f"{'inf':>7}{'':>8}{'':>12}{'':>11}{no_dp:>9.3f}{no_dp:>7.3f}   (no DP, the same wards)")
     print(
-        f"z: noise multiplier for epsilon over {DP_OPTIONS['rounds']} rounds (the same for both); "
-        f"noise SD per coordinate of the averaged update:\ncentral z*clip/N (one draw on the "
-        f"sum), local z*clip/sqrt(N) (N draws), sqrt({n}) = {np.sqrt(n):.0f} times more"
+        f"z: noise multiplier for epsilon over {DP_OPTIONS['max_iter']} rounds (the same for "
+        f"both); noise SD per coordinate of the averaged update:\ncentral z*clip/N (one draw on "
+        f"the sum), local z*clip/sqrt(N) (N draws), sqrt({n}) = {np.sqrt(n):.0f} times more"
     )
 
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -15,7 +15,7 @@ aggregation, robust aggregation and compression, built on :mod:`vfl`'s runtime.
   label skew, quantity skew) and measuring the skew (total variation, earth mover's distance);
 * :mod:`horizontal.secagg` -- secure aggregation that survives dropouts (Bonawitz et al.
   2017, SecAgg+'s sparse graph as an option), :class:`SecAggConfig` for the estimators'
-  ``secure_aggregation=``;
+  ``protocol=``;
 * :mod:`horizontal.robust` -- robust aggregation kernels (median, trimmed mean, Krum,
   Multi-Krum, norm bounding, a cosine filter); :mod:`horizontal.compression` -- b-bit
   stochastic quantisation and top-k sparsification with error feedback (``compression=``);

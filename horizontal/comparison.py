@@ -239,16 +239,17 @@ def _horizontal(
     ctx: Context, strategy: str = "fedavg", dp: bool = False, secure: bool = False
 ) -> SchemeResult:
     from horizontal import ClientDP, FederatedClassifier, FedProx
+    from horizontal.secagg import SecAggConfig
 
     cut = hospitals(ctx)
     rounds = ctx.settings.rounds
     model = FederatedClassifier(
         **OPTIONS,
-        rounds=rounds,
+        max_iter=rounds,
         strategy=FedProx(mu=FEDPROX_MU) if strategy == "fedprox" else strategy,
         standardize=False,
         privacy=ClientDP(epsilon=EPSILON, clip=CLIP) if dp else None,
-        secure_aggregation=THRESHOLD if secure else None,
+        protocol=SecAggConfig(threshold=THRESHOLD) if secure else "plain",
         random_state=ctx.seed,
     )
     weights: list[np.ndarray[Any, Any]] = []
@@ -329,7 +330,7 @@ def hospital_alone(ctx: Context) -> SchemeResult:
         for hospital, data in cut.raw.items():
             model = FederatedClassifier(
                 **OPTIONS,
-                rounds=ctx.settings.rounds,
+                max_iter=ctx.settings.rounds,
                 strategy="fedavg",  # the federated rows' training, on one hospital's rows
                 standardize=True,
                 random_state=ctx.seed,

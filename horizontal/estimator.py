@@ -667,7 +667,7 @@ class FederatedClassifier(_FederatedModel):
     early_stopping : bool or "auto"
         Keep the model of the lowest pooled loss on rows each client holds out, and stop
         after ``n_iter_no_change`` rounds without improvement by ``tol``. ``"auto"``: with
-        ``rounds="auto"``, except for FedLBFGS on a linear model (converged, it needs no
+        ``max_iter="auto"``, except for FedLBFGS on a linear model (converged, it needs no
         held-out rows), DP and secure aggregation (refused there).
     validation_fraction : float
         The share of each client's rows it holds out (stratified for a classifier).

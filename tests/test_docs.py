@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_readme import python_blocks, run_blocks
+from tests.docblocks import python_blocks, run_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -8,45 +8,16 @@ than hides. The README itself filters no warning.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
-import warnings
 from pathlib import Path
 
 import pytest
 
+from tests.docblocks import DEMO_KEYS, PROMISED, python_blocks, run_blocks
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-# `print(...)  # {...}` or `# True False ...`: the output the README promises
-PROMISED = re.compile(r"print\(.*\)\s+# (\{.*\}|(?:True|False)(?: True| False)*)$", flags=re.M)
-# the one substitution: the estimators' default keys -> 1024-bit demo keys
-DEMO_KEYS = (
-    re.compile(r"\b(Vertical(?:Logistic|Linear|Poisson)Regression)\((?!.*key_bits)"),
-    r"\1(key_bits=1024, insecure=True, ",
-)
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
-
-
-def python_blocks(text: str) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
-
-
-def run_blocks(blocks: list[str], source: Path) -> None:
-    """Run ``blocks`` in one namespace, in order, each with the demo keys; check the promises."""
-    from vfl.crypto import SecurityWarning
-
-    namespace: dict[str, object] = {"__name__": "docs_example"}
-    for block in blocks:
-        code, substituted = DEMO_KEYS[0].subn(DEMO_KEYS[1], block)
-        out = io.StringIO()
-        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out):
-            warnings.simplefilter("always", SecurityWarning)
-            exec(compile(code, str(source), "exec"), namespace)
-        if substituted:  # the demo keys warn, as they must
-            assert any(issubclass(w.category, SecurityWarning) for w in caught)
-        for promised in PROMISED.findall(block):
-            assert promised in out.getvalue(), (source.name, promised, out.getvalue())
 
 
 def test_examples_run_and_print_what_they_promise() -> None:

@@ -10,10 +10,10 @@ the source's true labels, oriented) and sets it beside what the target learns le
 the AUC of its own fitted model on the same patients. On the synthetic task the two agree
 (0.79 and 0.78): the gradients tell the target about the shared patients' outcomes about as
 much as the transferred model does, and randomised response on the source's labels
-(``label_epsilon``) barely changes it, because most of it comes through the source's
-representations, not the labels themselves. This is the price of transfer through the overlap;
-a source that must not let the target predict its shared patients' outcomes should not take
-part.
+(``privacy=RandomizedResponse(...)``) barely changes it, because most of it comes through the
+source's representations, not the labels themselves. This is the price of transfer through
+the overlap; a source that must not let the target predict its shared patients' outcomes
+should not take part.
 
 :class:`OverlapLabelAudit` (``"overlap-label"``) is the same attack as a registered audit of
 :mod:`vfl.audit` (found by ``vfl.audit.get_audit("overlap-label")`` through the

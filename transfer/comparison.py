@@ -12,7 +12,7 @@ intersection on the exact ``patient_id`` finds exactly these; :func:`transfer.ov
   patients with its columns; attacked by :func:`transfer.audit.overlap_label_attack` (what the
   centre infers about the shared patients' outcomes from the gradients it receives);
 * ``"federated transfer (FTL) + DP"`` -- the same with randomised response on the hospital's
-  labels (``label_epsilon``, in the run's ledger);
+  labels (``privacy=RandomizedResponse(...)``, in the run's ledger);
 * ``"imaging centre alone (few labels)"`` -- logistic regression on the centre's labelled
   rows only (the baseline of ``examples/transfer_rare_disease.py``).
 """
@@ -92,6 +92,7 @@ def federated_transfer(ctx: Context, label_epsilon: float | None = None) -> Sche
     from transfer import FederatedTransferClassifier
     from transfer.audit import overlap_label_attack
     from vfl.crypto import SecurityWarning
+    from vfl.privacy import RandomizedResponse
 
     s = ctx.settings
     pair = transfer_cut(ctx)
@@ -102,7 +103,7 @@ def federated_transfer(ctx: Context, label_epsilon: float | None = None) -> Sche
         key_bits=s.key_bits,
         insecure=s.insecure,
         max_iter=iterations,
-        label_epsilon=label_epsilon,
+        privacy=None if label_epsilon is None else RandomizedResponse(label_epsilon),
         random_state=ctx.seed,
     )
     with warnings.catch_warnings():
@@ -111,7 +112,7 @@ def federated_transfer(ctx: Context, label_epsilon: float | None = None) -> Sche
             model.fit(
                 source,
                 target,
-                source_labels=pair.source_labels,
+                pair.source_labels,
                 target_labels=pair.target_labels,
                 overlap=pair.overlap,
                 names=TRANSFER_PARTIES,

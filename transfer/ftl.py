@@ -45,10 +45,10 @@ stopping, whether the target's validation loss fell. The target: its
 gradient ``g_r`` per trained row, which mixes ``Phi``, the source's labels and representations
 of the overlapping patients (``c_r``): a target that reads them can infer the source's labels
 of the patients they share, about as well as its transferred model predicts them --
-:func:`transfer.audit.overlap_label_attack` measures both; ``label_epsilon`` (randomised
-response at the source, in the ledger) protects the labels themselves but not what the
+:func:`transfer.audit.overlap_label_attack` measures both; ``privacy=RandomizedResponse(...)``
+(randomised response at the source, in the ledger) protects the labels themselves but not what the
 source's representations say. Neither
-sees the other's features, labels or encoder. ``secure=False`` sends the same terms in the
+sees the other's features, labels or encoder. ``protocol="plain"`` sends the same terms in the
 clear (simulation only; warns). Semi-honest parties.
 
 **Early stopping** (``tol`` set and enough labels, see :func:`held_out`). The target holds
@@ -191,8 +191,8 @@ class FTLResult:
 class SourceTerms(Message):
     """Step 1, source to target, each times ``|L|``: ``c`` of the overlap rows, ``Phi / 2``
     (packed at each block), ``M`` (its columns, packed at each block) and ``Phi`` (one
-    ciphertext per coordinate): plain arrays with ``secure=False``, else under the source's
-    key."""
+    ciphertext per coordinate): plain arrays with ``protocol="plain"``, else under the
+    source's key."""
 
     KIND = "transfer source terms"
     c: CiphertextBlock | np.ndarray
@@ -204,7 +204,7 @@ class SourceTerms(Message):
 @dataclass(frozen=True)
 class Labels(Message):
     """At the start, source to target: ``[-y_r]`` of the overlap rows under the source's key
-    (nothing with ``secure=False``: the plaintext simulation sends the terms instead)."""
+    (nothing with ``protocol="plain"``: the plaintext simulation sends the terms instead)."""
 
     KIND = "transfer encrypted labels"
     signs: CiphertextBlock
@@ -213,7 +213,7 @@ class Labels(Message):
 @dataclass(frozen=True)
 class TargetTerms(Message):
     """Step 2, target to source: ``[v]`` times ``|L|`` under the source's key (with
-    ``secure=False``: the overlap rows' ``u / 2``, ``s`` and ``Q`` in the clear)."""
+    ``protocol="plain"``: the overlap rows' ``u / 2``, ``s`` and ``Q`` in the clear)."""
 
     KIND = "transfer target terms"
     v: CiphertextBlock | None = None
@@ -241,7 +241,7 @@ class Setup(Message):
 
 @dataclass(frozen=True)
 class Plain(Message):
-    """A gradient in the clear (``secure=False`` only) or, at the end, ``Phi``."""
+    """A gradient in the clear (``protocol="plain"`` only) or, at the end, ``Phi``."""
 
     KIND = "transfer vector"
     values: np.ndarray
@@ -317,7 +317,7 @@ def _target_key(fed: Federation, peer: str, policy: KeyPolicy) -> PaillierPublic
 
 def _warn_plain() -> None:
     warnings.warn(
-        "secure=False sends the transfer terms in the clear: a plaintext simulation, not for "
+        'protocol="plain" sends the transfer terms in the clear: a plaintext simulation, not for '
         "real parties",
         stacklevel=3,
     )

@@ -4,7 +4,8 @@
 registries of :mod:`vfl.registry` the job ``model = "transfer"`` (federated transfer learning,
 :class:`transfer.FederatedTransferClassifier`, run by the application's transfer runner: the
 source labels every row, the target keeps its own) and the module of its comparison rows,
-:mod:`transfer.comparison`.
+:mod:`transfer.comparison`. ``[job.params]`` is read as :mod:`vfl.jobs` says (a
+``[job.params.privacy]`` table, and the short spellings of older configs).
 """
 
 from __future__ import annotations
@@ -13,14 +14,30 @@ from typing import Any
 
 import numpy as np
 
+from vfl.jobs import privacy_from_params
 from vfl.registry import Job, register_job, register_scheme_module
 
 __all__ = ["TRANSFER", "register"]
 
 
 def _transfer(**params: Any) -> Any:
+    """Federated transfer learning; ``privacy`` a ``[job.params.privacy]`` table
+    (``mechanism = "randomized_response"``) and the short spellings ``label_epsilon``,
+    ``secure`` (``protocol = "masked"`` or ``"plain"``) and ``hidden``
+    (``hidden_layer_sizes``), as :mod:`vfl.jobs` says."""
     from transfer.estimator import FederatedTransferClassifier
 
+    privacy_from_params(params, label_dp="randomized_response")
+    if "secure" in params:
+        if "protocol" in params:
+            raise ValueError("give protocol or secure, not both")
+        params["protocol"] = "masked" if params.pop("secure") else "plain"
+    if "hidden" in params:
+        if "hidden_layer_sizes" in params:
+            raise ValueError("give hidden_layer_sizes or hidden, not both")
+        params["hidden_layer_sizes"] = params.pop("hidden")
+    if isinstance(params.get("hidden_layer_sizes"), list):  # a TOML array
+        params["hidden_layer_sizes"] = tuple(params["hidden_layer_sizes"])
     return FederatedTransferClassifier(**params)
 
 

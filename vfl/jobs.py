@@ -8,6 +8,33 @@ comparison rows (:mod:`vfl.comparison.vertical`, :mod:`vfl.comparison.split`). A
 to build its estimator from ``[job.params]`` and how the label party evaluates the held-out
 rows (metrics and a predictions table), so a new learner adds a :class:`~vfl.registry.Job`
 here, not an edit of the party runner (:mod:`vfl.app.party`).
+
+``[job.params]`` holds the estimator's keyword arguments, with two things TOML cannot write
+directly: the ``privacy=`` object and a ``protocol=`` object. A job's make function reads them
+as tables (:func:`privacy_from_params`, :func:`split_protocol`)::
+
+    [job.params]
+    protocol = "protected"        # split: or a [job.params.protocol] table of ProtectedLayer's
+    max_iter = 30
+
+    [job.params.privacy]          # the privacy= object: its mechanism and its arguments
+    mechanism = "randomized_response"
+    epsilon = 2.0
+
+``mechanism`` is one of :data:`MECHANISMS` (``"gaussian_label_dp"``: logistic;
+``"randomized_response"``: split and transfer; ``"embedding_noise"``: split); for a split
+network with both, ``[[job.params.privacy]]`` twice (an array of tables: the tuple).
+
+The keys that deployments wrote before the estimators took these objects keep working, as the
+short TOML spelling, translated without a deprecation warning (the estimators warn about the
+keyword arguments, not the config): ``label_epsilon`` (with ``label_delta`` and ``row_clip``,
+which apply only with it) is :class:`~vfl.privacy.GaussianLabelDP` for logistic (and linear,
+which refuses it) and :class:`~vfl.privacy.RandomizedResponse` for split and transfer; for
+split, ``embedding_noise``
+(a table of :class:`~vfl.split.EmbeddingNoise`'s arguments) and ``protected_layer`` (``true``,
+``false`` or a table of :class:`~vfl.split.ProtectedLayer`'s); for transfer
+(:mod:`transfer.jobs`), ``secure`` (``protocol = "masked"`` or ``"plain"``) and ``hidden``
+(``hidden_layer_sizes``). Giving one of them beside ``privacy`` or ``protocol`` is refused.
 """
 
 from __future__ import annotations
@@ -18,7 +45,107 @@ import numpy as np
 
 from vfl.registry import Job, register_job, register_scheme_module
 
-__all__ = ["LINEAR", "LOGISTIC", "POISSON", "SPLIT", "register"]
+__all__ = [
+    "LINEAR",
+    "LOGISTIC",
+    "MECHANISMS",
+    "POISSON",
+    "SPLIT",
+    "privacy_from_params",
+    "register",
+    "split_protocol",
+]
+
+MECHANISMS = {
+    "gaussian_label_dp": "vfl.privacy.options:GaussianLabelDP",
+    "randomized_response": "vfl.privacy.options:RandomizedResponse",
+    "embedding_noise": "vfl.split.defences:EmbeddingNoise",
+}
+"""The ``mechanism`` of a ``[job.params.privacy]`` table -> the ``privacy=`` class it builds
+(``module:name``; the class name itself, e.g. ``"RandomizedResponse"``, is accepted too)."""
+
+
+def _mechanism(table: Any) -> Any:
+    """The ``privacy=`` object of one ``[job.params.privacy]`` table."""
+    import importlib
+
+    if not isinstance(table, dict) or "mechanism" not in table:
+        raise ValueError(
+            "[job.params.privacy] must be a table with a mechanism (one of "
+            f"{sorted(MECHANISMS)}) and its arguments, got {table!r}"
+        )
+    options = dict(table)
+    name = options.pop("mechanism")
+    by_class = {target.rsplit(":", 1)[1]: target for target in MECHANISMS.values()}
+    target = (MECHANISMS.get(name) or by_class.get(name)) if isinstance(name, str) else None
+    if target is None:
+        raise ValueError(
+            f"[job.params.privacy] mechanism must be one of {sorted(MECHANISMS)}, got {name!r}"
+        )
+    module, attribute = target.split(":")
+    cls = getattr(importlib.import_module(module), attribute)
+    try:
+        return cls(**options)
+    except TypeError as exc:
+        raise ValueError(f"[job.params.privacy] mechanism {name!r}: {exc}") from None
+
+
+def privacy_from_params(params: dict[str, Any], *, label_dp: str) -> None:
+    """Replace, in ``params`` (a job's ``[job.params]``), a ``privacy`` table (or array of
+    tables) by its ``privacy=`` object, and the short spelling ``label_epsilon`` (with
+    ``label_delta`` and ``row_clip`` for ``label_dp="gaussian"``) by the object it stands for:
+    :class:`~vfl.privacy.GaussianLabelDP` (``label_dp="gaussian"``) or
+    :class:`~vfl.privacy.RandomizedResponse` (``label_dp="randomized_response"``)."""
+    from vfl.privacy.options import GaussianLabelDP, RandomizedResponse
+
+    given = params.get("privacy")
+    if isinstance(given, dict):
+        params["privacy"] = _mechanism(given)
+    elif isinstance(given, list):
+        params["privacy"] = tuple(_mechanism(table) for table in given)
+    keys = ("label_epsilon", "label_delta", "row_clip") if label_dp == "gaussian" else ()
+    old = {k: params.pop(k) for k in keys or ("label_epsilon",) if k in params}
+    epsilon = old.get("label_epsilon")
+    if epsilon is None:  # label_delta and row_clip apply only with label_epsilon
+        return
+    if params.get("privacy") is not None:
+        raise ValueError("give [job.params.privacy] or label_epsilon, not both")
+    if label_dp == "gaussian":
+        delta = old.get("label_delta")
+        params["privacy"] = GaussianLabelDP(
+            epsilon, delta=1e-5 if delta is None else delta, row_clip=old.get("row_clip")
+        )
+    else:
+        params["privacy"] = RandomizedResponse(epsilon)
+
+
+def split_protocol(params: dict[str, Any]) -> None:
+    """Replace, in a split job's ``params``, a ``protocol`` table by the
+    :class:`~vfl.split.ProtectedLayer` of those arguments, and the short spelling
+    ``protected_layer`` (``true``, ``false`` or such a table) by ``protocol``."""
+    from vfl.split.interactive import ProtectedLayer
+
+    def layer(table: dict[str, Any]) -> Any:
+        try:
+            return ProtectedLayer(**table)
+        except TypeError as exc:
+            raise ValueError(f"[job.params.protocol] (a ProtectedLayer): {exc}") from None
+
+    if isinstance(params.get("protocol"), dict):
+        params["protocol"] = layer(params["protocol"])
+    if "protected_layer" not in params:
+        return
+    old = params.pop("protected_layer")
+    if "protocol" in params:
+        raise ValueError("give protocol or protected_layer, not both")
+    if isinstance(old, dict):
+        params["protocol"] = layer(old)
+    elif old is True:
+        params["protocol"] = "protected"
+    elif old is False or old is None:
+        params["protocol"] = "plain"
+    else:
+        raise ValueError(f"protected_layer must be true, false or a table, got {old!r}")
 
 
 def _present_classifier(estimator: Any, scores: np.ndarray[Any, Any]) -> dict[str, Any]:
@@ -71,12 +198,14 @@ def _evaluate_regressor(
 def _logistic(**params: Any) -> Any:
     from vfl.linear import VerticalLogisticRegression
 
+    privacy_from_params(params, label_dp="gaussian")
     return VerticalLogisticRegression(**params)
 
 
 def _linear(**params: Any) -> Any:
     from vfl.linear import VerticalLinearRegression
 
+    privacy_from_params(params, label_dp="gaussian")
     return VerticalLinearRegression(**params)
 
 
@@ -103,20 +232,23 @@ def _evaluate_poisson(
 
 
 def _split(**params: Any) -> Any:
-    """A split network; ``protected_layer = true`` or a table of
-    :class:`~vfl.split.ProtectedLayer`'s arguments, ``embedding_noise`` a table of
-    :class:`~vfl.split.EmbeddingNoise`'s."""
-    from vfl.split import EmbeddingNoise, ProtectedLayer, SplitNNClassifier
+    """A split network; ``protocol`` a string or a table of
+    :class:`~vfl.split.ProtectedLayer`'s arguments, ``privacy`` a table (or an array of
+    tables) naming its mechanism; the short spellings ``protected_layer`` (``true`` or such a
+    table), ``label_epsilon`` (randomised response) and ``embedding_noise`` (a table of
+    :class:`~vfl.split.EmbeddingNoise`'s arguments) as the module docstring says."""
+    from vfl.split import EmbeddingNoise, SplitNNClassifier
 
-    layer = params.get("protected_layer")
-    if layer is True:
-        params["protected_layer"] = ProtectedLayer()
-    elif isinstance(layer, dict):
-        params["protected_layer"] = ProtectedLayer(**layer)
-    elif layer is False:
-        params["protected_layer"] = None
-    if isinstance(params.get("embedding_noise"), dict):
-        params["embedding_noise"] = EmbeddingNoise(**params["embedding_noise"])
+    split_protocol(params)
+    noise = params.pop("embedding_noise", None)
+    if isinstance(noise, dict):
+        noise = EmbeddingNoise(**noise)
+    privacy_from_params(params, label_dp="randomized_response")
+    if noise is not None:
+        given = params.get("privacy")
+        if isinstance(given, (tuple, EmbeddingNoise)):
+            raise ValueError("give [job.params.privacy] or embedding_noise, not both")
+        params["privacy"] = noise if given is None else (given, noise)
     return SplitNNClassifier(**params)
 
 

@@ -19,10 +19,10 @@ def test_the_overlap_label_audit_reports_the_attack_s_auc_against_chance() -> No
     target = pair.target.drop(columns="patient_id")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = FederatedTransferClassifier(max_iter=2, secure=False, random_state=0).fit(
+        model = FederatedTransferClassifier(max_iter=2, protocol="plain", random_state=0).fit(
             source,
             target,
-            source_labels=pair.source_labels,
+            pair.source_labels,
             target_labels=pair.target_labels,
             overlap=pair.overlap,
             keep_views=True,

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.vfl.test_party import free_ports, vflink
+from tests.parties import free_ports, vflink
 from vfl.datasets import make_transfer_pair
 
 CONFIG = """

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.vfl.test_party import run_three, vflink
+from tests.parties import run_three, vflink
 from vfl.app.cli import main
 from vfl.app.plan import plan, read_data
 from vfl.app.predict import check_columns, load_model, run_predict

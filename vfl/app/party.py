@@ -24,7 +24,10 @@ with its own data file::
     [job.params]                  # the learner's keyword arguments ("none" for None)
     max_iter = 10
     batch_size = 256
-    # label_epsilon = 4.0         # label DP (logistic; needs tol = "none")
+
+    # [job.params.privacy]        # label DP (logistic; needs tol = "none"): the privacy=
+    # mechanism = "gaussian_label_dp"   # object (vfl.jobs; label_epsilon = 4.0 is short
+    # epsilon = 4.0                     # for this table)
 
 Steps: align the data parties' rows to their common patients (:func:`vfl.align_party`): by
 ECDH PSI on the exact ``id_column`` (three or more data parties: with the coordinator's help,
@@ -60,7 +63,7 @@ has succeeded (written to a staging folder first, then each renamed into place),
   ``aligned_<party>.csv`` (its own row IDs in the common order, with the test flag);
 * the active party: ``predictions.csv`` (its test rows' IDs, predictions, labels) and
   ``metrics.json`` (the job's metrics, row counts, epochs, seconds per stage), and with label
-  DP (``label_epsilon`` in ``[job.params]``) ``privacy_ledger.json``.
+  DP (``privacy`` in ``[job.params]``) ``privacy_ledger.json``.
 
 Scoring new rows with the saved parts (``vflink party --predict``,
 :func:`vfl.app.predict.run_predict`): every

@@ -122,7 +122,7 @@ def make_estimator(config: FederationConfig, job: dict[str, Any]) -> Any:
             params.setdefault("coordinator", coordinator)
     try:
         return job["learner"].make(**params)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"{config.path}: [job.params]: {exc}") from None
 
 

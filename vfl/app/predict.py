@@ -24,6 +24,7 @@ from vfl.app.party import align_rows, predictions_frame
 from vfl.app.plan import PartyRun, plan, read_data
 from vfl.federation.base import Federation
 from vfl.federation.config import FederationConfig
+from vfl.persistence import load_model as load_saved
 
 __all__ = ["check_columns", "load_model", "predict_outputs", "predict_rows", "run_predict"]
 
@@ -39,6 +40,7 @@ def load_model(run: PartyRun, model: str | Path | None) -> None:
     if run.role == "coordinator":
         run.estimator.load(label_party=config.active)
         return
+    _check_role(run, model)
     try:
         run.estimator.load(model, label_party=config.active)
     except ValueError as exc:
@@ -54,18 +56,35 @@ def load_model(run: PartyRun, model: str | Path | None) -> None:
             f"model_{name}.npz that its own training run wrote"
         )
     part = parts[name]
-    if part.role != run.role:
-        raise ValueError(
-            f"party {name!r}: --model {model} was trained with {name!r} as the {part.role} "
-            f"party, but {config.path} makes it {run.role}; score with the config it was "
-            "trained with"
-        )
+    _refuse_other_role(run, model, part.role)
     trained = part.extra.get("data_parties")
     if trained is not None and sorted(trained) != sorted(run.data_parties):
         raise ValueError(
             f"party {name!r}: --model {model} was trained with the data parties {trained}, "
             f"but {config.path} has {run.data_parties}; score with the config it was trained "
             "with"
+        )
+
+
+def _check_role(run: PartyRun, model: str | Path | None) -> None:
+    """The saved part's own party and role against the config, before the estimator reads it
+    (whose check only knows the label party, not which config the part was trained with)."""
+    if model is None or not Path(model).is_file():
+        return
+    try:
+        meta, _ = load_saved(model)
+    except ValueError:
+        return  # not a model file: the estimator's load names that
+    if meta.get("party") == run.name and meta.get("role") is not None:
+        _refuse_other_role(run, model, str(meta["role"]))
+
+
+def _refuse_other_role(run: PartyRun, model: str | Path | None, role: str) -> None:
+    if role != run.role:
+        raise ValueError(
+            f"party {run.name!r}: --model {model} was trained with {run.name!r} as the {role} "
+            f"party, but {run.config.path} makes it {run.role}; score with the config it was "
+            "trained with"
         )
 
 

@@ -26,7 +26,7 @@ on every row of each party (:func:`train_transfer`); the target scores all its r
 ``aligned_<party>.csv`` (its IDs of the shared patients, in the common order); the target's
 ``predictions.csv`` (every row: its ID, the probability, its label where known and whether
 it was held out) and ``metrics.json`` (test AUC on the held-out labelled rows, the counts,
-seconds per stage); the source's ``privacy_ledger.json`` with ``label_epsilon``. The fitted
+seconds per stage); the source's ``privacy_ledger.json`` with label DP (``privacy``). The fitted
 encoders are not written (not yet: a transfer model file).
 """
 

@@ -112,12 +112,15 @@ def _defence(ctx: Context, defence: str) -> tuple[dict[str, Any], str]:
     if defence == "norm":
         return {"gradient_protection": "norm"}, ""
     if defence == "label_dp":
-        return {"label_epsilon": LABEL_EPSILON}, f"randomised response at epsilon {LABEL_EPSILON:g}"
+        from vfl.privacy import RandomizedResponse
+
+        response = RandomizedResponse(LABEL_EPSILON)
+        return {"privacy": response}, f"randomised response at epsilon {LABEL_EPSILON:g}"
     if defence == "embedding_noise":
         from vfl.split import EmbeddingNoise
 
         noise = EmbeddingNoise(noise_multiplier=NOISE_MULTIPLIER, clip=NOISE_CLIP)
-        return {"embedding_noise": noise}, (
+        return {"privacy": noise}, (
             f"lab embeddings clipped to {NOISE_CLIP:g}, noise multiplier {NOISE_MULTIPLIER:g}"
         )
     if defence == "protected":
@@ -125,7 +128,7 @@ def _defence(ctx: Context, defence: str) -> tuple[dict[str, Any], str]:
 
         s = ctx.settings
         layer = ProtectedLayer(key_bits=s.key_bits, insecure=s.insecure)
-        return {"protected_layer": layer}, f"{s.key_bits}-bit keys"
+        return {"protocol": layer}, f"{s.key_bits}-bit keys"
     raise ValueError(f"unknown split defence {defence!r}")
 
 

@@ -217,6 +217,7 @@ def _vertical_lr(ctx: Context, protocol: str, label_epsilon: float | None = None
     from vfl.audit import LabelDirectionAudit, LabelSolveAudit
     from vfl.crypto import SecurityWarning
     from vfl.linear import VerticalLogisticRegression
+    from vfl.privacy import GaussianLabelDP
 
     cut = linked(ctx)
     s = ctx.settings
@@ -229,7 +230,7 @@ def _vertical_lr(ctx: Context, protocol: str, label_epsilon: float | None = None
         batch_size=s.vertical_batch,
         tol=None,
         random_state=ctx.seed,
-        label_epsilon=label_epsilon,
+        privacy=None if label_epsilon is None else GaussianLabelDP(label_epsilon),
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SecurityWarning)  # demo keys in quick mode
@@ -253,7 +254,7 @@ def _vertical_lr(ctx: Context, protocol: str, label_epsilon: float | None = None
         "",
         "",
         auc=auc,
-        learns=LEARNS[protocol] + ("; labels under randomised response" if label_epsilon else ""),
+        learns=LEARNS[protocol] + ("; gradients under Gaussian label DP" if label_epsilon else ""),
         seconds=t[0],
         bytes_per_party={p: transcript.total_bytes(sender=p) for p in parties},
         attacks=attacks,

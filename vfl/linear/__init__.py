@@ -71,9 +71,10 @@ the best epoch's mean iterate: each party averages its own weights.
    recovers every first-batch label on breast cancer). Later batches leak too. The label
    party accumulates ``X_A^T u_B`` over epochs and recovers a one-column passive's column
    exactly (:class:`vfl.audit.ScoreSolveAudit`). A secret random start only adds unknowns
-   to these equations, with no guarantee, and is not offered. ``label_epsilon`` (label DP)
-   bounds what a party infers about one label, at a cost in accuracy (README), and does
-   nothing for the scores. Use the secret-shared protocols where either matters.
+   to these equations, with no guarantee, and is not offered. Label DP
+   (``privacy=GaussianLabelDP(epsilon)``) bounds what a party infers about one label, at a
+   cost in accuracy (README), and does nothing for the scores. Use the secret-shared
+   protocols where either matters.
 
 At prediction, the label party learns the scores of the predicted rows. With one passive
 party, that includes the passive's partial score of each row, as in any protocol that

@@ -200,7 +200,7 @@ def encrypted_noise(
     if np.any(np.abs(scaled) >= limit // 4):
         raise OverflowError(
             f"label-DP noise of standard deviation {sigma:g} does not fit the packing; "
-            "raise label_epsilon or lower the row clipping"
+            "raise GaussianLabelDP's epsilon or lower its row_clip"
         )
     return EncryptedVector(key, slots.encrypt_rows(key, scaled, packing), 0, fresh=True)
 

@@ -380,7 +380,7 @@ def record_randomized_response(
 ) -> LedgerEntry:
     """Record one release of a holder's codes through
     :func:`vfl.privacy.mechanisms.randomized_response` (pure ``epsilon``-DP per code: the
-    label-DP of split learning's and transfer learning's ``label_epsilon``).
+    label-DP of split learning's and transfer learning's :class:`~vfl.privacy.RandomizedResponse`).
 
     Parameters
     ----------

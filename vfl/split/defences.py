@@ -11,10 +11,10 @@ ledger):
   gradients it returns so that every row's gradient has, in expectation, the batch's largest
   norm: the norm-scoring attack of Li et al. 2021 then sees equal norms (a heuristic: no
   epsilon);
-* :func:`vfl.privacy.randomized_response` (``label_epsilon=``) -- the label party trains on
-  labels kept with probability ``e^eps / (e^eps + K - 1)`` and otherwise replaced by another
-  class drawn uniformly: epsilon-label-DP for everything computed from them, recorded in the
-  ledger (:func:`vfl.privacy.record_randomized_response`);
+* :func:`vfl.privacy.randomized_response` (``privacy=RandomizedResponse(epsilon)``) -- the
+  label party trains on labels kept with probability ``e^eps / (e^eps + K - 1)`` and
+  otherwise replaced by another class drawn uniformly: epsilon-label-DP for everything
+  computed from them, recorded in the ledger (:func:`vfl.privacy.record_randomized_response`);
 * :class:`Quantizer` (``compression="float16"`` or a bit count) -- embeddings and gradients
   sent as float16, or stochastically rounded to ``bits``-bit integers with a per-message
   offset and scale (unbiased); fewer bytes, not privacy.

@@ -1,7 +1,7 @@
 """The protected interactive layer: the top's first layer computed on encrypted embeddings, so
 that the label party never sees a data party's raw embedding.
 
-With ``protected_layer=ProtectedLayer(...)`` the split network is::
+With ``protocol="protected"`` (or ``protocol=ProtectedLayer(...)``) the split network is::
 
     z = sum_p h_p W_p + (the label party's own h_L W_L) + b ;   outputs = top(relu(z))
 

@@ -14,7 +14,7 @@ from sklearn.metrics import r2_score, roc_auc_score
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from tests.vfl.linear.conftest import hetero, small_model
+from tests.vfl.linear.tables import hetero, small_model
 from vfl.crypto import SecurityWarning
 from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
 from vfl.linear.logistic import probabilities

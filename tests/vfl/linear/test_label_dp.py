@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 from sklearn.datasets import load_breast_cancer
 
-from tests.vfl.linear.conftest import small_model as _small_model
+from tests.vfl.linear.tables import small_model as _small_model
 from vfl.audit import LabelSolveAudit
 from vfl.crypto import SecurityWarning, generate_paillier_keypair
 from vfl.crypto.packing import RowPacking, unpack_signed

@@ -14,7 +14,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from tests.vfl.linear.conftest import small_model
+from tests.vfl.linear.tables import small_model
 from vfl.crypto import SecurityWarning
 from vfl.crypto.fixedpoint import DEFAULT_PRECISION
 from vfl.federation.wire import CiphertextBlock

@@ -13,7 +13,7 @@ from sklearn.metrics import r2_score
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from tests.vfl.linear.conftest import hetero, small_model
+from tests.vfl.linear.tables import hetero, small_model
 from vfl.audit import find_plaintext
 from vfl.crypto import SecurityWarning
 from vfl.federation.wire import CiphertextBlock

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_wine
 
-from tests.vfl.linear.conftest import small_model
+from tests.vfl.linear.tables import small_model
 from vfl.audit import LabelDirectionAudit, LabelSolveAudit, ScoreSolveAudit
 from vfl.crypto import EncryptedVector, SecurityWarning
 from vfl.crypto.masked import DecryptionRequest
@@ -293,7 +293,7 @@ def test_the_defaults_reach_scikit_learn_on_fate_tables_for_every_seed(
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler
 
-    from tests.vfl.linear.conftest import hetero
+    from tests.vfl.linear.tables import hetero
 
     guest, host, y = _cohort() if name == "cohort" else hetero(name)
     train, test = train_test_split(guest.index, test_size=0.3, random_state=0, stratify=y)

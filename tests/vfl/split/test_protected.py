@@ -162,9 +162,9 @@ def test_each_party_its_own_grpc_endpoint_trains_and_scores_through_the_layer(
 
     parts, y = breast
     names = list(parts)  # lab, imaging
-    # as a vflink party job reads it: [job.params] protected_layer = {key_bits = 512, ...}
+    # as a vflink party job reads it: [job.params] protocol = {key_bits = 512, ...}
     options: dict[str, Any] = dict(
-        max_iter=2, random_state=2, protected_layer={"key_bits": 512, "insecure": True}
+        max_iter=2, random_state=2, protocol={"key_bits": 512, "insecure": True}
     )
     scores: dict[str, Any] = {}
 

@@ -154,7 +154,7 @@ def test_embedding_noise_follows_the_dp_module_and_defeats_inversion(breast) -> 
         parts,
         y,
         label_party="imaging",
-        defences={"none": {}, "noise": {"embedding_noise": noise}},
+        defences={"none": {}, "noise": {"privacy": noise}},
         max_iter=5,
     )
     assert table.loc["none", "inversion error"] < 0.5  # embeddings give the features away
@@ -286,7 +286,7 @@ def test_vflink_party_runs_a_split_network_job(tmp_path) -> None:  # type: ignor
     import json
     import subprocess
 
-    from tests.vfl.test_party import start, vflink, write_config
+    from tests.parties import start, vflink, write_config
 
     config = write_config(tmp_path, max_iter=5)
     text = config.read_text().replace("key_bits = 1024\ninsecure = true\n", "")

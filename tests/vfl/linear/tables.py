@@ -1,4 +1,5 @@
-"""FATE's vertically split example tables (``../shared/data/fate``), joined on ``id``."""
+"""Test tables and estimators for the linear tests: FATE's vertically split example tables
+(``../shared/data/fate``), joined on ``id``, and small fast estimators."""
 
 from __future__ import annotations
 
