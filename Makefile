@@ -6,6 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.vflink-installed
 PYTEST_ARGS ?=
+# tests run on every core (pytest-xdist); TEST_WORKERS=0 runs them in this process
+TEST_WORKERS ?= auto
 
 .PHONY: demo test lint docs format install clean
 
@@ -36,7 +38,7 @@ docs: $(STAMP)
 	$(PY) -m mkdocs build --strict --quiet --site-dir build/site
 
 test: $(STAMP) lint docs
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 format: $(STAMP)
 	$(PY) -m ruff format linkage vfl transfer horizontal tests examples benchmarks

@@ -108,7 +108,7 @@ def vflink_round(data: dict[str, Any], rounds: int, batch: int, lr: float, **ext
     began = time.perf_counter()
     model.fit(data)
     total = time.perf_counter() - began
-    per_round = float(np.mean([r.seconds for r in model.history_]))
+    per_round = float(np.mean([r.seconds for r in model.rounds_]))
     sent = sum(r.nbytes for r in model.transcript_.records if r.tag.startswith("fed/update/0"))
     sent += sum(
         r.nbytes for r in model.transcript_.records if r.tag == "fed/task" and r.sender == "server"

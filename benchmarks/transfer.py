@@ -129,7 +129,10 @@ def aucs(seed: int) -> dict[str, list[float]]:
         ftl = fit_ftl(pair, protocol="plain")
         out["secure FTL"].append(auc(ftl.decision_function(target.loc[test])))
         artifact = pretrain_encoder(
-            {"source": (source, pair.source_labels)}, columns=pair.shared_columns, rounds=10
+            {"source": (source, pair.source_labels)},
+            columns=pair.shared_columns,
+            max_iter=10,
+            random_state=0,
         )
         head = EncoderTransferClassifier(artifact).fit(labelled, pair.target_labels)
         out["encoder transfer"].append(auc(head.decision_function(target.loc[test])))

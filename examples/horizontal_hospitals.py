@@ -195,7 +195,7 @@ def compare(
         models[name] = FederatedClassifier(strategy=strategy, **OPTIONS).fit(
             clients, callback=tracer(curves[name], x_test, y_test)
         )
-        drift[name] = float(np.mean([r.drift for r in models[name].history_[-5:]]))
+        drift[name] = float(np.mean([r.drift for r in models[name].rounds_[-5:]]))
     # one client holding every training row: centralised training, same model and optimiser
     models["centralised (same model, SGD)"] = FederatedClassifier(strategy="fedavg", **OPTIONS).fit(
         {"pooled": pooled}

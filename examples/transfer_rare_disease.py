@@ -137,7 +137,10 @@ def main() -> None:
             roc_auc_score(y_test, model.decision_function(target.loc[test]))
         )
         artifact = pretrain_encoder(
-            {"hospital": (source, p.source_labels)}, columns=p.shared_columns, rounds=10
+            {"hospital": (source, p.source_labels)},
+            columns=p.shared_columns,
+            max_iter=10,
+            random_state=0,
         )
         shipped = EncoderArtifact.load(artifact.save(folder / f"encoder_{count}.npz"))
         head = EncoderTransferClassifier(shipped).fit(labelled, p.target_labels)

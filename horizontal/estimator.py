@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +50,7 @@ from horizontal.model import build_module, load_vector
 from horizontal.strategies import FedAvg, FedLBFGS, Strategy, get_strategy
 from horizontal.training import ClientRole, FitResult, FitSpec, RoundRecord, ServerRole
 from vfl import persistence
-from vfl.estimator import FederatedEstimator, Role, deprecated_parameters, run_deployed
+from vfl.estimator import FederatedEstimator, Role, renamed_parameters, run_deployed
 from vfl.extras import optional, require
 from vfl.federation.base import Federation
 
@@ -102,6 +102,7 @@ class _FederatedModel(FederatedEstimator):
     _task = ""
     privacy_ledger_: Any
 
+    @renamed_parameters(RENAMED, lambda old: translate_renamed(old))
     def __init__(
         self,
         *,
@@ -129,7 +130,6 @@ class _FederatedModel(FederatedEstimator):
         server: str = "server",
         timeout: float | None = None,
         verbose: int = 0,
-        **deprecated: Any,
     ) -> None:
         self.module = module
         self.hidden_layer_sizes = hidden_layer_sizes
@@ -155,11 +155,6 @@ class _FederatedModel(FederatedEstimator):
         self.server = server
         self.timeout = timeout
         self.verbose = verbose
-        old = deprecated_parameters(type(self).__name__, deprecated, RENAMED)
-        if "rounds" in old:
-            self.max_iter = old["rounds"]
-        if "secure_aggregation" in old:
-            self.protocol = secure_protocol(old["secure_aggregation"])
 
     # -- checks ----------------------------------------------------------------------------
 
@@ -556,7 +551,8 @@ class _FederatedModel(FederatedEstimator):
         module.eval()
         self.module_ = module
         self.weights_ = result.weights
-        self.history_: list[RoundRecord] = result.history
+        self.rounds_: list[RoundRecord] = result.history
+        self.history_ = [{"epoch": r.round} | asdict(r) for r in result.history]
         self.n_iter_ = len(result.history)
         self.best_round_ = result.best_round
         self.mean_, self.scale_ = scaling.mean, scaling.scale
@@ -602,11 +598,8 @@ class _FederatedModel(FederatedEstimator):
             "target_scale": float(self.target_scale_),
         }
         arrays = {"weights": self.weights_, "mean": self.mean_, "scale": self.scale_}
-        written = persistence.save_model(path, KIND, meta, arrays)
         ledger = getattr(self, "privacy_ledger_", None)
-        if ledger is not None and len(ledger):
-            ledger.save(Path(path).with_suffix(".ledger.json"))
-        return written
+        return persistence.save_with_ledger(path, KIND, meta, arrays, ledger)
 
     def load(self, path: str | Path) -> _FederatedModel:
         """Read a model written by :meth:`save` into this estimator (whose ``module`` must be
@@ -631,10 +624,8 @@ class _FederatedModel(FederatedEstimator):
         if self._task == "classification":
             values = meta.get("class_values") or classes
             self.classes_ = np.array(values if len(values) == len(classes) else classes)
-        from vfl.privacy import PrivacyLedger
 
-        ledger = Path(path).with_suffix(".ledger.json")
-        self.privacy_ledger_ = PrivacyLedger.load(ledger) if ledger.exists() else PrivacyLedger()
+        self.privacy_ledger_ = persistence.load_ledger(path)
         return self
 
 
@@ -708,7 +699,7 @@ class FederatedClassifier(_FederatedModel):
         over the clients that survive it, never one client's update; a round with fewer than
         ``threshold`` survivors stops the fit. With ``ClientDP`` the noise is distributed:
         each client adds its share, ``1/threshold`` of the variance (not with
-        ``adaptive=True``); ``LocalDP`` and ``RecordDP`` compose as they are. ``history_``
+        ``adaptive=True``); ``LocalDP`` and ``RecordDP`` compose as they are. ``rounds_``
         then has no drift (NaN). Replaces the deprecated ``secure_aggregation``.
     compression : int or float, optional
         Updates sent as ``bits``-bit unbiased stochastic codes (an int) or as their top-k
@@ -730,11 +721,17 @@ class FederatedClassifier(_FederatedModel):
     ----------
     module_ : torch.nn.Module
         The global model.
-    classes_, history_, n_iter_, privacy_ledger_, transcript_
-        The classes; per round, what the server saw (:class:`~horizontal.training.RoundRecord`:
-        replies, drift, clipping norm, epsilon so far, FedLBFGS's objective, the held-out
-        loss); rounds run; the fit's privacy ledger (empty without DP); the messages of the
-        last simulated fit.
+    classes_, n_iter_, privacy_ledger_, transcript_
+        The classes; rounds run; the fit's privacy ledger (empty without DP); the messages of
+        the last simulated fit.
+    rounds_ : list of RoundRecord
+        Per round, what the server saw (:class:`~horizontal.training.RoundRecord`: replies,
+        drift, clipping norm, epsilon so far, FedLBFGS's objective, the held-out loss); empty
+        at a client.
+    history_ : list of dict
+        ``rounds_`` as the records of every estimator (:mod:`vfl.estimator`): ``epoch`` (the
+        round, 1-based, also as ``round``), ``loss`` (FedLBFGS's objective, else None),
+        ``seconds``, and the other fields of :class:`~horizontal.training.RoundRecord`.
     epsilon_ : float or None
         With DP, the largest epsilon any holder of ``privacy_ledger_`` spent (a shortcut).
     best_round_ : int or None
@@ -805,6 +802,17 @@ def _matrix(x: Any, what: str) -> np.ndarray[Any, Any]:
             f"{what}: column {name!r} has NaN or inf (row {int(row)}); impute or drop it"
         )
     return values
+
+
+def translate_renamed(old: dict[str, Any]) -> dict[str, Any]:
+    """The current parameters that the deprecated keywords ``old`` (``rounds``,
+    ``secure_aggregation``) spelled."""
+    new: dict[str, Any] = {}
+    if "rounds" in old:
+        new["max_iter"] = old["rounds"]
+    if "secure_aggregation" in old:
+        new["protocol"] = secure_protocol(old["secure_aggregation"])
+    return new
 
 
 def secure_protocol(secure_aggregation: Any) -> Any:

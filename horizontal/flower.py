@@ -521,7 +521,7 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
 
     def fitted(self, weights: Vector | None = None) -> EstimatorLike:
         """The estimator fitted with the final global weights (``predict_proba`` works),
-        its ``history_``, and under DP its ``privacy_ledger_`` and ``epsilon_``."""
+        its ``history_`` and ``rounds_``, and under DP its ``privacy_ledger_`` and ``epsilon_``."""
         spec = self._spec()
         final = self.weights if weights is None else np.asarray(weights, dtype=np.float64)
         if final is None or self.scaling is None:

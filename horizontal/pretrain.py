@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from vfl import persistence
+from vfl.estimator import renamed_parameters
 from vfl.extras import optional, require
 from vfl.training.encoder import EncoderArtifact, build_encoder
 from vfl.training.modules import seeded
@@ -32,19 +33,27 @@ else:
 
 __all__ = ["pretrain_encoder"]
 
+RENAMED = {"rounds": "max_iter", "hidden": "hidden_layer_sizes"}
+"""The deprecated keywords of :func:`pretrain_encoder` and their replacements."""
 
+
+def _translate(old: dict[str, Any]) -> dict[str, Any]:
+    return {RENAMED[name]: value for name, value in old.items()}
+
+
+@renamed_parameters(RENAMED, _translate, owner="pretrain_encoder")
 def pretrain_encoder(
     sources: dict[str, tuple[pd.DataFrame, Any]],
     *,
     columns: list[str] | None = None,
     dim: int = 8,
-    hidden: tuple[int, ...] = (32,),
-    rounds: int = 30,
+    hidden_layer_sizes: tuple[int, ...] = (32,),
+    max_iter: int = 30,
     local_epochs: int = 1,
     batch_size: int = 32,
     learning_rate: float = 0.05,
     privacy: Any = None,
-    random_state: int = 0,
+    random_state: int | None = None,
     ledger: Any = None,
 ) -> EncoderArtifact:
     """Pretrain an encoder on ``sources`` (``{name: (frame, labels)}``: one source, or several
@@ -55,7 +64,13 @@ def pretrain_encoder(
     ``privacy`` (e.g. ``horizontal.RecordDP(noise_multiplier=1.0)``) as there; the artefact
     records the sources, their rows and the largest epsilon spent. With ``privacy`` the
     columns are not standardised (pooled statistics would escape the DP guarantee): pass them
-    on a known scale, and the artefact's scaling is the identity."""
+    on a known scale, and the artefact's scaling is the identity.
+
+    The parameters are named as the estimators' (:mod:`vfl.estimator`): ``max_iter`` the
+    rounds, ``hidden_layer_sizes`` the encoder's hidden layers, ``random_state`` the
+    initial weights' and batch orders' seed (None: drawn afresh). The old ``rounds=`` and
+    ``hidden=`` still work, with a ``FutureWarning``; beside their replacements they are a
+    ``TypeError``."""
     require("torch", for_="pretrain_encoder")
     from horizontal.estimator import FederatedClassifier
 
@@ -70,14 +85,16 @@ def pretrain_encoder(
             raise ValueError(f"source {name!r} lacks the encoder's columns {missing}")
         data[name] = (frame[chosen], labels)
     with seeded(random_state):
-        network = nn.Sequential(build_encoder(len(chosen), dim, hidden), nn.Linear(dim, 2))
+        network = nn.Sequential(
+            build_encoder(len(chosen), dim, hidden_layer_sizes), nn.Linear(dim, 2)
+        )
     private: dict[str, Any] = {}
     if privacy is not None:  # DP covers the updates, not pooled statistics: none are pooled
         labels = sorted({v for _, y in sources.values() for v in np.unique(np.asarray(y))})
         private = {"standardize": False, "classes": labels}
     model = FederatedClassifier(
         module=network,
-        max_iter=rounds,
+        max_iter=max_iter,
         strategy="fedavg",  # local SGD at this step, the pretraining this was tuned with
         local_epochs=local_epochs,
         batch_size=batch_size,
@@ -104,7 +121,7 @@ def pretrain_encoder(
         mean=np.asarray(model.mean_, float),
         scale=np.asarray(model.scale_, float),
         dim=dim,
-        hidden=list(hidden),
+        hidden=list(hidden_layer_sizes),
         state=persistence.state_dict_to_arrays(encoder.state_dict()),
         info=info,
     )

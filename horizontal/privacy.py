@@ -31,7 +31,7 @@ accountant by default): ``ClientDP`` one Poisson-sampled Gaussian per round for 
 ``"every client"``; ``LocalDP`` and ``RecordDP`` per client, each time it takes part. The
 estimators' ``epsilon_`` is the largest epsilon any holder spent; with ``report_rounds=True``
 the epsilon so far is also logged after each round and kept in its record
-(``history_[r].epsilon``); and
+(``rounds_[r].epsilon``); and
 :meth:`FederatedClassifier.save` writes the ledger beside the model.
 
 Noise is drawn from the OS's randomness (:func:`vfl.privacy.gaussian_noise`), never from
@@ -126,7 +126,7 @@ class ClientDP:
         twentieth of the expected clients per round, as the paper suggests).
     report_rounds : bool
         Compute the epsilon spent so far after every round, log it (``vflink.horizontal``,
-        INFO) and keep it in ``history_[r].epsilon``; otherwise only at the end
+        INFO) and keep it in ``rounds_[r].epsilon``; otherwise only at the end
         (``epsilon_``), which is cheaper.
     """
 

@@ -28,8 +28,10 @@ data holder or a linkage unit runs, for protocols to drive.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import pkgutil
+from typing import TYPE_CHECKING
+
+from linkage.lazy import lazy_exports
 
 _EXPORTS = {
     "FrequencyAttackResult": "linkage.audit",
@@ -124,22 +126,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import an exported name (or a submodule) on first use (PEP 562): ``import linkage``
-    and :mod:`linkage.executors`, which worker processes import, load no pandas. (The same
-    mechanism as :mod:`vfl.lazy`, which ``linkage`` cannot import.)"""
-    module = _EXPORTS.get(name)
-    if module is None:
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":  # the submodule exists but needs a missing one
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+# an exported name, or a submodule, is imported on first use (PEP 562): ``import linkage`` and
+# linkage.executors, which worker processes import, load no pandas
+__getattr__, __dir__ = lazy_exports(
+    __name__, globals(), _EXPORTS, submodules=(m.name for m in pkgutil.iter_modules(__path__))
+)

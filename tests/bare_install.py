@@ -117,7 +117,7 @@ def core(report: dict[str, Any]) -> None:
 
 def main() -> None:
     warnings.simplefilter("ignore")  # the insecure key size warns, as it should
-    from vfl.extras import EXTRAS, MissingExtraError
+    from vfl.extras import EXTRAS, MissingExtraAttributeError, MissingExtraError
 
     report: dict[str, Any] = {"path": {}, "packages": {}, "modules": {}, "uses": {}}
     report["present"] = [m for m in sorted(EXTRAS) if importlib.util.find_spec(m) is not None]
@@ -126,7 +126,7 @@ def main() -> None:
         try:
             use()
             report["uses"][name] = "no error"
-        except MissingExtraError as exc:
+        except (MissingExtraError, MissingExtraAttributeError) as exc:
             report["uses"][name] = f"{exc.extra}: {exc}"
         except ImportError as exc:
             report["uses"][name] = f"bare {exc!r}"

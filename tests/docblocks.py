@@ -18,7 +18,9 @@ from pathlib import Path
 PROMISED = re.compile(r"print\(.*\)\s+# (\{.*\}|(?:True|False)(?: True| False)*)$", flags=re.M)
 # the one substitution: the estimators' default keys -> 1024-bit demo keys
 DEMO_KEYS = (
-    re.compile(r"\b(Vertical(?:Logistic|Linear|Poisson)Regression)\((?!.*key_bits)"),
+    re.compile(
+        r"\b(Vertical(?:Logistic|Linear|Poisson)Regression|FederatedTransferClassifier)\((?!.*key_bits)"
+    ),
     r"\1(key_bits=1024, insecure=True, ",
 )
 

@@ -157,12 +157,79 @@ def test_old_keywords_still_work_with_a_future_warning(
     assert [m for m in said if m.startswith(f"{name}(")] == said and len(said) == len(old)
     for keyword in old:
         assert any(re.match(re.escape(f"{name}({keyword}=...) is deprecated"), m) for m in said)
+    assert {w.filename for w in caught} == {__file__}  # the warning points at the caller
     params = estimator.get_params()
     assert {k: params[k] for k in new} == new
     assert not set(old) & set(params)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the clone is spelled the new way
         assert clone(estimator).get_params() == params
+
+
+# An old keyword beside the parameter replacing it is refused, never silently resolved: each
+# of these once dropped the secure protocol, the privacy or the size given in the new spelling.
+CONFLICTS: list[tuple[str, dict[str, Any], str, str]] = [
+    (
+        "SplitNNClassifier",
+        {"protocol": "protected", "protected_layer": None},
+        "protocol",
+        "protected_layer",
+    ),
+    (
+        "FederatedClassifier",
+        {"protocol": "secagg", "secure_aggregation": None},
+        "protocol",
+        "secure_aggregation",
+    ),
+    (
+        "FederatedLasso",
+        {"protocol": "secagg", "secure_aggregation": None},
+        "protocol",
+        "secure_aggregation",
+    ),
+    ("FederatedTransferClassifier", {"protocol": "masked", "secure": False}, "protocol", "secure"),
+    ("FederatedRegressor", {"max_iter": 5, "rounds": 7}, "max_iter", "rounds"),
+    (
+        "FederatedTransferClassifier",
+        {"hidden_layer_sizes": (4,), "hidden": (8,)},
+        "hidden_layer_sizes",
+        "hidden",
+    ),
+    (
+        "EncoderTransferClassifier",
+        {"hidden_layer_sizes": (4,), "hidden": (8,)},
+        "hidden_layer_sizes",
+        "hidden",
+    ),
+    ("SplitNNRegressor", {"privacy": None, "embedding_noise": None}, "privacy", "embedding_noise"),
+    (
+        "VerticalLinearRegression",
+        {"privacy": GaussianLabelDP(1.0), "label_delta": 1e-6},
+        "privacy",
+        "label_delta",
+    ),
+    (
+        "VerticalLogisticRegression",
+        {"privacy": None, "label_epsilon": 1.0},
+        "privacy",
+        "label_epsilon",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "given", "new", "old"), CONFLICTS)
+def test_an_old_keyword_beside_its_replacement_is_a_type_error_naming_both(
+    name: str, given: dict[str, Any], new: str, old: str
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused before any deprecation is announced
+        with pytest.raises(TypeError, match=re.escape(f"pass {new}= or the deprecated {old}=")):
+            ESTIMATORS[name](**given)
+
+
+def test_an_old_fit_keyword_beside_its_replacement_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match=re.escape("pass coef_init= or the deprecated warm_start=")):
+        ESTIMATORS["FederatedLasso"]().fit({}, coef_init=np.zeros(2), warm_start=np.ones(2))
 
 
 def test_an_unknown_keyword_is_still_a_type_error() -> None:
@@ -313,6 +380,17 @@ def test_every_estimator_has_a_fit_case() -> None:
     assert set(CASES) == EXPECTED
 
 
+def _check_history(history: list[Any]) -> None:
+    """The one record schema (:mod:`vfl.estimator`): a dict per epoch or round with its
+    1-based ``epoch``, its ``loss`` (None where the party computes none) and its
+    ``seconds``."""
+    for number, record in enumerate(history, start=1):
+        assert isinstance(record, dict), f"record {number} is a {type(record).__name__}"
+        assert record["epoch"] == number
+        assert record["loss"] is None or np.isfinite(record["loss"])
+        assert isinstance(record["seconds"], float) and record["seconds"] >= 0
+
+
 @pytest.mark.filterwarnings("ignore::vfl.crypto.SecurityWarning")  # 1024-bit keys
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_a_fitted_estimator_has_its_history_and_ledger_and_saves_and_loads(
@@ -324,6 +402,7 @@ def test_a_fitted_estimator_has_its_history_and_ledger_and_saves_and_loads(
         model = fit()
     assert isinstance(model.history_, list) and model.history_  # a record per epoch or round
     assert len(model.history_) == model.n_iter_
+    _check_history(model.history_)
     assert isinstance(model.privacy_ledger_, PrivacyLedger)
     assert len(model.privacy_ledger_) == 0  # no mechanism asked for, none spent
     before = predict(model)
@@ -348,3 +427,24 @@ def test_a_privacy_object_spends_in_the_fitted_ledger_which_the_saved_model_keep
     assert loaded.privacy_ledger_.epsilon(holder="a") == pytest.approx(
         model.privacy_ledger_.epsilon(holder="a")
     )
+
+
+def test_saving_over_an_earlier_model_leaves_nothing_of_it_to_load(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    frame = _table()
+    parts = _vertical(frame)
+    folder = tmp_path / "split"
+    fit = ESTIMATORS["SplitNNClassifier"]
+    private = fit(max_iter=1, random_state=0, privacy=RandomizedResponse(2.0))
+    private.fit(parts, _labels(frame), label_party="a").save(folder)
+    assert (folder / "privacy_ledger.json").exists()
+    shutil.copy(folder / "b.npz", folder / "c.npz")  # a party of neither later fit
+    plain = fit(max_iter=1, random_state=0).fit(parts, _labels(frame), label_party="a")
+    assert plain.save(folder) == folder
+    assert json.loads((folder / "model.json").read_text())["files"] == ["a.npz", "b.npz"]
+    loaded = clone(plain).load(folder)
+    assert len(loaded.privacy_ledger_) == 0  # not the DP fit's ledger
+    assert set(loaded.parts_) == {"a", "b"}  # not c.npz, which the manifest does not list
+    np.testing.assert_allclose(loaded.predict_proba(parts), plain.predict_proba(parts))

@@ -19,7 +19,14 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from vfl.extras import EXTRAS, MissingExtraError, available, optional, require
+from vfl.extras import (
+    EXTRAS,
+    MissingExtraAttributeError,
+    MissingExtraError,
+    available,
+    optional,
+    require,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -88,8 +95,13 @@ def test_the_stand_in_imports_and_fails_on_use() -> None:
         torch.tensor([1.0])
     with pytest.raises(MissingExtraError, match=r"^Top needs torch"):
         Top()
-    with pytest.raises(MissingExtraError, match=r"^mod needs torch"):
+    with pytest.raises(MissingExtraAttributeError, match=r"^mod needs torch") as looked:
         _ = torch.nn.functional
+    assert looked.value.extra == "torch" and looked.value.name == "functional"
+    assert isinstance(looked.value.__cause__, MissingExtraError)
+    # looking into a stand-in is a missing attribute: hasattr and getattr's default answer
+    assert not hasattr(torch.nn, "functional")
+    assert getattr(torch.nn, "functional", None) is None
     assert Top.forward(None) == 1  # type: ignore[arg-type]  # its own names still resolve
     with pytest.raises(AttributeError):
         _ = torch.__wrapped__

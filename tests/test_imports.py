@@ -1,5 +1,6 @@
 """The runtime and the crypto stay light: importing them loads no pandas, scikit-learn or
-linkage (checked in a fresh interpreter)."""
+linkage module (checked in a fresh interpreter) -- only the ``linkage`` package itself, whose
+``__init__`` imports nothing heavy, and its :mod:`linkage.lazy`, the one lazy-export helper."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import sys
 
 import pytest
 
-HEAVY = ("pandas", "sklearn", "linkage", "torch", "dp_accounting")
+HEAVY = ("pandas", "sklearn", "torch", "dp_accounting")
+LIGHT_LINKAGE = ("linkage", "linkage.lazy")
 
 
 @pytest.mark.parametrize(
@@ -24,10 +26,14 @@ HEAVY = ("pandas", "sklearn", "linkage", "torch", "dp_accounting")
         "vfl.privacy",
         "vfl.persistence",
         "vfl.extras",
+        "linkage",
     ],
 )
 def test_light_modules_do_not_import_heavy_ones(module: str) -> None:
-    code = f"import sys, {module}; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    code = (
+        f"import sys, {module}; print(','.join(m for m in sys.modules if m in {HEAVY!r} or "
+        f"(m.startswith('linkage.') and m not in {LIGHT_LINKAGE!r})))"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
@@ -42,6 +48,16 @@ def test_lazy_exports_resolve() -> None:
     assert vfl.federation.LocalFederation.__name__ == "LocalFederation"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = vfl.nope  # type: ignore[attr-defined]
+
+
+def test_linkage_exports_its_names_and_submodules_lazily() -> None:
+    import linkage
+
+    assert linkage.match_many.__module__ == "linkage.multiparty"
+    assert linkage.threshold.__name__ == "linkage.threshold"  # a submodule, on first access
+    assert {"encode", "psi", "lazy"} <= set(dir(linkage))
+    with pytest.raises(AttributeError, match="module 'linkage' has no attribute 'nope'"):
+        _ = linkage.nope  # type: ignore[attr-defined]
 
 
 def test_vfl_align_is_the_function_whatever_was_imported_before() -> None:

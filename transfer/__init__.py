@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vfl.lazy import lazy_exports
+from linkage.lazy import lazy_exports
 
 # lazy (as in vfl and horizontal): finding the family (transfer.jobs) loads no torch
 _EXPORTS = {

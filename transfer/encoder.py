@@ -21,6 +21,7 @@ records); DP-SGD bounds that, and the artefact carries the epsilon it was traine
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
 from vfl import persistence
-from vfl.estimator import deprecated_parameters
+from vfl.estimator import renamed_parameters
 from vfl.extras import optional, require
 from vfl.privacy import PrivacyLedger
 from vfl.progress import EpochProgress
@@ -112,11 +113,15 @@ class EncoderTransferClassifier(BinaryScores, BaseEstimator):  # type: ignore[mi
     n_iter_ : int
         Steps made.
     history_ : list of dict
-        One record per step: ``epoch`` (1-based) and ``loss`` (the training loss before it).
+        One record per step: ``epoch`` (1-based), ``loss`` (the training loss before it) and
+        ``seconds``.
     privacy_ledger_ : PrivacyLedger
         Empty: fine-tuning spends nothing (the artefact's own epsilon is in its ``info``).
     """
 
+    @renamed_parameters(
+        {"hidden": "hidden_layer_sizes"}, lambda old: {"hidden_layer_sizes": old["hidden"]}
+    )
     def __init__(
         self,
         artifact: EncoderArtifact | str | Path | None = None,
@@ -129,7 +134,6 @@ class EncoderTransferClassifier(BinaryScores, BaseEstimator):  # type: ignore[mi
         weight_decay: float = 1e-3,
         random_state: int | None = None,
         verbose: int = 0,
-        **deprecated: Any,
     ) -> None:
         self.artifact = artifact
         self.freeze = freeze
@@ -140,11 +144,6 @@ class EncoderTransferClassifier(BinaryScores, BaseEstimator):  # type: ignore[mi
         self.weight_decay = weight_decay
         self.random_state = random_state
         self.verbose = verbose
-        old = deprecated_parameters(
-            type(self).__name__, deprecated, {"hidden": "hidden_layer_sizes"}
-        )
-        if "hidden" in old:
-            self.hidden_layer_sizes = old["hidden"]
 
     def _artifact(self) -> EncoderArtifact:
         art = self.artifact
@@ -207,11 +206,13 @@ class EncoderTransferClassifier(BinaryScores, BaseEstimator):  # type: ignore[mi
         self.history_: list[dict[str, Any]] = []
         with EpochProgress("target", self.max_iter, self.verbose, desc="step") as shown:
             for step in range(self.max_iter):
+                began = time.perf_counter()
                 optimizer.zero_grad()
                 loss = loss_fn(self._logits(shared, own), target_t)
                 loss.backward()
                 optimizer.step()
-                self.history_.append({"epoch": step + 1, "loss": float(loss)})
+                seconds = time.perf_counter() - began
+                self.history_.append({"epoch": step + 1, "loss": float(loss), "seconds": seconds})
                 shown.update(step + 1, loss=float(loss))
         self.n_iter_ = self.max_iter
         self.privacy_ledger_ = PrivacyLedger()

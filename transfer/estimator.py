@@ -24,6 +24,7 @@ validation loss. ``verbose=1`` shows each party's iterations as they run
 from __future__ import annotations
 
 import copy
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,12 +40,13 @@ from vfl.estimator import (
     Role,
     deprecated_parameters,
     fresh_seed,
+    renamed_parameters,
     run_deployed,
 )
 from vfl.extras import optional, require
 from vfl.federation.base import Federation
+from vfl.privacy import randomized_response, record_randomized_response
 from vfl.privacy.options import RandomizedResponse
-from vfl.split.defences import randomized_response, record_randomized_response
 from vfl.training.modules import mlp, output_width, seeded
 from vfl.validation import check_numeric
 
@@ -67,6 +69,19 @@ RENAMED = {
     "label_epsilon": "privacy=RandomizedResponse(epsilon)",
 }
 KIND = "transfer.FederatedTransferPart"
+
+
+def _translate(old: dict[str, Any]) -> dict[str, Any]:
+    """The current parameters that the deprecated keywords ``old`` spelled."""
+    new: dict[str, Any] = {}
+    if "hidden" in old:
+        new["hidden_layer_sizes"] = old["hidden"]
+    if "secure" in old:
+        new["protocol"] = "masked" if old["secure"] else "plain"
+    if old.get("label_epsilon") is not None:
+        new["privacy"] = RandomizedResponse(old["label_epsilon"])
+    return new
+
 
 STACK_MIN_LABELS = 50
 """Target labels from which ``head="stack"`` fits its logistic regression."""
@@ -187,6 +202,7 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         The fit's privacy spend (empty without ``privacy``).
     """
 
+    @renamed_parameters(RENAMED, _translate)
     def __init__(
         self,
         *,
@@ -210,7 +226,6 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         random_state: int | None = None,
         timeout: float | None = None,
         verbose: int = 0,
-        **deprecated: Any,
     ) -> None:
         self.source_encoder = source_encoder
         self.target_encoder = target_encoder
@@ -232,18 +247,6 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         self.random_state = random_state
         self.timeout = timeout
         self.verbose = verbose
-        old = deprecated_parameters(type(self).__name__, deprecated, RENAMED)
-        if "hidden" in old:
-            self.hidden_layer_sizes = old["hidden"]
-        if "secure" in old:
-            self.protocol = "masked" if old["secure"] else "plain"
-        if old.get("label_epsilon") is not None:
-            if privacy is not None:
-                raise TypeError(
-                    f"{type(self).__name__}: pass privacy= or the deprecated label_epsilon=, "
-                    "not both"
-                )
-            self.privacy = RandomizedResponse(old["label_epsilon"])
 
     # -- checks and modules ----------------------------------------------------------------
 
@@ -373,7 +376,9 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         signs: np.ndarray[Any, Any] = np.where(labels.to_numpy() == classes[1], 1.0, -1.0)
         response = self._response()
         if response is not None:
-            codes = randomized_response((signs > 0).astype(np.int64), 2, response.epsilon)
+            codes = randomized_response(
+                (signs > 0).astype(np.int64), classes=2, epsilon=response.epsilon
+            )
             signs = np.where(codes == 1, 1.0, -1.0)
         return signs
 
@@ -436,9 +441,12 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         """
         require("torch", for_=type(self).__name__)
         if source_labels is not None:
-            deprecated_parameters("fit", {"source_labels": source_labels}, {"source_labels": "y"})
-            if y is not None:
-                raise TypeError("fit: pass y or the deprecated source_labels=, not both")
+            deprecated_parameters(
+                "fit",
+                {"source_labels": source_labels},
+                {"source_labels": "y"},
+                passed=() if y is None else ("y",),
+            )
             y = source_labels
         if y is None:
             raise TypeError("fit needs the source's labels y (one per source row)")
@@ -506,7 +514,7 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         kept = self._fitted_ledger(ledger)
         response = self._response()
         if response is not None:
-            record_randomized_response(kept, party, response.epsilon)
+            record_randomized_response(kept, holder=party, epsilon=response.epsilon)
 
     def _forget(self) -> None:
         for stale in (
@@ -613,8 +621,7 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         ``privacy_ledger.json``. Returns the folder; :meth:`load` reads it back."""
         self._check_fitted("spec_")
         spec = self.spec_
-        target = Path(path)
-        target.mkdir(parents=True, exist_ok=True)
+        writers: dict[str, Any] = {}
         held = {
             "source": getattr(self, "source_encoder_", None),
             "target": getattr(self, "target_encoder_", None),
@@ -646,11 +653,8 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
                     arrays["head_coef"] = np.asarray(head.coef_, dtype=float)
                     arrays["head_intercept"] = np.asarray(head.intercept_, dtype=float)
                     meta["stack_scale"] = float(self.stack_scale_)
-            persistence.save_model(target / f"{party}.npz", KIND, meta, arrays)
-        ledger = getattr(self, "privacy_ledger_", None)
-        if ledger is not None and len(ledger):
-            ledger.save(target / "privacy_ledger.json")
-        return target
+            writers[party] = partial(persistence.save_model, kind=KIND, meta=meta, arrays=arrays)
+        return persistence.save_parts(path, writers, getattr(self, "privacy_ledger_", None))
 
     def load(self, *paths: str | Path) -> FederatedTransferClassifier:
         """Read a model written by :meth:`save`: its folder, or a party's own file, into this

@@ -27,7 +27,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
-from vfl.lazy import lazy_exports
+from linkage.lazy import lazy_exports
 
 try:
     __version__ = version("vflink")

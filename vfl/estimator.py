@@ -38,14 +38,19 @@ horizontal; ``tests/test_api.py`` enumerates them) speaks alike:
   :class:`~vfl.privacy.PrivacyLedger` of the fit (empty when no mechanism ran).
 
 Keywords renamed on the way there are still accepted for a while, each with a
-``FutureWarning`` (:func:`deprecated_parameters`), as scikit-learn deprecates.
+``FutureWarning`` (:func:`renamed_parameters`, :func:`deprecated_parameters`), as
+scikit-learn deprecates; an old keyword beside the parameter replacing it is a ``TypeError``.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import re
+import sys
 import warnings
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, TypeVar
 
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
@@ -62,6 +67,9 @@ __all__ = [
     "deprecated_parameters",
     "fresh_seed",
     "labelled",
+    "outside_stacklevel",
+    "renamed_parameters",
+    "replacement",
     "run_deployed",
     "run_simulation",
     "wait_limit",
@@ -118,27 +126,113 @@ def labelled(party: str, role: Role, *, deployed: bool = False) -> Role:
 
 
 def deprecated_parameters(
-    owner: str, given: Mapping[str, Any], renamed: Mapping[str, str], *, stacklevel: int = 3
+    owner: str,
+    given: Mapping[str, Any],
+    renamed: Mapping[str, str],
+    *,
+    passed: Collection[str] = (),
 ) -> dict[str, Any]:
-    """The deprecated keyword arguments ``given`` to ``owner``'s ``__init__``, each announced
-    with a ``FutureWarning`` naming its replacement (``renamed``: old name -> what to use);
-    a name that is not among them is the ``TypeError`` Python raises for an unknown keyword.
+    """The deprecated keyword arguments ``given`` to ``owner``, each announced with a
+    ``FutureWarning`` naming its replacement (``renamed``: old name -> what to use, a text that
+    starts with the name of the parameter replacing it, ``"max_iter"`` or
+    ``'protocol="secagg" or ...'``).
 
-    Estimators take them as ``**deprecated`` and translate them to their current parameters
-    in ``__init__`` (the one piece of logic there): ``get_params`` then reports only current
-    names, so ``clone`` and ``set_params`` keep working, and a fitted model never carries the
-    old spelling (scikit-learn keeps the old parameter beside the new one until removal; with
-    renames this wide that would list every concept twice)."""
+    The one rule for a conflict: an old keyword given together with the parameter that
+    replaces it (``passed``: the current keywords the caller gave) is a ``TypeError`` naming
+    both -- never a silent choice of one, which could switch a secure protocol off
+    (``protocol="masked", secure=False``). A name that is neither old nor current is the
+    ``TypeError`` Python raises for an unknown keyword."""
     unknown = sorted(set(given) - set(renamed))
     if unknown:
-        raise TypeError(f"{owner}.__init__() got an unexpected keyword argument {unknown[0]!r}")
+        raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
+    for old in given:
+        new = replacement(renamed[old])
+        if new in passed:
+            raise TypeError(
+                f"{owner}: pass {new}= or the deprecated {old}=, not both ({old}= is "
+                f"{renamed[old]})"
+            )
     for old in given:
         warnings.warn(
             f"{owner}({old}=...) is deprecated and will be removed; use {renamed[old]} instead",
             FutureWarning,
-            stacklevel=stacklevel,
+            stacklevel=outside_stacklevel(),
         )
     return dict(given)
+
+
+def replacement(hint: str) -> str:
+    """The parameter a deprecation ``hint`` names first (``'protocol="plain"'``: protocol)."""
+    match = re.match(r"[A-Za-z_]\w*", hint)
+    if match is None:
+        raise ValueError(f"a deprecation hint must start with a parameter name, got {hint!r}")
+    return match.group()
+
+
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+def renamed_parameters(
+    renamed: Mapping[str, str],
+    translate: Callable[[dict[str, Any]], dict[str, Any]],
+    *,
+    owner: str | None = None,
+) -> Callable[[Function], Function]:
+    """Decorate an estimator's ``__init__`` (or the function ``owner``) to accept the
+    deprecated keywords ``renamed`` (old name -> what to use, as :func:`deprecated_parameters`
+    takes them).
+
+    The wrapper takes the old keywords out of the call, checks and announces them
+    (:func:`deprecated_parameters`, against the current keywords the caller gave: an old one
+    beside its replacement is a ``TypeError``), and calls ``__init__`` with what
+    ``translate(old)`` returns (current name -> value) instead. ``__init__`` itself keeps
+    scikit-learn's contract (parameters stored unchanged, no logic); ``get_params`` reports
+    only current names, so ``clone`` and ``set_params`` keep working and a fitted model never
+    carries the old spelling (scikit-learn keeps the old parameter beside the new one until
+    removal; with renames this wide that would list every concept twice). The signature that
+    :func:`inspect.signature` (and so scikit-learn) sees is ``__init__``'s own."""
+
+    def decorate(function: Function) -> Function:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            old = {name: kwargs.pop(name) for name in list(kwargs) if name in renamed}
+            if old:
+                name = owner if owner is not None else type(args[0]).__name__
+                deprecated_parameters(name, old, renamed, passed=set(kwargs))
+                kwargs.update(translate(old))
+            return function(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def outside_stacklevel() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` in the function calling this one that points
+    at the first caller outside vflink's packages (``vfl``, ``horizontal``, ``transfer``,
+    ``linkage``): the user's line, however many of vflink's frames lie between (a subclass's
+    ``__init__``, a decorator, a job's factory)."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and _inside(frame.f_code.co_filename):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+@functools.cache
+def _roots() -> tuple[str, ...]:
+    import vfl
+
+    base = os.path.dirname(os.path.dirname(os.path.abspath(vfl.__file__)))
+    return tuple(
+        os.path.join(base, package) + os.sep
+        for package in ("vfl", "horizontal", "transfer", "linkage")
+    )
+
+
+def _inside(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_roots())
 
 
 def fresh_seed() -> int:

@@ -33,7 +33,9 @@ Every public name imports without its extra; using it raises :class:`MissingExtr
 
   It returns the module when it is installed. Otherwise it returns a stand-in whose names
   may be subclassed (``class Top(nn.Module)``) and named at import time (a default, a type
-  alias), but raise :class:`MissingExtraError` when called, instantiated or looked into. The
+  alias), but raise :class:`MissingExtraError` when called or instantiated, and
+  :class:`MissingExtraAttributeError` (an ``AttributeError``, so that ``hasattr`` and
+  ``getattr(name, default)`` answer as for any missing attribute) when looked into. The
   module imports, and its first real use fails with the fix. This is the one piece of magic
   here, and it is why a module can keep ``torch.`` throughout its bodies: moving every
   ``import torch`` into the functions would scatter the same line over dozens of them.
@@ -46,7 +48,14 @@ import importlib.util
 from types import ModuleType
 from typing import Any
 
-__all__ = ["EXTRAS", "MissingExtraError", "available", "optional", "require"]
+__all__ = [
+    "EXTRAS",
+    "MissingExtraAttributeError",
+    "MissingExtraError",
+    "available",
+    "optional",
+    "require",
+]
 
 EXTRAS: dict[str, tuple[str, str]] = {
     "torch": ("torch", "torch"),
@@ -81,6 +90,30 @@ class MissingExtraError(ImportError):
             name=top,
         )
         self.extra = extra
+
+
+class MissingExtraAttributeError(AttributeError):
+    """An attribute of a stand-in for a missing optional dependency was looked up (``torch.nn
+    .functional`` without torch): an ``AttributeError``, so that ``hasattr`` and
+    ``getattr(obj, name, default)`` treat it as any missing attribute, with the message of the
+    :class:`MissingExtraError` it is raised from (its ``__cause__``).
+
+    It cannot also be a :class:`MissingExtraError`: CPython refuses a class with both
+    ``ImportError`` and ``AttributeError`` as bases (their instance layouts conflict), so
+    ``except MissingExtraError`` does not catch it; catch ``(MissingExtraError,
+    MissingExtraAttributeError)`` for both.
+
+    Attributes
+    ----------
+    name : str
+        The attribute looked up, as :class:`AttributeError` has it.
+    extra : str
+        The extra that brings the missing dependency.
+    """
+
+    def __init__(self, cause: MissingExtraError, *, name: str) -> None:
+        super().__init__(str(cause), name=name)
+        self.extra = cause.extra
 
 
 def _missing(module: str, error: ModuleNotFoundError) -> str | None:
@@ -169,7 +202,8 @@ class _Absent(ModuleType):
 
 class _StandIn(type):
     """The type of a missing module's names: classes that can be subclassed and named but
-    raise :class:`MissingExtraError` when called (instantiated) or looked into."""
+    raise :class:`MissingExtraError` when called (instantiated) and
+    :class:`MissingExtraAttributeError` when looked into."""
 
     _missing: str
     _for: str
@@ -183,4 +217,5 @@ class _StandIn(type):
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("__") or name in ("_missing", "_for"):
             raise AttributeError(name)
-        raise MissingExtraError(cls._missing, for_=cls._for)
+        cause = MissingExtraError(cls._missing, for_=cls._for)
+        raise MissingExtraAttributeError(cause, name=name) from cause

@@ -13,8 +13,11 @@ A file of a newer format version than this vflink reads is refused with an upgra
 Every estimator saves with ``save(path)`` and reads back with ``load(path)``. A vertical model
 (linear, Poisson, split, federated transfer) is a folder holding one file per party
 (``<party>.npz``: a party's file never holds anything of another's, and in deployment each
-party saves only its own) and, where DP spent anything, ``privacy_ledger.json``
-(:func:`model_files` lists them); a horizontal or local model is one file.
+party saves only its own), where DP spent anything ``privacy_ledger.json``, and the manifest
+``model.json`` listing the files of this save (:func:`save_parts`; :func:`model_files` reads
+it, so files left in the folder by an earlier save -- another fit's parties, its ledger --
+are never read as this model's). A horizontal model is one file, with its ledger beside it
+(:func:`save_with_ledger`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +40,13 @@ __all__ = [
     "arrays_to_state_dict",
     "dump_model",
     "label_party_of_parts",
+    "load_ledger",
     "load_model",
     "model_files",
     "parse_model",
     "save_model",
+    "save_parts",
+    "save_with_ledger",
     "state_dict_to_arrays",
 ]
 
@@ -145,19 +152,96 @@ def arrays_to_state_dict(arrays: dict[str, np.ndarray[Any, Any]], prefix: str = 
     }
 
 
+MANIFEST = "model.json"
+"""The manifest of a folder model: the files of its latest save."""
+LEDGER = "privacy_ledger.json"
+"""A folder model's privacy ledger (written only when DP spent anything)."""
+
+
+def save_parts(folder: str | Path, parts: Mapping[str, Callable[[Path], Any]], ledger: Any) -> Path:
+    """Save a folder model: ``parts[party](folder / "<party>.npz")`` writes each party's file,
+    then the ledger (when it holds a spend; a ledger of an earlier save is removed) and the
+    manifest :data:`MANIFEST` listing exactly these files. Returns the folder."""
+    target = Path(folder)
+    target.mkdir(parents=True, exist_ok=True)
+    files = []
+    for party, write in parts.items():
+        write(target / f"{party}.npz")
+        files.append(f"{party}.npz")
+    if ledger is not None and len(ledger):
+        ledger.save(target / LEDGER)
+        files.append(LEDGER)
+    else:
+        (target / LEDGER).unlink(missing_ok=True)
+    manifest = {"format": FORMAT, "version": FORMAT_VERSION, "files": files}
+    write_atomically(target / MANIFEST, json.dumps(manifest, sort_keys=True).encode())
+    return target
+
+
 def model_files(paths: tuple[str | Path, ...]) -> list[Path]:
-    """The files of ``paths``: a folder stands for the ``.npz`` parts and the ledger in it."""
+    """The files of ``paths``: a folder stands for the files its manifest lists (a folder
+    saved before manifests: its ``.npz`` parts and its ledger)."""
     files: list[Path] = []
     for given in paths:
         path = Path(given)
-        if path.is_dir():
-            found = sorted(path.glob("*.npz")) + sorted(path.glob("privacy_ledger.json"))
-            if not found:
-                raise ValueError(f"{path} holds no saved model (no .npz part): save to it first")
-            files.extend(found)
-        else:
+        if not path.is_dir():
             files.append(path)
+            continue
+        if (path / MANIFEST).exists():
+            listed = _manifest(path / MANIFEST)
+            files.extend(path / name for name in listed)
+            continue
+        found = sorted(path.glob("*.npz")) + sorted(path.glob(LEDGER))
+        if not found:
+            raise ValueError(f"{path} holds no saved model (no .npz part): save to it first")
+        files.extend(found)
     return files
+
+
+def _manifest(path: Path) -> list[str]:
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read the model's manifest {path}: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a vflink model manifest")
+    files = manifest.get("files")
+    if not isinstance(files, list) or not files:
+        raise ValueError(f"{path} is not a vflink model manifest (no files listed)")
+    if any(not isinstance(f, str) or Path(f).name != f for f in files):
+        raise ValueError(f"{path} lists a file outside its folder: {files}")
+    return list(files)
+
+
+def save_with_ledger(
+    path: str | Path,
+    kind: str,
+    meta: dict[str, Any],
+    arrays: dict[str, np.ndarray[Any, Any]],
+    ledger: Any,
+) -> Path:
+    """:func:`save_model`, with ``ledger`` beside the file (``<path>.ledger.json``) when it
+    holds a spend; a ledger of an earlier save to ``path`` is removed."""
+    written = save_model(path, kind, meta, arrays)
+    beside = _ledger_path(path)
+    if ledger is not None and len(ledger):
+        ledger.save(beside)
+    else:
+        beside.unlink(missing_ok=True)
+    return written
+
+
+def load_ledger(path: str | Path) -> Any:
+    """The ledger saved beside the model file ``path`` (:func:`save_with_ledger`), or an
+    empty one."""
+    from vfl.privacy import PrivacyLedger
+
+    beside = _ledger_path(path)
+    return PrivacyLedger.load(beside) if beside.exists() else PrivacyLedger()
+
+
+def _ledger_path(path: str | Path) -> Path:
+    return Path(path).with_suffix(".ledger.json")
 
 
 def label_party_of_parts(parts: dict[str, Any], given: str | None) -> str:

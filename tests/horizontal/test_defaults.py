@@ -240,8 +240,8 @@ def test_fedlbfgs_rounds_see_the_pooled_objective() -> None:
     loss = torch.nn.CrossEntropyLoss()(initial(z), torch.as_tensor(y)).item()
     weight = next(initial.parameters()).detach().numpy()
     expected = loss + (2 / len(y)) / 2 * float(np.sum(weight.astype(np.float64) ** 2))
-    assert model.history_[0].loss == pytest.approx(expected, rel=1e-5)
-    losses = [r.loss for r in model.history_]
+    assert model.rounds_[0].loss == pytest.approx(expected, rel=1e-5)
+    losses = [r.loss for r in model.rounds_]
     assert min(losses) < losses[0] / 2
     assert len(seen) == 5
 
@@ -255,9 +255,9 @@ def test_early_stopping_keeps_the_model_of_the_lowest_held_out_loss() -> None:
 
     model = FederatedClassifier(hidden_layer_sizes=(32,), n_iter_no_change=3, random_state=0)
     model.fit(clients, callback=keep, keep_payloads=True)
-    held = [r.validation_loss for r in model.history_]
+    held = [r.validation_loss for r in model.rounds_]
     assert model.n_iter_ < 500 and model.best_round_ is not None  # it stopped itself
-    best = int(np.argmin(held))  # history_[r] holds the loss of the model after r rounds
+    best = int(np.argmin(held))  # rounds_[r] holds the loss of the model after r rounds
     if best == len(held) - 1 or model.best_round_ == model.n_iter_:
         pytest.fail("the best model should come before the patience ran out")
     assert model.best_round_ == best

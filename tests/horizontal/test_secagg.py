@@ -202,7 +202,7 @@ def test_federated_training_under_secure_aggregation_is_fedavg_without_any_updat
         np.testing.assert_allclose(secure.weights_, plain.weights_, atol=1e-6)
         steps = {r.tag.split("/")[1] for r in secure.transcript_.records if r.sender != "server"}
         assert "update" not in steps and {"keys", "masked", "reveal"} <= steps
-        assert [r.replied for r in secure.history_] == [5, 5, 5]
+        assert [r.replied for r in secure.rounds_] == [5, 5, 5]
     with pytest.raises(ValueError, match="adaptive clipping needs the server to count"):
         FederatedClassifier(
             protocol=SecAggConfig(threshold=3),

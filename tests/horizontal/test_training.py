@@ -93,7 +93,7 @@ def test_fedprox_with_mu_zero_is_fedavg(breast) -> None:  # type: ignore[no-unty
     c = FederatedClassifier(max_iter=3, strategy=FedProx(mu=1.0), random_state=0).fit(breast)
     np.testing.assert_array_equal(a.weights_, b.weights_)
     assert not np.allclose(a.weights_, c.weights_)  # the proximal term does act
-    assert np.mean([r.drift for r in c.history_]) < np.mean([r.drift for r in a.history_])
+    assert np.mean([r.drift for r in c.rounds_]) < np.mean([r.drift for r in a.rounds_])
 
 
 def test_one_fedsgd_round_is_one_step_of_full_batch_gradient_descent(breast) -> None:  # type: ignore[no-untyped-def]
@@ -170,7 +170,7 @@ def test_scaffold_removes_the_client_drift_that_biases_fedavg() -> None:
     for strategy in ("fedavg", "scaffold"):
         model = FederatedRegressor(strategy=strategy, random_state=0, **options).fit(clients)
         distance[strategy] = np.linalg.norm(model.weights_ - optimum)
-        drift[strategy] = np.mean([r.drift for r in model.history_[-5:]])
+        drift[strategy] = np.mean([r.drift for r in model.rounds_[-5:]])
     assert distance["scaffold"] < 0.04 < 0.2 < distance["fedavg"]  # measured: 0.014, 0.34
     assert drift["scaffold"] < drift["fedavg"] / 5  # measured: 0.018 against 0.27
 
@@ -203,9 +203,9 @@ def test_client_level_dp_spends_what_dp_accounting_says(caplog) -> None:  # type
     accountant.compose(dp_accounting.SelfComposedDpEvent(event, 6))
     assert model.epsilon_ == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
     assert len(model.privacy_ledger_) == 6  # one spend per round
-    epsilons = [r.epsilon for r in model.history_]
+    epsilons = [r.epsilon for r in model.rounds_]
     assert all(b > a for a, b in itertools.pairwise(epsilons))  # reported per round
-    assert model.history_[-1].epsilon == pytest.approx(model.epsilon_)
+    assert model.rounds_[-1].epsilon == pytest.approx(model.epsilon_)
     printed = caplog.text  # on request, logged every round
     assert f"round 6: epsilon {model.epsilon_:.4f} at delta 1e-05 so far" in printed
     # a target epsilon calibrates the noise to the schedule
@@ -429,4 +429,4 @@ def test_training_over_grpc_gives_the_simulated_model(breast, tmp_path: Path) ->
     simulated = FederatedClassifier(**options).fit(two)
     for name in names:  # the server and every client hold the final global model
         np.testing.assert_allclose(models[name].weights_, simulated.weights_, atol=1e-6)
-    assert models["server"].history_[-1].replied == 2
+    assert models["server"].rounds_[-1].replied == 2

@@ -222,7 +222,10 @@ def test_transfer_helps_the_target_at_small_label_counts() -> None:
         ftl = _fit(pair, protocol="plain", random_state=0)  # the defaults: early stopping at 50
         assert _target_auc(ftl, pair, target) > base + 0.03
         artifact = pretrain_encoder(
-            {"hospital": (source, pair.source_labels)}, columns=pair.shared_columns, rounds=10
+            {"hospital": (source, pair.source_labels)},
+            columns=pair.shared_columns,
+            max_iter=10,
+            random_state=0,
         )
         head = EncoderTransferClassifier(artifact, random_state=0).fit(
             target.loc[pair.target_labels.index], pair.target_labels
@@ -239,7 +242,8 @@ def test_the_encoder_artifact_round_trips_and_refuses_tampered_or_foreign_files(
             "b": (source.iloc[300:], pair.source_labels.iloc[300:]),
         },
         columns=pair.shared_columns,
-        rounds=3,
+        max_iter=3,
+        random_state=0,
     )
     path = artifact.save(tmp_path / "encoder.npz")
     again = EncoderArtifact.load(path)
@@ -279,10 +283,27 @@ def test_dp_pretraining_records_its_epsilon() -> None:
     artifact = pretrain_encoder(
         {"hospital": (source, pair.source_labels)},
         columns=pair.shared_columns,
-        rounds=2,
+        max_iter=2,
         privacy=RecordDP(noise_multiplier=1.0),
     )
     assert 0 < artifact.info["epsilon"] < np.inf and artifact.info["delta"] == 1e-5
+
+
+def test_pretrain_encoder_takes_the_estimators_names_and_its_old_ones_warn() -> None:
+    pair = make_transfer_pair(200, 100, n_overlap=0, target_labels=20, random_state=4)
+    source, _ = _features(pair)
+    sources = {"hospital": (source, pair.source_labels)}
+    with pytest.warns(FutureWarning) as caught:
+        artifact = pretrain_encoder(sources, rounds=1, hidden=(4,))
+    said = sorted(str(w.message) for w in caught)
+    assert [m.split(" is ")[0] for m in said] == [
+        "pretrain_encoder(hidden=...)",
+        "pretrain_encoder(rounds=...)",
+    ]
+    assert {w.filename for w in caught} == {__file__}
+    assert artifact.hidden == [4]
+    with pytest.raises(TypeError, match="pass max_iter= or the deprecated rounds="):
+        pretrain_encoder(sources, rounds=1, max_iter=2)
 
 
 def test_overlap_pairs_finds_the_common_patients_by_psi() -> None:
@@ -323,7 +344,7 @@ def test_bad_input_gets_clear_errors() -> None:
                 source, target, overlap=pair.overlap, **fit
             )
     artifact = pretrain_encoder(
-        {"hospital": (source, pair.source_labels)}, columns=["crp_mg_l", "alt_u_l"], rounds=1
+        {"hospital": (source, pair.source_labels)}, columns=["crp_mg_l", "alt_u_l"], max_iter=1
     )
     with pytest.raises(ValueError, match="lacks the encoder's columns \\['alt_u_l'\\]"):
         EncoderTransferClassifier(artifact).fit(target, pair.target_truth)

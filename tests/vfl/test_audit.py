@@ -121,20 +121,19 @@ def test_vfl_finds_the_families_above_it_through_entry_points_without_importing_
         assert point.load() is get_audit(point.name)
 
 
-def test_without_package_metadata_the_registry_falls_back_to_importing_by_name(
-    monkeypatch: pytest.MonkeyPatch,
+def test_without_package_metadata_the_registry_says_how_to_install_the_entry_points(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import transfer
-    import transfer.audit
-
     monkeypatch.setattr(registry, "_entry_points", list)  # no metadata: no entry point
-    monkeypatch.setattr(registry, "_loaded", set())
     monkeypatch.delitem(AUDITS, "overlap-label")
-    monkeypatch.delitem(sys.modules, "transfer.audit")  # imported afresh by the fallback
-    monkeypatch.setattr(transfer, "audit", transfer.audit)
-    found = get_audit("overlap-label")
-    assert found.__module__ == "transfer.audit" and found.family == "transfer"
-    assert "transfer.audit" in sys.modules
+    monkeypatch.delitem(sys.modules, "transfer.audit", raising=False)
+    with pytest.raises(ValueError, match=r"unknown audit 'overlap-label'.*pip install -e \."):
+        get_audit("overlap-label")
+    assert "transfer.audit" not in sys.modules  # vfl names nothing above it, not even by string
+    with caplog.at_level("WARNING", logger="vfl.audit.registry"):
+        found = audits()
+    assert "label-solve" in found and "overlap-label" not in found
+    assert "vflink.audits entry points are not installed" in caplog.text
 
 
 # -- every registered audit through the registry, on a tiny setting ---------------------------

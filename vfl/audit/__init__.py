@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vfl.lazy import lazy_exports
+from linkage.lazy import lazy_exports
 
 _EXPORTS = {
     "Audit": "vfl.audit.base",

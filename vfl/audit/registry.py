@@ -10,10 +10,9 @@ Python entry points of group :data:`ENTRY_POINT_GROUP` (``vflink.audits``), whic
 pytest or Flower: the families fill the registry, nothing in ``vfl`` names them in code.
 
 Where the package metadata is missing (a source tree that was never installed, or installed
-before the entry points were declared), the registry falls back to importing
-:data:`FALLBACK_MODULES` by name. That fallback is still an upward dependency at run time,
-only hidden from the import graph; installing the package (``pip install -e .``) makes the
-entry points the only path.
+before the entry points were declared), the registry holds ``vfl``'s own audits only: it does
+not guess the packages above it by name. :func:`audits` says so in the log and
+:func:`get_audit` in its error, with the fix (:data:`MISSING_PLUGINS`).
 
 As Opacus' ``create_accountant``, an unknown name raises a ``ValueError`` that lists the
 valid ones.
@@ -30,7 +29,7 @@ from vfl.audit.base import Audit
 __all__ = [
     "AUDITS",
     "ENTRY_POINT_GROUP",
-    "FALLBACK_MODULES",
+    "MISSING_PLUGINS",
     "audits",
     "get_audit",
     "register_audit",
@@ -50,8 +49,12 @@ BUILTIN_MODULES = (
 )
 """``vfl``'s own audit modules, imported on the registry's first use."""
 
-FALLBACK_MODULES = ("transfer.audit", "horizontal.attacks")
-"""Imported by name only when no entry point of :data:`ENTRY_POINT_GROUP` is installed."""
+MISSING_PLUGINS = (
+    f"the {ENTRY_POINT_GROUP} entry points are not installed, so only vfl's own audits are "
+    "known: pip install -e . (or the package) to add the transfer and horizontal ones"
+)
+"""What the log and :func:`get_audit`'s error say when no entry point of
+:data:`ENTRY_POINT_GROUP` is installed."""
 
 AUDITS: dict[str, type[Audit]] = {}
 """The registry: name -> audit class."""
@@ -104,7 +107,8 @@ def get_audit(name: str) -> type[Audit]:
         _load_plugins(only=name)
     if name not in AUDITS:
         _load_plugins()  # every plug-in, so that the error lists every valid name
-        raise ValueError(f"unknown audit {name!r}; known: {sorted(AUDITS)}")
+        hint = "" if _entry_points() else f" ({MISSING_PLUGINS})"
+        raise ValueError(f"unknown audit {name!r}; known: {sorted(AUDITS)}{hint}")
     return AUDITS[name]
 
 
@@ -119,19 +123,9 @@ def audits() -> dict[str, type[Audit]]:
 
 def _load_builtin() -> None:
     for module in BUILTIN_MODULES:
-        _import(module, required=True)
-
-
-def _import(module: str, *, required: bool) -> None:
-    if module in _loaded:
-        return
-    try:
-        importlib.import_module(module)
-    except ImportError as error:
-        if required:
-            raise
-        logger.warning("audits of %s are unavailable: %s", module, error)
-    _loaded.add(module)
+        if module not in _loaded:
+            importlib.import_module(module)
+            _loaded.add(module)
 
 
 def _entry_points() -> list[EntryPoint]:
@@ -140,11 +134,10 @@ def _entry_points() -> list[EntryPoint]:
 
 def _load_plugins(only: str | None = None) -> None:
     """Load the entry points of :data:`ENTRY_POINT_GROUP` (the one named ``only``, or all);
-    without any, import :data:`FALLBACK_MODULES` (see the module docstring)."""
+    without any, log :data:`MISSING_PLUGINS` (see the module docstring)."""
     points = _entry_points()
     if not points:
-        for module in FALLBACK_MODULES:
-            _import(module, required=False)
+        logger.warning(MISSING_PLUGINS)
         return
     for point in points:
         if (only is not None and point.name != only) or point.name in AUDITS:

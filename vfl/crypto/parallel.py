@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from linkage.lazy import lazy_exports
 from vfl.crypto.kernels import FixedBaseTable, multiexp_big, multiexp_rows
-from vfl.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from linkage.executors import Workers, executor_slots, exit_with_parent, is_executor

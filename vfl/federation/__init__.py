@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vfl.lazy import lazy_exports
+from linkage.lazy import lazy_exports
 
 _EXPORTS = {
     "DEFAULT_TIMEOUT": "vfl.federation.base",

@@ -432,7 +432,14 @@ class GrpcFederation(Federation):
         except (StopIteration, ValueError, UnicodeDecodeError):
             header, claimed = None, None
         sender = self._identity(context, claimed)
-        assert isinstance(header, dict)
+        if not isinstance(header, dict):
+            # unreachable while _identity refuses a missing sender; checked here all the same
+            logger.warning("party %r refused a message from %r: no JSON header", self.name, sender)
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the message to party {self.name!r} does not start with a JSON object header",
+            )
         tag, size, seq = header.get("tag"), header.get("size"), header.get("seq")
         session = header.get("session")
         try:

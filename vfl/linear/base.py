@@ -17,7 +17,7 @@ from vfl.crypto.policy import KeyPolicy
 from vfl.estimator import (
     FederatedEstimator,
     Role,
-    deprecated_parameters,
+    renamed_parameters,
     run_deployed,
     wait_limit,
 )
@@ -28,7 +28,7 @@ from vfl.linear.model import PartyModel
 from vfl.linear.protocol import CoordinatorRole, DataRole
 from vfl.linear.scoring import ScoreCoordinatorRole, ScoreRole, ScoreSpec
 from vfl.linear.shared import SharedCoordinatorRole, SharedDataRole
-from vfl.persistence import label_party_of_parts, model_files
+from vfl.persistence import label_party_of_parts, model_files, save_parts
 from vfl.preprocessing import PartyPreprocessor
 from vfl.privacy.options import GaussianLabelDP
 from vfl.training.divergence import DivergenceWarning
@@ -52,20 +52,19 @@ RENAMED = {
 """The deprecated keywords of the vertical linear estimators and their replacements."""
 
 
-def label_dp_of(owner: str, privacy: Any, deprecated: dict[str, Any]) -> Any:
-    """``privacy``, or the :class:`~vfl.privacy.options.GaussianLabelDP` that the deprecated
-    ``label_epsilon``, ``label_delta`` and ``row_clip`` spelled (each warned about);
-    ``label_delta`` and ``row_clip`` without ``label_epsilon`` did nothing and still do not."""
-    old = deprecated_parameters(owner, deprecated, RENAMED, stacklevel=4)
+def label_dp_of(old: dict[str, Any]) -> dict[str, Any]:
+    """The ``privacy=`` that the deprecated ``label_epsilon``, ``label_delta`` and ``row_clip``
+    spelled: a :class:`~vfl.privacy.options.GaussianLabelDP`; ``label_delta`` and ``row_clip``
+    without ``label_epsilon`` did nothing and still do not (:func:`renamed_parameters` warns
+    about each, and refuses them beside ``privacy=``)."""
     if old.get("label_epsilon") is None:
-        return privacy
-    if privacy is not None:
-        raise TypeError(f"{owner}: pass privacy= or the deprecated label_epsilon=, not both")
-    return GaussianLabelDP(
+        return {}
+    dp = GaussianLabelDP(
         epsilon=old["label_epsilon"],
         delta=old.get("label_delta", 1e-5),
         row_clip=old.get("row_clip"),
     )
+    return {"privacy": dp}
 
 
 class VerticalLinearModel(FederatedEstimator):
@@ -79,6 +78,7 @@ class VerticalLinearModel(FederatedEstimator):
     _label_dp = False
     privacy_ledger_: Any
 
+    @renamed_parameters(RENAMED, label_dp_of)
     def __init__(
         self,
         *,
@@ -103,7 +103,6 @@ class VerticalLinearModel(FederatedEstimator):
         insecure: bool = False,
         privacy: Any = None,
         verbose: int = 0,
-        **deprecated: Any,
     ) -> None:
         self.max_iter = max_iter
         self.batch_size = batch_size
@@ -124,7 +123,7 @@ class VerticalLinearModel(FederatedEstimator):
         self.workers = workers
         self.timeout = timeout
         self.insecure = insecure
-        self.privacy = label_dp_of(type(self).__name__, privacy, deprecated)
+        self.privacy = privacy
         self.verbose = verbose
 
     # -- what subclasses provide -------------------------------------------------------------
@@ -458,6 +457,7 @@ class VerticalLinearModel(FederatedEstimator):
             self._learn_labels(label.part)
         else:
             self.loss_curve_ = []  # the loss is the label party's to learn
+            self.history_ = []  # and so are the epochs' records (no stale ones of a refit)
 
     def _ledger(self, ledger: Any) -> Any:
         """The fit's ledger (``privacy_ledger_``; a new one unless given, empty without DP);
@@ -634,14 +634,8 @@ class VerticalLinearModel(FederatedEstimator):
         privacy ledger, when DP spent anything, as ``privacy_ledger.json``. Returns the
         folder; :meth:`load` reads it back."""
         self._check_fitted()
-        target = Path(path)
-        target.mkdir(parents=True, exist_ok=True)
-        for name, part in self.parts_.items():
-            part.save(target / f"{name}.npz")
-        ledger = getattr(self, "privacy_ledger_", None)
-        if ledger is not None and len(ledger):
-            ledger.save(target / "privacy_ledger.json")
-        return target
+        writers = {name: part.save for name, part in self.parts_.items()}
+        return save_parts(path, writers, getattr(self, "privacy_ledger_", None))
 
     def load(self, *paths: str | Path, label_party: str | None = None) -> VerticalLinearModel:
         """Read a model written by :meth:`save`: its folder (every part in it, and its

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 from sklearn.base import RegressorMixin
 
-from vfl.linear.base import VerticalLinearModel
+from vfl.estimator import renamed_parameters
+from vfl.linear.base import RENAMED, VerticalLinearModel, label_dp_of
 from vfl.linear.losses import SCORE_BOUND, SQUARED
 from vfl.linear.model import PartyModel
 from vfl.validation import check_targets
@@ -53,6 +54,7 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
         out: np.ndarray[Any, Any] = super().coef_.ravel()
         return out
 
+    @renamed_parameters(RENAMED, label_dp_of)
     def __init__(
         self,
         *,
@@ -78,7 +80,6 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
         insecure: bool = False,
         privacy: Any = None,
         verbose: int = 0,
-        **deprecated: Any,
     ) -> None:
         super().__init__(
             max_iter=max_iter,
@@ -102,7 +103,6 @@ class VerticalLinearRegression(RegressorMixin, VerticalLinearModel):  # type: ig
             insecure=insecure,
             privacy=privacy,
             verbose=verbose,
-            **deprecated,
         )
         self.standardize_target = standardize_target
 

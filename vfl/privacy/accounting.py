@@ -322,7 +322,25 @@ def epsilon(
         If ``delta`` is out of range, the accountant is unknown, or it cannot compose an event.
     """
     delta = check_probability("delta", delta)
-    return float(get_accountant(accountant).composed(_as_event(events)).get_epsilon(delta))
+    event = _as_event(events)
+    if not isinstance(accountant, str):
+        return float(get_accountant(accountant).composed(event).get_epsilon(delta))
+    # the same events are asked about again and again (a ledger's table, each holder, the
+    # comparison's rows) and a PLD composition of a thousand steps takes seconds: remember the
+    # answer, keyed by the event's repr (dp-accounting's events are attrs classes: every
+    # parameter, floats exactly)
+    key = (repr(event), delta, accountant)
+    found = _EPSILONS.get(key)
+    if found is None:
+        found = float(get_accountant(accountant).composed(event).get_epsilon(delta))
+        _EPSILONS[key] = found
+        if len(_EPSILONS) > _REMEMBERED:
+            _EPSILONS.pop(next(iter(_EPSILONS)))
+    return found
+
+
+_EPSILONS: dict[tuple[str, float, str], float] = {}
+_REMEMBERED = 256
 
 
 def delta(

@@ -28,9 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vfl.extras import optional
-from vfl.privacy import mechanisms
 from vfl.privacy.checks import check_positive_finite
-from vfl.privacy.ledger import record_randomized_response as record_labels
 
 if TYPE_CHECKING:
     import torch
@@ -91,21 +89,6 @@ def match_norms(gradients: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     unit = gaussian_noise((rows, dim), sigma=1.0)
     out: np.ndarray[Any, Any] = gradients + unit * sigma[:, None]
     return out
-
-
-# The old positional spellings, for the estimators that still import them from here; the
-# mechanism and its ledger entry are vfl.privacy's. Remove once vfl/split/estimator.py and
-# transfer/estimator.py call vfl.privacy.randomized_response(codes, classes=, epsilon=) and
-# vfl.privacy.record_randomized_response(ledger, holder=, epsilon=).
-def randomized_response(codes: np.ndarray[Any, Any], classes: int, epsilon: float) -> Any:
-    """:func:`vfl.privacy.randomized_response` of the labels, under ``label_epsilon``."""
-    epsilon = check_positive_finite("label_epsilon", epsilon)
-    return mechanisms.randomized_response(codes, classes=classes, epsilon=epsilon)
-
-
-def record_randomized_response(ledger: Any, holder: str, epsilon: float) -> None:
-    """:func:`vfl.privacy.record_randomized_response` of ``holder``'s labels."""
-    record_labels(ledger, holder=holder, epsilon=epsilon)
 
 
 @dataclass(frozen=True)

@@ -27,18 +27,30 @@ import numpy as np
 import pandas as pd
 
 from vfl import persistence
-from vfl.estimator import FederatedEstimator, Role, deprecated_parameters, run_deployed
+from vfl.estimator import FederatedEstimator, Role, renamed_parameters, run_deployed
 from vfl.extras import optional, require
 from vfl.federation.base import Federation
 from vfl.persistence import model_files
+from vfl.privacy import randomized_response, record_randomized_response
 from vfl.privacy.options import RandomizedResponse
 from vfl.split.defences import (
     EmbeddingNoise,
     Quantizer,
-    randomized_response,
-    record_randomized_response,
 )
 from vfl.split.interactive import InteractiveTop, ProtectedLayer
+from vfl.split.options import (
+    PROTOCOLS,
+    RENAMED,
+    SeededRole,
+    defences_of,
+    module_seed,
+    protected_layer_of,
+    protected_width,
+    translate_renamed,
+)
+from vfl.split.options import (
+    epoch_history as _history,
+)
 from vfl.split.part import SplitPart
 from vfl.split.protocol import DataRole, LabelRole, ScoreRole, SplitResult, SplitSpec
 from vfl.training.modules import mlp, output_width, seeded
@@ -57,24 +69,11 @@ else:
 
 __all__ = ["PROTOCOLS", "SplitNNClassifier", "SplitNNRegressor"]
 
-PROTOCOLS = ("plain", "protected")
-"""``protocol=``: ``"plain"`` (default) sends embeddings and gradients in the clear;
-``"protected"`` runs the top's first layer on encrypted embeddings with secret-shared weights
-(:class:`~vfl.split.interactive.ProtectedLayer` with its defaults; pass a ProtectedLayer for
-its options)."""
-
-RENAMED = {
-    "label_epsilon": "privacy=RandomizedResponse(epsilon)",
-    "embedding_noise": "privacy=EmbeddingNoise(...)",
-    "protected_layer": 'protocol="protected" or protocol=ProtectedLayer(...)',
-}
-SEED_TAG = "split/seed"
-"""The tag of the seed agreement of a fit with ``random_state=None``."""
-
 
 class _SplitNN(FederatedEstimator):
     _task = ""
 
+    @renamed_parameters(RENAMED, translate_renamed)
     def __init__(
         self,
         *,
@@ -97,7 +96,6 @@ class _SplitNN(FederatedEstimator):
         protocol: str | ProtectedLayer = "plain",
         timeout: float | None = None,
         verbose: int = 0,
-        **deprecated: Any,
     ) -> None:
         self.bottoms = bottoms
         self.top = top
@@ -118,23 +116,6 @@ class _SplitNN(FederatedEstimator):
         self.protocol = protocol
         self.timeout = timeout
         self.verbose = verbose
-        old = deprecated_parameters(type(self).__name__, deprecated, RENAMED)
-        if "protected_layer" in old:
-            self.protocol = "plain" if old["protected_layer"] is None else old["protected_layer"]
-        given = [
-            RandomizedResponse(old["label_epsilon"])
-            if old.get("label_epsilon") is not None
-            else None,
-            old.get("embedding_noise"),
-        ]
-        chosen = tuple(d for d in given if d is not None)
-        if chosen:
-            if privacy is not None:
-                raise TypeError(
-                    f"{type(self).__name__}: pass privacy= or the deprecated label_epsilon= / "
-                    "embedding_noise=, not both"
-                )
-            self.privacy = chosen[0] if len(chosen) == 1 else chosen
 
     # -- the options -----------------------------------------------------------------------
 
@@ -142,14 +123,7 @@ class _SplitNN(FederatedEstimator):
     def protected_layer(self) -> ProtectedLayer | None:
         """The :class:`~vfl.split.interactive.ProtectedLayer` that ``protocol`` names (None
         under ``"plain"``), checked."""
-        chosen = self.protocol
-        if isinstance(chosen, ProtectedLayer):
-            return chosen
-        if chosen not in PROTOCOLS:
-            raise ValueError(
-                f"protocol must be one of {PROTOCOLS} or a ProtectedLayer(...), got {chosen!r}"
-            )
-        return ProtectedLayer() if chosen == "protected" else None
+        return protected_layer_of(self.protocol)
 
     @property
     def embedding_noise(self) -> EmbeddingNoise | None:
@@ -159,27 +133,8 @@ class _SplitNN(FederatedEstimator):
 
     def _defences(self) -> tuple[RandomizedResponse | None, EmbeddingNoise | None]:
         """``privacy`` as ``(randomised response on the labels, noise on the embeddings)``,
-        each checked."""
-        given = self.privacy
-        items = [] if given is None else list(given) if isinstance(given, tuple) else [given]
-        labels = [d for d in items if isinstance(d, RandomizedResponse)]
-        noise = [d for d in items if isinstance(d, EmbeddingNoise)]
-        if len(labels) + len(noise) != len(items) or len(labels) > 1 or len(noise) > 1:
-            raise ValueError(
-                "privacy must be None, RandomizedResponse(epsilon) (on the labels), "
-                "EmbeddingNoise(noise_multiplier, clip) (on the embeddings), or a tuple of "
-                f"one of each; got {given!r}"
-            )
-        for response in labels:
-            response.check()
-        for noisy in noise:
-            noisy.check()
-        if labels and self._task != "classification":
-            raise ValueError(
-                "privacy=RandomizedResponse(...) randomises class labels: it is for "
-                "SplitNNClassifier"
-            )
-        return (labels[0] if labels else None), (noise[0] if noise else None)
+        each checked (:func:`vfl.split.options.defences_of`)."""
+        return defences_of(self.privacy, self._task)
 
     # -- checks and modules ----------------------------------------------------------------
 
@@ -235,8 +190,8 @@ class _SplitNN(FederatedEstimator):
             tol=self.tol,
             patience=self.n_iter_no_change,
             validation_fraction=float(self.validation_fraction),
-            # without random_state, a placeholder: the roles agree on the seed as they start
-            random_state=0 if self.random_state is None else self.random_state,
+            # the roles agree on the seed as they start (SeededRole)
+            random_state=self.random_state,
             embedding_noise=embedding_noise,
             gradient_protection=self.gradient_protection,
             compression=quantizer,
@@ -248,27 +203,13 @@ class _SplitNN(FederatedEstimator):
 
     def _layer_width(self) -> int:
         """The protected layer's outputs (0 without one), its option checked."""
-        layer = self.protected_layer
-        if layer is None:
-            return 0
-        layer.check()
-        if self.aggregation != "concat":
-            raise ValueError(
-                'protocol="protected" needs aggregation="concat" (one block per party)'
-            )
-        if self.compression is not None:
-            raise ValueError(
-                'compression applies to plaintext embeddings; with protocol="protected" they '
-                "travel encrypted: drop one of the two"
-            )
-        if layer.width is not None:
-            return layer.width
-        if self.top is not None or not self.hidden_layer_sizes:
-            raise ValueError(
-                "ProtectedLayer(width=...) is needed with a top module of your own (it then "
-                "takes width inputs) or without hidden layers"
-            )
-        return int(self.hidden_layer_sizes[0])
+        return protected_width(
+            self.protected_layer,
+            self.aggregation,
+            self.compression,
+            self.top,
+            self.hidden_layer_sizes,
+        )
 
     def build_bottom(
         self, party: str, position: int, columns: int, seed: int | None = None
@@ -280,7 +221,7 @@ class _SplitNN(FederatedEstimator):
         import copy
 
         given = (self.bottoms or {}).get(party)
-        with seeded(_seed(self.random_state if seed is None else seed, 1, position)):
+        with seeded(module_seed(self.random_state if seed is None else seed, 1, position)):
             module = (
                 copy.deepcopy(given)
                 if given is not None
@@ -302,7 +243,7 @@ class _SplitNN(FederatedEstimator):
         width = self._layer_width()
         n_in = width or joined
         hidden = self.hidden_layer_sizes[1:] if width else self.hidden_layer_sizes
-        with seeded(_seed(self.random_state if seed is None else seed, 2, 0)):
+        with seeded(module_seed(self.random_state if seed is None else seed, 2, 0)):
             top = (
                 copy.deepcopy(self.top).float()
                 if self.top is not None
@@ -398,10 +339,12 @@ class _SplitNN(FederatedEstimator):
         response, _ = self._defences()
         targets, outputs = self._targets(y, index, label_party)
         if response is not None:
-            targets = randomized_response(targets, outputs, response.epsilon)
+            targets = randomized_response(targets, classes=outputs, epsilon=response.epsilon)
         self._open_ledger(ledger)
         if response is not None:
-            record_randomized_response(self.privacy_ledger_, label_party, response.epsilon)
+            record_randomized_response(
+                self.privacy_ledger_, holder=label_party, epsilon=response.epsilon
+            )
         return targets, outputs
 
     def _open_ledger(self, ledger: Any) -> None:
@@ -432,9 +375,8 @@ class _SplitNN(FederatedEstimator):
                 raise ValueError(f"party {party!r} is the label party: pass its labels")
         elif module is None or x is None:
             raise ValueError(f"party {party!r} sends embeddings: pass its features")
-        if self.random_state is None:  # the modules are built again from the agreed seed
-            return _AgreedSeed(self, spec, party, x, targets, outputs)
-        return self._built_role(spec, party, module, x, targets, outputs)
+        # the modules are built again from the agreed seed (the first build checked them)
+        return SeededRole(self, spec, party, x, targets, outputs)
 
     def _built_role(
         self,
@@ -473,7 +415,7 @@ class _SplitNN(FederatedEstimator):
         self.top_ = label.top
         self.label_party_ = spec.label_party
         self.data_parties_ = list(spec.data_parties)
-        self.spec_ = spec
+        self.spec_ = replace(spec, random_state=label.random_state)
         self.n_iter_ = label.n_iter
         self.best_epoch_ = label.best_epoch
         self.loss_curve_ = label.loss_curve
@@ -530,7 +472,8 @@ class _SplitNN(FederatedEstimator):
         self.modules_ = {name: result.module} if result.module is not None else {}
         self.shares_ = {name: result.shares} if result.shares is not None else {}
         self.top_ = result.top
-        self.label_party_, self.data_parties_, self.spec_ = label_party, list(data_parties), spec
+        self.label_party_, self.data_parties_ = label_party, list(data_parties)
+        self.spec_ = replace(spec, random_state=result.random_state)
         self.n_iter_, self.best_epoch_ = result.n_iter, result.best_epoch
         self.loss_curve_, self.epoch_seconds_ = result.loss_curve, result.epoch_seconds
         self.history_ = _history(result)
@@ -623,17 +566,11 @@ class _SplitNN(FederatedEstimator):
         privacy ledger, when a defence spent anything, as ``privacy_ledger.json``. Returns
         the folder."""
         self._check_fitted("spec_")
-        target = Path(path)
-        target.mkdir(parents=True, exist_ok=True)
         parties = [p for p in self.spec_.data_parties if p in self.modules_]
         if self.top_ is not None and self.spec_.label_party not in parties:
             parties.append(self.spec_.label_party)
-        for party in parties:
-            self._part(party).save(target / f"{party}.npz")
-        ledger = getattr(self, "privacy_ledger_", None)
-        if ledger is not None and len(ledger):
-            ledger.save(target / "privacy_ledger.json")
-        return target
+        writers = {party: self._part(party).save for party in parties}
+        return persistence.save_parts(path, writers, getattr(self, "privacy_ledger_", None))
 
     def load(self, *paths: str | Path, label_party: str | None = None) -> _SplitNN:
         """Read a model written by :meth:`save` (or ``vflink party``): its folder, or part
@@ -744,59 +681,6 @@ class _SplitNN(FederatedEstimator):
 
     def _targets(self, y: Any, index: pd.Index, party: str) -> tuple[np.ndarray[Any, Any], int]:
         raise NotImplementedError
-
-
-def _seed(random_state: int | None, kind: int, position: int) -> int:
-    """A torch seed for one module, from the agreed ``random_state`` (None: 0, for modules
-    whose weights are loaded or built again from the agreed seed)."""
-    seeds = [0 if random_state is None else random_state, kind, position]
-    return int(np.random.SeedSequence(seeds).generate_state(1)[0])
-
-
-def _history(result: SplitResult) -> list[dict[str, Any]]:
-    """``history_``: one record per epoch at the label party (``epoch``, ``loss`` -- the
-    validation loss with early stopping on held-out rows, else the training loss --,
-    ``seconds``)."""
-    return [
-        {"epoch": i + 1, "loss": loss, "seconds": seconds}
-        for i, (loss, seconds) in enumerate(
-            zip(result.loss_curve, result.epoch_seconds, strict=False)
-        )
-    ]
-
-
-class _AgreedSeed:
-    """A party's role in a fit without ``random_state``: the parties first agree on a seed,
-    each contributing 16 bytes of OS randomness (:func:`~vfl.training.schedule.agree_seed`),
-    then the party builds its modules and draws its batches from it, as every other does."""
-
-    def __init__(
-        self,
-        estimator: _SplitNN,
-        spec: SplitSpec,
-        party: str,
-        x: np.ndarray[Any, Any] | None,
-        targets: np.ndarray[Any, Any] | None,
-        outputs: int,
-    ) -> None:
-        self.estimator, self.spec, self.party = estimator, spec, party
-        self.x, self.targets, self.outputs = x, targets, outputs
-
-    def __call__(self, fed: Federation) -> Any:
-        from vfl.training.schedule import agree_seed
-
-        spec = self.spec
-        parties = list(dict.fromkeys([*spec.data_parties, spec.label_party]))
-        seed = agree_seed(fed, parties, SEED_TAG)
-        agreed = replace(spec, random_state=seed)
-        module = None
-        if self.x is not None:
-            position = spec.data_parties.index(self.party)
-            module = self.estimator.build_bottom(self.party, position, self.x.shape[1], seed)
-        role = self.estimator._built_role(
-            agreed, self.party, module, self.x, self.targets, self.outputs
-        )
-        return role(fed)
 
 
 def _frames(parts: Any) -> dict[str, Any]:

@@ -195,6 +195,22 @@ def _uniform_share(shape: tuple[int, int]) -> np.ndarray[Any, Any]:
     return np.array(flat, dtype=object).reshape(shape)
 
 
+def _held_share(share: np.ndarray[Any, Any] | None, peer: str) -> np.ndarray[Any, Any]:
+    """Our share of the protected layer's weights with ``peer``.
+
+    Raises
+    ------
+    RuntimeError
+        No share yet (neither connected in training nor given the fitted one).
+    """
+    if share is None:
+        raise RuntimeError(
+            f"the protected layer with {peer!r} has no share of the weights yet: "
+            "connect in training, or give the fitted share to score"
+        )
+    return share
+
+
 def _step(
     share: np.ndarray[Any, Any], values: np.ndarray[Any, Any], eta: float
 ) -> np.ndarray[Any, Any]:
@@ -284,7 +300,7 @@ class SenderSide:
         self, fed: Federation, h: np.ndarray[Any, Any], *index: int, training: bool
     ) -> None:
         """Send ``[h W]_L`` for the rows of ``h`` (and ``[B]_P`` in training)."""
-        share = self._share()
+        share = _held_share(self.share, self.label)
         key = self.peer_key
         z_pack = slots.packing(_z_bits(self.k), self.m, key, masked=False)
         got = vector_from(
@@ -306,18 +322,10 @@ class SenderSide:
             *index,
         )
 
-    def _share(self) -> np.ndarray[Any, Any]:
-        if self.share is None:
-            raise RuntimeError(
-                f"the protected layer with {self.label!r} has no share of the weights yet: "
-                "connect in training, or give the fitted share to score"
-            )
-        return self.share
-
     def backward(self, fed: Federation, *index: int) -> np.ndarray[Any, Any]:
         """The gradient with respect to our embedding (decrypted); sends the masked weight
         gradient and steps our share."""
-        share = self._share()
+        share = _held_share(self.share, self.label)
         key, n_rows = self.peer_key, len(self.h_int)
         message = LAYER.recv(fed, self.label, "encd", Backward, *index)
         g_bits = _g_bits(self.m)
@@ -392,7 +400,7 @@ class LabelSide:
         self, fed: Federation, n_rows: int, *index: int, training: bool
     ) -> np.ndarray[Any, Any]:
         """``z_p = h_p W_p`` for this batch's ``n_rows`` rows, decrypted."""
-        share = self._share()
+        share = _held_share(self.share, self.peer)
         z_bits = _z_bits(self.k)
         z_pack = slots.packing(z_bits, self.m, self.key, masked=False)
         cts = slots.encrypt_rows(self.secret, share, z_pack)
@@ -421,7 +429,7 @@ class LabelSide:
     def backward(self, fed: Federation, delta: np.ndarray[Any, Any], *index: int) -> None:
         """Send ``[d]_L`` and ``[g]_P`` for ``delta = dLoss/dz``; step our share with the
         masked weight gradient."""
-        share = self._share()
+        share = _held_share(self.share, self.peer)
         n_rows = len(delta)
         d_int = slots.fixed(
             delta, FD, DB, "the gradient with respect to the protected layer's output", _FIX
@@ -453,14 +461,6 @@ class LabelSide:
             Encrypted.refuse(self.peer, "data", f"is not the masked weight gradient: {exc}")
         step = _step(share, slots.from_slots(masked, self.k, wg_pack), self.eta)
         self.share = share - step
-
-    def _share(self) -> np.ndarray[Any, Any]:
-        if self.share is None:
-            raise RuntimeError(
-                f"the protected layer with {self.peer!r} has no share of the weights yet: "
-                "connect in training, or give the fitted share to score"
-            )
-        return self.share
 
 
 class InteractiveTop(nn.Module):

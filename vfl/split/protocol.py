@@ -104,7 +104,7 @@ class SplitSpec:
     tol: float | None
     patience: int
     validation_fraction: float
-    random_state: int
+    random_state: int | None  # None until the parties agree (vfl.split.options.SeededRole)
     embedding_noise: EmbeddingNoise | None = None
     gradient_protection: str | None = None
     compression: Quantizer = field(default_factory=Quantizer)
@@ -121,6 +121,13 @@ class SplitSpec:
         """The protected layer's SGD step."""
         rate = self.protected.learning_rate if self.protected is not None else None
         return self.learning_rate if rate is None else rate
+
+    @property
+    def seed(self) -> int:
+        """The agreed ``random_state`` the roles draw batches and held-out rows from."""
+        if self.random_state is None:
+            raise RuntimeError("a split role ran before its parties agreed on a seed")
+        return self.random_state
 
     @property
     def senders(self) -> tuple[str, ...]:
@@ -141,11 +148,12 @@ class SplitResult:
     view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None
     shares: dict[str, np.ndarray[Any, Any]] | None = None  # the protected layer's, by peer
     initial: np.ndarray[Any, Any] | None = None  # a sender's initial layer block (its own)
+    random_state: int | None = None  # the seed the parties agreed on (SeededRole)
 
 
 def split_rows(n: int, spec: SplitSpec) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Training and validation positions, from ``random_state`` (the same at every party)."""
-    order = np.random.default_rng([spec.random_state, 7]).permutation(n)
+    order = np.random.default_rng([spec.seed, 7]).permutation(n)
     held = round(n * spec.validation_fraction)
     return np.sort(order[held:]), np.sort(order[:held])
 
@@ -201,7 +209,7 @@ class DataRole:
             width = int(self.module(self.x[:1]).shape[1])
         SPLIT.send(fed, label, "width", Width(width))
         train, val = split_rows(len(self.x), spec)
-        epochs = Schedule(len(train), spec.batch_size, spec.random_state).epochs()
+        epochs = Schedule(len(train), spec.batch_size, spec.seed).epochs()
         optimizer = make_optimizer(spec, list(self.module.parameters()))
         side = None
         if spec.protected is not None:
@@ -306,7 +314,7 @@ class LabelRole:
                 self.sides[p] = side
         n = len(self.targets)
         train, val = split_rows(n, spec)
-        epochs = Schedule(len(train), spec.batch_size, spec.random_state).epochs()
+        epochs = Schedule(len(train), spec.batch_size, spec.seed).epochs()
         params = list(self.top.parameters()) + (
             list(self.module.parameters()) if self.module is not None else []
         )

@@ -125,6 +125,11 @@ def _digest(shares: Sequence[bytes]) -> int:
     return int.from_bytes(h.digest()[:8], "big")
 
 
+def _shown(share: bytes) -> str:
+    """A seed share in words: the random_state it spells, else None (fresh randomness)."""
+    return share[5:].decode(errors="replace") if share.startswith(b"seed:") else "None"
+
+
 def agree_seed(
     fed: Federation, parties: Sequence[str], tag: str, random_state: int | None = None
 ) -> int:
@@ -145,10 +150,13 @@ def agree_seed(
         share = SeedShare.from_payload(fed.recv(p, tag), p).share
         if not 1 <= len(share) <= 64:
             SeedShare.refuse(p, "share", f"holds {len(share)} bytes, not 1 to 64")
-        if random_state is not None and share != mine:
+        if share != mine and (random_state is not None or share.startswith(b"seed:")):
+            # a party with random_state beside one without fails here too, naming the party,
+            # instead of waiting on the other's messages until the timeout
             raise ValueError(
-                f"party {p!r} trains with another random_state than party {fed.name!r}; "
-                "every party must use the same one (or none)"
+                f"party {p!r} trains with another random_state than party {fed.name!r} "
+                f"({_shown(share)} against {random_state!r}); every party must use the same "
+                "one (or none)"
             )
         shares[p] = share
     if random_state is not None:

@@ -20,7 +20,7 @@ from vfl.audit.split import protected_layer_block
 from vfl.audit.transcript import find_plaintext
 from vfl.federation.base import PartyFailedError
 from vfl.split import ProtectedLayer
-from vfl.split.interactive import FW
+from vfl.split.interactive import FW, LabelSide, SenderSide
 from vfl.split.protocol import split_rows
 from vfl.training.schedule import Schedule
 
@@ -151,6 +151,15 @@ def test_bad_options_get_clear_errors(breast) -> None:  # type: ignore[no-untype
         SplitNNClassifier(bottoms={"lab": huge}, protocol=SMALL, max_iter=1).fit(
             parts, y, label_party="imaging"
         )
+
+
+def test_a_side_without_its_share_of_the_layer_says_so() -> None:
+    sender = SenderSide(SMALL, "imaging", 2, 0.1)
+    with pytest.raises(RuntimeError, match="layer with 'imaging' has no share of the weights"):
+        sender.backward(None)  # type: ignore[arg-type]
+    label = LabelSide(SMALL, "lab", None, None, 0.1)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="layer with 'lab' has no share of the weights"):
+        label.forward(None, 3, training=False)  # type: ignore[arg-type]
 
 
 @pytest.mark.network

@@ -82,6 +82,8 @@ def test_no_raw_feature_or_label_leaves_its_party(breast) -> None:  # type: igno
     model.fit(parts, y, label_party="imaging", keep_payloads=True)
     tags = {(r.sender, r.tag.split("/")[1]) for r in model.transcript_.records}
     assert tags == {
+        ("lab", "seed"),  # the seed agreement: each party's random_state, compared
+        ("imaging", "seed"),
         ("lab", "width"),
         ("lab", "emb"),
         ("lab", "val"),
@@ -241,6 +243,47 @@ def test_validation_runs_with_dropout_off() -> None:
     model.fit(parts, y, label_party="b")
     # per epoch: two training batches in training mode, then the validation pass in eval mode
     assert seen[-6:] == [True, True, False, True, True, False]
+
+
+def test_split_parties_with_and_without_random_state_fail_naming_the_party() -> None:
+    from vfl.federation import LocalFederation, PartyFailedError
+
+    rng = np.random.default_rng(2)
+    parts = {
+        "a": pd.DataFrame(rng.normal(size=(40, 2))),
+        "b": pd.DataFrame(rng.normal(size=(40, 2))),
+    }
+    y = pd.Series(rng.integers(0, 2, 40))
+    seeds = {"a": 3, "b": None}
+
+    def party(name: str) -> Any:
+        def run(fed: Any) -> Any:
+            model = SplitNNClassifier(max_iter=1, random_state=seeds[name])
+            label = y if name == "b" else None
+            return model.fit_party(
+                fed, parts[name], label, label_party="b", data_parties=["a", "b"]
+            )
+
+        return run
+
+    with pytest.raises(PartyFailedError, match="trains with another random_state"):
+        LocalFederation(timeout=20).run({n: party(n) for n in parts})
+
+
+def test_a_fit_without_random_state_keeps_the_agreed_seed_in_its_spec() -> None:
+    rng = np.random.default_rng(3)
+    parts = {
+        "a": pd.DataFrame(rng.normal(size=(40, 2))),
+        "b": pd.DataFrame(rng.normal(size=(40, 2))),
+    }
+    y = pd.Series(rng.integers(0, 2, 40))
+    seeds = {
+        SplitNNClassifier(max_iter=1).fit(parts, y, label_party="b").spec_.random_state
+        for _ in range(2)
+    }
+    assert None not in seeds and len(seeds) == 2  # agreed afresh each fit, not a placeholder
+    given = SplitNNClassifier(max_iter=1, random_state=5).fit(parts, y, label_party="b")
+    assert given.spec_.random_state == 5
 
 
 @pytest.mark.network

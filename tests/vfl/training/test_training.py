@@ -38,6 +38,26 @@ def test_a_given_random_state_is_used_and_must_match() -> None:
         LocalFederation(timeout=10).run({"a": same, "b": other})
 
 
+def test_a_party_without_random_state_beside_one_with_fails_at_both() -> None:
+    def party(random_state):  # type: ignore[no-untyped-def]
+        def run(fed):  # type: ignore[no-untyped-def]
+            try:
+                return agree_seed(fed, ["a", "b"], "t/seed", random_state)
+            except ValueError as error:
+                return str(error)
+
+        return run
+
+    said = LocalFederation(timeout=10).run({"a": party(7), "b": party(None)})
+    # each names the other at once (the one without does not wait on the other until timeout)
+    assert said["a"].startswith(
+        "party 'b' trains with another random_state than party 'a' (None against 7)"
+    )
+    assert said["b"].startswith(
+        "party 'a' trains with another random_state than party 'b' (7 against None)"
+    )
+
+
 def test_optimizers_by_name() -> None:
     w = np.array([1.0, -2.0])
     g = np.array([0.5, -0.5])
