@@ -180,7 +180,7 @@ def test_saved_parts_predict_the_same(breast, tmp_path) -> None:  # type: ignore
     parts, y, test_parts, _ = breast
     est = small(max_iter=1, tol=None).fit(parts, y, label_party="imaging")
     folder = est.save(tmp_path)
-    assert sorted(p.name for p in folder.iterdir()) == ["imaging.npz", "lab.npz"]
+    assert sorted(p.name for p in folder.iterdir()) == ["imaging.npz", "lab.npz", "model.json"]
     with np.load(
         folder / "imaging.npz", allow_pickle=False
     ) as saved:  # numbers only, no key material

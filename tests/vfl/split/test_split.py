@@ -319,7 +319,7 @@ def test_each_party_its_own_grpc_endpoint_gives_the_simulated_model(breast, tmp_
             strict=True,
         ):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
-    assert sorted(p.name for p in (tmp_path / "lab").iterdir()) == ["lab.npz"]
+    assert sorted(p.name for p in (tmp_path / "lab").iterdir()) == ["lab.npz", "model.json"]
     assert scores["lab"] is None  # only the label party learns the scores
     np.testing.assert_allclose(scores["imaging"], simulated.predict_proba(parts), atol=1e-5)
 
