@@ -110,7 +110,7 @@ def test_no_raw_embedding_reaches_the_label_party(breast) -> None:  # type: igno
     model.fit(parts, y, label_party="imaging", keep_payloads=True)
     assert find_plaintext(model.transcript_, secret, scales=(1.0, 2.0**24)) == []
     sent = {r.tag.split("/")[1] for r in model.transcript_.records if r.sender == "lab"}
-    assert sent == {"width", "base", "pkey", "share", "encz", "encg"}
+    assert sent == {"seed", "width", "base", "pkey", "share", "encz", "encg"}
     raw = [f.to_numpy() for f in parts.values()]
     assert find_plaintext(model.transcript_, {"lab": [raw[0]], "imaging": [raw[1]]}) == []
     # the label party learns z = h W, and W is not h's identity: its share alone is noise
@@ -119,15 +119,15 @@ def test_no_raw_embedding_reaches_the_label_party(breast) -> None:  # type: igno
 
 
 @pytest.mark.slow
-def test_it_learns_and_saved_shares_score_like_the_fitted_model(breast, tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("label", ["imaging", "registry"])  # with and without its own features
+def test_it_learns_and_saved_shares_score_like_the_fitted_model(breast, tmp_path, label) -> None:  # type: ignore[no-untyped-def]
     parts, y = breast
     options: dict[str, Any] = dict(max_iter=4, random_state=0, protocol=SMALL)
-    for label in ("imaging", "registry"):  # with and without features at the label party
-        model = SplitNNClassifier(**options).fit(parts, y, label_party=label)
-        proba = model.predict_proba(parts)
-        assert roc_auc_score(y, proba[:, 1]) > 0.97
-        again = SplitNNClassifier(**options).load(model.save(tmp_path / label))
-        np.testing.assert_allclose(again.predict_proba(parts), proba, atol=1e-6)
+    model = SplitNNClassifier(**options).fit(parts, y, label_party=label)
+    proba = model.predict_proba(parts)
+    assert roc_auc_score(y, proba[:, 1]) > 0.97
+    again = SplitNNClassifier(**options).load(model.save(tmp_path / label))
+    np.testing.assert_allclose(again.predict_proba(parts), proba, atol=1e-6)
 
 
 def test_bad_options_get_clear_errors(breast) -> None:  # type: ignore[no-untyped-def]
