@@ -140,7 +140,7 @@ def centralised(model: SplitNNClassifier, case: Case, epochs: int) -> tuple[list
     )
     x = {
         p: torch.as_tensor(
-            (case.train[p].to_numpy(dtype=float) - model.means_[p]) / model.scales_[p],
+            model.standardisers_[p].transform(case.train[p].to_numpy(dtype=float)),
             dtype=torch.float32,
         )
         for p in order

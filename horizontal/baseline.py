@@ -26,6 +26,8 @@ import numpy as np
 from horizontal.local import holdout, penalty
 from horizontal.model import build_module
 from vfl.extras import optional
+from vfl.training.standardise import Standardiser
+from vfl.training.torch_loop import torch_optimizer, train_step
 
 if TYPE_CHECKING:
     import torch
@@ -143,9 +145,8 @@ def _linear(x: Vector, y: Vector, classification: bool, alpha: float, n_classes:
 
 def _network(spec: Any, x: Vector, y: Vector, classes: Vector, alpha: float) -> PooledModel:
     classification = spec.task == "classification"
-    mean, scale = x.mean(axis=0), x.std(axis=0)
-    scale = np.where(scale > 0, scale, 1.0)
-    z = torch.as_tensor((x - mean) / scale, dtype=torch.float32)
+    scaling = Standardiser().fit(x)
+    z = torch.as_tensor(scaling.transform(x), dtype=torch.float32)
     if classification:
         index = {c: k for k, c in enumerate(classes.tolist())}
         t = torch.as_tensor([index[v] for v in y.tolist()], dtype=torch.long)
@@ -159,7 +160,7 @@ def _network(spec: Any, x: Vector, y: Vector, classes: Vector, alpha: float) -> 
     train, held = holdout(y, spec.validation_fraction, seed, stratify=classification)
     outputs = len(classes) if classification else 1
     module = build_module(spec.module, x.shape[1], outputs, spec.hidden, spec.random_state)
-    optimiser = torch.optim.Adam(module.parameters(), lr=1e-3)
+    optimiser = torch_optimizer("adam", module.parameters(), learning_rate=1e-3)
     params = list(module.parameters())
     batch = min(200, len(train))
     generator = torch.Generator().manual_seed(seed)
@@ -169,9 +170,7 @@ def _network(spec: Any, x: Vector, y: Vector, classes: Vector, alpha: float) -> 
         order = torch.as_tensor(train)[torch.randperm(len(train), generator=generator)]
         for i in range(0, len(order), batch):
             rows = order[i : i + batch]
-            optimiser.zero_grad()
-            (loss_fn(module(z[rows]), t[rows]) + penalty(params, alpha)).backward()
-            optimiser.step()
+            train_step(optimiser, loss_fn(module(z[rows]), t[rows]) + penalty(params, alpha))
         with torch.no_grad():
             loss = float(loss_fn(module(z[held]), t[held]).item())
         waited = waited + 1 if not loss < best - spec.tol else 0
@@ -181,7 +180,7 @@ def _network(spec: Any, x: Vector, y: Vector, classes: Vector, alpha: float) -> 
     module.eval()
 
     def scores(values: Any) -> Vector:
-        rows = torch.as_tensor((np.asarray(values, dtype=np.float64) - mean) / scale)
+        rows = torch.as_tensor(scaling.transform(np.asarray(values, dtype=np.float64)))
         with torch.no_grad():
             out: Vector = module(rows.float()).double().numpy()
         return out

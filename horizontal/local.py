@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vfl.extras import optional
+from vfl.training.torch_loop import torch_optimizer, train_step
 
 if TYPE_CHECKING:
     import torch
@@ -75,11 +76,9 @@ def local_train(
             for i in range(0, n, spec.batch_size)
         ]
     if plan.optimizer == "adam":
-        adam = torch.optim.Adam(params, lr=spec.learning_rate)
+        adam = torch_optimizer("adam", params, learning_rate=spec.learning_rate)
         for rows in batches:
-            adam.zero_grad()
-            (loss_fn(module(x[rows]), y[rows]) + penalty(params, alpha)).backward()
-            adam.step()
+            train_step(adam, loss_fn(module(x[rows]), y[rows]) + penalty(params, alpha))
         return len(batches)
     for rows in batches:
         for p in params:

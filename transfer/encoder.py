@@ -37,6 +37,8 @@ from vfl.privacy import PrivacyLedger
 from vfl.progress import EpochProgress
 from vfl.training.encoder import ARTIFACT_VERSION, EncoderArtifact, build_encoder
 from vfl.training.modules import mlp, output_width, seeded
+from vfl.training.standardise import Standardiser
+from vfl.training.torch_loop import torch_optimizer, train_step
 from vfl.validation import check_numeric
 
 if TYPE_CHECKING:
@@ -110,6 +112,9 @@ class EncoderTransferClassifier(BinaryScores, BaseEstimator):  # type: ignore[mi
     ----------
     encoder_, head_, classes_, artifact_
         The (fine-tuned) encoder, the head, the two classes, the artefact fitted from.
+    own_columns_, own_standardiser_
+        The target's own columns the head reads beside the encoder's output, and their scaling
+        (:class:`~vfl.training.Standardiser`).
     n_iter_ : int
         Steps made.
     history_ : list of dict
@@ -172,10 +177,8 @@ class EncoderTransferClassifier(BinaryScores, BaseEstimator):  # type: ignore[mi
             else np.zeros((len(frame), 0))
         )
         if fitting:
-            self.own_mean_ = own.mean(axis=0)
-            std = own.std(axis=0)
-            self.own_scale_ = np.where(std > 0, std, 1.0)
-        z_own = (own - self.own_mean_) / self.own_scale_
+            self.own_standardiser_ = Standardiser().fit(own)
+        z_own = self.own_standardiser_.transform(own)
         return (
             torch.as_tensor(z_shared, dtype=torch.float32),
             torch.as_tensor(z_own, dtype=torch.float32),
@@ -200,17 +203,17 @@ class EncoderTransferClassifier(BinaryScores, BaseEstimator):  # type: ignore[mi
         with seeded(self.random_state):
             self.head_ = mlp(self.artifact_.dim + own.shape[1], 1, self.hidden_layer_sizes)
         params = list(self.head_.parameters()) + trainable
-        optimizer = torch.optim.Adam(params, lr=self.learning_rate, weight_decay=self.weight_decay)
+        optimizer = torch_optimizer(
+            "adam", params, learning_rate=self.learning_rate, weight_decay=self.weight_decay
+        )
         target_t = torch.as_tensor(y == self.classes_[1], dtype=torch.float32)
         loss_fn = nn.BCEWithLogitsLoss()
         self.history_: list[dict[str, Any]] = []
         with EpochProgress("target", self.max_iter, self.verbose, desc="step") as shown:
             for step in range(self.max_iter):
                 began = time.perf_counter()
-                optimizer.zero_grad()
                 loss = loss_fn(self._logits(shared, own), target_t)
-                loss.backward()
-                optimizer.step()
+                train_step(optimizer, loss)
                 seconds = time.perf_counter() - began
                 self.history_.append({"epoch": step + 1, "loss": float(loss), "seconds": seconds})
                 shown.update(step + 1, loss=float(loss))
@@ -241,8 +244,7 @@ class EncoderTransferClassifier(BinaryScores, BaseEstimator):  # type: ignore[mi
         arrays = {
             "mean": np.asarray(art.mean, dtype=float),
             "scale": np.asarray(art.scale, dtype=float),
-            "own_mean": np.asarray(self.own_mean_, dtype=float),
-            "own_scale": np.asarray(self.own_scale_, dtype=float),
+            **self.own_standardiser_.to_arrays("own_"),
             **persistence.state_dict_to_arrays(self.encoder_.state_dict(), "encoder."),
             **persistence.state_dict_to_arrays(self.head_.state_dict(), "head."),
         }
@@ -266,7 +268,7 @@ class EncoderTransferClassifier(BinaryScores, BaseEstimator):  # type: ignore[mi
         self.encoder_ = self.artifact_.module()
         self.encoder_.eval()
         self.own_columns_ = [str(c) for c in meta["own_columns"]]
-        self.own_mean_, self.own_scale_ = arrays["own_mean"], arrays["own_scale"]
+        self.own_standardiser_ = Standardiser.from_arrays(arrays, "own_")
         hidden = tuple(int(h) for h in meta["hidden_layer_sizes"])
         self.head_ = mlp(self.artifact_.dim + len(self.own_columns_), 1, hidden)
         self.head_.load_state_dict(persistence.arrays_to_state_dict(arrays, "head."))

@@ -48,6 +48,7 @@ from vfl.federation.base import Federation
 from vfl.privacy import randomized_response, record_randomized_response
 from vfl.privacy.options import RandomizedResponse
 from vfl.training.modules import mlp, output_width, seeded
+from vfl.training.standardise import Standardiser
 from vfl.validation import check_numeric
 
 if TYPE_CHECKING:
@@ -194,6 +195,9 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
     validation_loss_curve_ (the target's held-out loss after 0, 1, ... updates; empty without
     early stopping), views_ (with ``keep_views``: the target's gradients of the overlap rows
     per iteration)
+    columns_, standardisers_ : dict
+        Each held party's columns and their scaling (its own means and deviations,
+        :class:`~vfl.training.Standardiser`).
     history_ : list of dict
         One record per iteration: ``epoch`` (1-based), ``loss`` (this party's: the source's
         own loss in simulation), ``seconds``, and the target's ``validation_loss`` after it
@@ -342,15 +346,12 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
     def _standardise(self, party: str, frame: pd.DataFrame) -> np.ndarray[Any, Any]:
         values = check_numeric(frame, party, [str(c) for c in frame.columns])
         self.columns_[party] = [str(c) for c in frame.columns]
-        self.means_[party] = values.mean(axis=0)
-        std = values.std(axis=0)
-        self.scales_[party] = np.where(std > 0, std, 1.0)
+        self.standardisers_[party] = Standardiser().fit(values)
         return self._design(party, frame)
 
     def _design(self, party: str, frame: pd.DataFrame) -> np.ndarray[Any, Any]:
         values = check_numeric(frame, party, self.columns_[party])
-        out: np.ndarray[Any, Any] = (values - self.means_[party]) / self.scales_[party]
-        return out
+        return self.standardisers_[party].transform(values)
 
     def _classes(self, source_labels: Any, index: pd.Index, party: str) -> np.ndarray[Any, Any]:
         labels = pd.Series(source_labels)
@@ -529,8 +530,7 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
         ):
             if hasattr(self, stale):
                 delattr(self, stale)
-        self.means_: dict[str, Any] = {}
-        self.scales_: dict[str, Any] = {}
+        self.standardisers_: dict[str, Standardiser] = {}
         self.columns_: dict[str, list[str]] = {}
 
     def _collect(self, results: dict[str, FTLResult], spec: FTLSpec) -> None:
@@ -642,8 +642,7 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
                 "classes": [c.item() if isinstance(c, np.generic) else c for c in self.classes_],
             }
             arrays = {
-                "mean": np.asarray(self.means_[party], dtype=float),
-                "scale": np.asarray(self.scales_[party], dtype=float),
+                **self.standardisers_[party].to_arrays(),
                 **persistence.state_dict_to_arrays(encoder.state_dict(), "encoder."),
             }
             if role == "target":
@@ -685,7 +684,7 @@ class FederatedTransferClassifier(BinaryScores, FederatedEstimator):
             role, party = str(meta["role"]), str(meta["party"])
             columns = [str(c) for c in meta["columns"]]
             self.columns_[party] = columns
-            self.means_[party], self.scales_[party] = arrays["mean"], arrays["scale"]
+            self.standardisers_[party] = Standardiser.from_arrays(arrays)
             encoder = self.build_encoder(party, role, len(columns))
             encoder.load_state_dict(persistence.arrays_to_state_dict(arrays, "encoder."))
             encoder.eval()

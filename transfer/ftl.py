@@ -98,6 +98,7 @@ from vfl.federation.messages import Message, Namespace
 from vfl.federation.wire import CiphertextBlock
 from vfl.progress import EpochProgress
 from vfl.training.convergence import LossCurve
+from vfl.training.torch_loop import torch_optimizer, train_step
 
 if TYPE_CHECKING:
     import torch
@@ -327,8 +328,11 @@ class _Party:
     def __init__(self, spec: FTLSpec, encoder: nn.Module, x: np.ndarray[Any, Any]) -> None:
         self.spec, self.encoder = spec, encoder
         self.x = torch.as_tensor(x, dtype=torch.float32)
-        self.optimizer = torch.optim.Adam(
-            encoder.parameters(), lr=spec.learning_rate, weight_decay=spec.weight_decay
+        self.optimizer = torch_optimizer(
+            "adam",
+            encoder.parameters(),
+            learning_rate=spec.learning_rate,
+            weight_decay=spec.weight_decay,
         )
 
 
@@ -390,9 +394,7 @@ class SourceRole(_Party):
                         shown.note(f"{peer!r} stopped early, kept epoch {result.best_epoch}")
                     break
                 surrogate = spec.source_weight * own + phi @ torch.as_tensor(v, dtype=torch.float32)
-                self.optimizer.zero_grad()
-                surrogate.backward()
-                self.optimizer.step()
+                train_step(self.optimizer, surrogate)
                 result.loss_curve.append(float(own.detach()))
                 result.iteration_seconds.append(time.perf_counter() - began)
                 result.n_iter = it + 1
@@ -626,9 +628,7 @@ class TargetRole(_Party):
                     result.view.append(g[: spec.n_overlap].copy())
                 if stop:
                     break
-                self.optimizer.zero_grad()
-                u.backward(torch.as_tensor(g, dtype=torch.float32))
-                self.optimizer.step()
+                train_step(self.optimizer, u, torch.as_tensor(g, dtype=torch.float32))
                 result.iteration_seconds.append(time.perf_counter() - began)
                 result.n_iter = it + 1
                 if not self.validating:

@@ -54,6 +54,7 @@ from vfl.split.options import (
 from vfl.split.part import SplitPart
 from vfl.split.protocol import DataRole, LabelRole, ScoreRole, SplitResult, SplitSpec
 from vfl.training.modules import mlp, output_width, seeded
+from vfl.training.standardise import Standardiser
 from vfl.validation import (
     check_class_labels,
     check_numeric,
@@ -324,8 +325,7 @@ class _SplitNN(FederatedEstimator):
             if hasattr(self, stale):
                 delattr(self, stale)
         self.shares_: dict[str, dict[str, Any]] = {}
-        self.means_: dict[str, Any] = {}
-        self.scales_: dict[str, Any] = {}
+        self.standardisers_: dict[str, Standardiser] = {}
         self.columns_: dict[str, list[str]] = {}
 
     def _ledger_or(self, ledger: Any) -> Any:
@@ -365,9 +365,7 @@ class _SplitNN(FederatedEstimator):
         if frame is not None:
             values = check_numeric(frame, party, [str(c) for c in frame.columns])
             self.columns_[party] = [str(c) for c in frame.columns]
-            self.means_[party] = values.mean(axis=0)
-            std = values.std(axis=0)
-            self.scales_[party] = np.where(std > 0, std, 1.0)
+            self.standardisers_[party] = Standardiser().fit(values)
             module = self.build_bottom(party, spec.data_parties.index(party), frame.shape[1])
             x = self._design(party, frame)
         if party == spec.label_party:
@@ -404,8 +402,7 @@ class _SplitNN(FederatedEstimator):
 
     def _design(self, party: str, frame: pd.DataFrame) -> np.ndarray[Any, Any]:
         values = check_numeric(frame, party, self.columns_[party])
-        out: np.ndarray[Any, Any] = (values - self.means_[party]) / self.scales_[party]
-        return out
+        return self.standardisers_[party].transform(values)
 
     def _collect(self, results: dict[str, Any], spec: SplitSpec, own: bool) -> None:
         label: SplitResult = results[spec.label_party]
@@ -549,12 +546,17 @@ class _SplitNN(FederatedEstimator):
             else:
                 extra["target"] = [self.target_mean_, self.target_scale_]
         module = self.modules_.get(party)
+        scaling = (
+            self.standardisers_[party].to_arrays()
+            if party in self.standardisers_
+            else {"mean": np.zeros(0), "scale": np.zeros(0)}  # a label party without columns
+        )
         return SplitPart(
             party=party,
             role="active" if is_label else "passive",
             columns=self.columns_.get(party, []),
-            mean=np.asarray(self.means_.get(party, np.zeros(0)), dtype=float),
-            scale=np.asarray(self.scales_.get(party, np.zeros(0)), dtype=float),
+            mean=scaling["mean"],
+            scale=scaling["scale"],
             bottom={} if module is None else persistence.state_dict_to_arrays(module.state_dict()),
             top=top,
             extra=extra,
@@ -615,7 +617,9 @@ class _SplitNN(FederatedEstimator):
             parties = [str(p) for p in extra["data_parties"]]
             if part.bottom:
                 self.columns_[party] = part.columns
-                self.means_[party], self.scales_[party] = part.mean, part.scale
+                self.standardisers_[party] = Standardiser.from_arrays(
+                    {"mean": part.mean, "scale": part.scale}
+                )
                 module = self.build_bottom(party, parties.index(party), len(part.columns))
                 module.load_state_dict(persistence.arrays_to_state_dict(part.bottom))
                 self.modules_[party] = module
@@ -740,6 +744,9 @@ class SplitNNClassifier(_SplitNN):
     modules_, top_, classes_, n_iter_, best_epoch_, loss_curve_, views_
         Each party's bottom, the top, the classes, epochs run, the epoch kept, the loss per
         epoch, what each sender received (``keep_views``).
+    columns_, standardisers_ : dict
+        Each held party's columns and their scaling (its own means and deviations,
+        :class:`~vfl.training.Standardiser`).
     history_ : list of dict
         One record per epoch at the label party: ``epoch``, ``loss``, ``seconds``.
     privacy_ledger_ : PrivacyLedger

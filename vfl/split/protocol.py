@@ -45,6 +45,7 @@ from vfl.split.interactive import LabelSide, ProtectedLayer, SenderSide
 from vfl.training.control import EpochControl
 from vfl.training.convergence import LossCurve
 from vfl.training.schedule import Schedule
+from vfl.training.torch_loop import torch_optimizer, train_step
 
 if TYPE_CHECKING:
     import torch
@@ -158,12 +159,10 @@ def split_rows(n: int, spec: SplitSpec) -> tuple[np.ndarray[Any, Any], np.ndarra
     return np.sort(order[held:]), np.sort(order[:held])
 
 
-def make_optimizer(spec: SplitSpec, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+def _optimizer(spec: SplitSpec, params: list[nn.Parameter]) -> torch.optim.Optimizer:
     """A party's optimiser on its own parameters: torch's fused kernels (one call for all of
     them: a third of the per-step time of the loop over tensors on small modules)."""
-    if spec.optimizer == "adam":
-        return torch.optim.Adam(params, lr=spec.learning_rate, fused=True)
-    return torch.optim.SGD(params, lr=spec.learning_rate, fused=True)
+    return torch_optimizer(spec.optimizer, params, learning_rate=spec.learning_rate, fused=True)
 
 
 def _send(
@@ -210,7 +209,7 @@ class DataRole:
         SPLIT.send(fed, label, "width", Width(width))
         train, val = split_rows(len(self.x), spec)
         epochs = Schedule(len(train), spec.batch_size, spec.seed).epochs()
-        optimizer = make_optimizer(spec, list(self.module.parameters()))
+        optimizer = _optimizer(spec, list(self.module.parameters()))
         side = None
         if spec.protected is not None:
             side = SenderSide(spec.protected, label, width, spec.layer_rate)
@@ -237,9 +236,7 @@ class DataRole:
                     g = _recv(fed, label, "grad", EmbeddingGrad, (len(rows), width), epoch, b)
                 if spec.keep_views:
                     view.append((rows.copy(), g.copy()))
-                optimizer.zero_grad()
-                torch.autograd.backward(h, torch.as_tensor(g, dtype=torch.float32))
-                optimizer.step()
+                train_step(optimizer, h, torch.as_tensor(g, dtype=torch.float32))
             if len(val):
                 self.module.eval()  # dropout off, no statistics updated on validation rows
                 with torch.no_grad():
@@ -318,7 +315,7 @@ class LabelRole:
         params = list(self.top.parameters()) + (
             list(self.module.parameters()) if self.module is not None else []
         )
-        optimizer = make_optimizer(spec, params)
+        optimizer = _optimizer(spec, params)
         loss_fn: Any = nn.CrossEntropyLoss() if spec.task == "classification" else nn.MSELoss()
         y = (
             torch.as_tensor(self.targets, dtype=torch.long)
@@ -342,9 +339,7 @@ class LabelRole:
                     rows = train[batch]
                     received = self._receive(fed, rows, epoch, b)
                     loss = loss_fn(self.forward(rows, received), y[rows])
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
+                    train_step(optimizer, loss)
                     if self.sides:
                         delta = received["layer"].grad
                         d = (
