@@ -51,8 +51,20 @@ def _evaluate_transfer(
     return {"test_auc": auc}, {"probability": proba}
 
 
+def _present_transfer(estimator: Any, proba: np.ndarray[Any, Any]) -> dict[str, Any]:
+    """The ``predictions.csv`` columns of new rows (``vflink party --predict``): the
+    probability of ``classes_[1]`` and the predicted class (that one where it is above 0.5)."""
+    return {"probability": proba, "predicted": estimator.classes_[(proba > 0.5).astype(int)]}
+
+
 TRANSFER = Job(
-    "transfer", _transfer, _evaluate_transfer, ("test_auc",), protocols=False, runner="transfer"
+    "transfer",
+    _transfer,
+    _evaluate_transfer,
+    ("test_auc",),
+    present=_present_transfer,
+    protocols=False,
+    runner="transfer",
 )
 
 

@@ -30,6 +30,8 @@ Subcommands arrive with the capabilities they drive; for now:
     party runs it (each data party with its new file and its own ``model_<party>.npz``, the
     coordinator with neither); the rows are aligned as in training and only the label party
     learns the scores (``predictions.csv``, and ``metrics.json`` when its file holds labels).
+    A transfer job's target scores its new rows alone, contacting no peer
+    (:func:`vfl.app.transfer.run_transfer_predict`); its source has nothing to do.
 
 A party fails fast and plainly (:mod:`vfl.app.drive`): an error in its command line, its files,
 its model file or its own certificate is logged at once, before any peer is contacted, and
@@ -127,7 +129,11 @@ def _party(args: argparse.Namespace) -> int:
         secret = _secret(args.secret_file)
     except ValueError as exc:  # say so at once, then tell the peers that come up why
         logger.error("party %r refuses to start: %s", args.name, exc)
-        config.stop_peers(args.name, str(exc), cert=args.cert, key=args.key)
+        from vfl.app.party import job_runner
+
+        # a transfer job's --predict contacts no peer (its target scores alone): none to tell
+        if not (args.predict and job_runner(config) == "transfer"):
+            config.stop_peers(args.name, str(exc), cert=args.cert, key=args.key)
         raise
     from vfl.app.party import run_party
     from vfl.app.predict import run_predict
@@ -139,6 +145,13 @@ def _party(args: argparse.Namespace) -> int:
         summary = run_party(config, args.name, **where)
     scored = " scored" if args.predict else ""
     line = f"party {args.name!r} done: {summary['rows']} common rows{scored}"
+    alone = summary.get("scored_alone_by")  # a transfer job's --predict: the target alone
+    if alone is not None:
+        line = f"party {args.name!r} done: " + (
+            f"{summary['rows']} rows scored alone"
+            if alone == args.name
+            else f"nothing to score (party {alone!r}, the target, scores alone)"
+        )
     auc, accuracy, r2 = (summary.get(k) for k in ("test_auc", "test_accuracy", "test_r2"))
     if auc is not None:  # a binary classifier
         line += f", test AUC {auc:.4f}"

@@ -116,6 +116,7 @@ __all__ = [
     "HeldOutRows",
     "align_rows",
     "draw_test_rows",
+    "job_runner",
     "outputs",
     "predictions_frame",
     "run_party",
@@ -153,7 +154,7 @@ def run_party(
     Raises ValueError for bad input, a FederationError when a peer fails; writes nothing
     unless the whole job succeeded. A job whose runner is ``"transfer"`` (``model =
     "transfer"``) runs :func:`vfl.app.transfer.run_transfer_party` instead."""
-    if _runner(config) == "transfer":
+    if job_runner(config) == "transfer":
         return run_transfer_party(
             config, name, data=data, out=out, cert=cert, key=key, secret=secret
         )
@@ -378,7 +379,7 @@ def predictions_frame(
     return frame
 
 
-def _runner(config: FederationConfig) -> str:
+def job_runner(config: FederationConfig) -> str:
     """The runner of the config's job; ``"vertical"`` for a model that is not a job, whose
     :func:`~vfl.app.plan.plan` then refuses it with the valid names (telling the peers)."""
     try:

@@ -24,6 +24,7 @@ from vfl.registry import Job
 __all__ = [
     "JOB_KEYS",
     "PartyRun",
+    "check_trained_columns",
     "feature_columns",
     "job_table",
     "make_estimator",
@@ -173,6 +174,21 @@ def feature_columns(
         raise ValueError(f"party {name!r}: its data file has no numeric feature columns")
     logger.info("party %r: features (all numeric columns): %s", name, chosen)
     return chosen
+
+
+def check_trained_columns(
+    frame: pd.DataFrame, name: str, columns: list[str], model: str | Path | None
+) -> list[str]:
+    """``--predict``: the new data file has every column that party ``name``'s saved part
+    (``model``) was trained on; returns them (this party's features, in the fitted order)."""
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"party {name!r}: its data file lacks the columns {missing} that its model "
+            f"{model} was trained on (it has {list(frame.columns)}); add them, under the "
+            "same names"
+        )
+    return list(columns)
 
 
 @dataclass

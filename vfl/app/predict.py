@@ -6,6 +6,9 @@ it, :func:`load_model`) and reads its new data file (the label column is optiona
 (:func:`vfl.app.party.align_rows`) and score every common row (:func:`predict_rows`), with no
 split and no training; only the active party learns the scores (:func:`predict_outputs`). See
 :mod:`vfl.app.party` for the outputs and what is refused before any peer is contacted.
+
+A transfer job's target scores its new rows alone, with no federation and nothing sent to the
+source (:func:`vfl.app.transfer.run_transfer_predict`).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import numpy as np
 import pandas as pd
 
 from vfl.app.drive import drive
-from vfl.app.party import align_rows, predictions_frame
-from vfl.app.plan import PartyRun, plan, read_data
+from vfl.app.party import align_rows, job_runner, predictions_frame
+from vfl.app.plan import PartyRun, check_trained_columns, plan, read_data
+from vfl.app.transfer import run_transfer_predict
 from vfl.federation.base import Federation
 from vfl.federation.config import FederationConfig
 from vfl.persistence import load_model as load_saved
@@ -95,15 +99,7 @@ def check_columns(run: PartyRun, model: str | Path | None) -> None:
         return
     part = run.estimator.parts_[run.name]
     # the raw columns the part's design reads (its preprocessing's inputs, when it keeps one)
-    columns = list(part.input_columns)
-    missing = [c for c in columns if c not in run.frame.columns]
-    if missing:
-        raise ValueError(
-            f"party {run.name!r}: its data file lacks the columns {missing} that its model "
-            f"{model} was trained on (it has {list(run.frame.columns)}); add them, under the "
-            "same names"
-        )
-    run.features = list(columns)
+    run.features = check_trained_columns(run.frame, run.name, list(part.input_columns), model)
 
 
 def predict_rows(run: PartyRun, fed: Federation) -> None:
@@ -163,16 +159,17 @@ def run_predict(
     score them all; only the label party learns the scores. ``secret`` as in
     :func:`vfl.app.party.run_party`. Returns a summary (the label party's includes the job's
     metrics when the new file holds labels). Raises ValueError for bad input (telling the peers
-    why), a FederationError when a peer fails; writes nothing unless every stage succeeded."""
+    why), a FederationError when a peer fails; writes nothing unless every stage succeeded.
+
+    A transfer job (``model = "transfer"``) runs :func:`vfl.app.transfer.run_transfer_predict`
+    instead: its target scores its new rows alone, with no federation (``cert``, ``key`` and
+    ``secret`` unused), and nothing about them is sent to the source."""
+    if job_runner(config) == "transfer":
+        return run_transfer_predict(config, name, data=data, model=model, out=out)
 
     def prepare() -> PartyRun:
         config.check_arguments(name, model=model, predict=True)  # before anything loads
         run = plan(config, name, secret)
-        if run.learner.runner == "transfer":
-            raise ValueError(
-                f"{config.path}: a transfer job has no --predict yet: its target scores every "
-                "row of its file in the training run (predictions.csv)"
-            )
         run.predict = True
         load_model(run, model)
         read_data(run, data)

@@ -1,6 +1,6 @@
 """One party's side of a transfer job, as ``vflink party`` runs it (``model = "transfer"``, a
 job whose :attr:`~vfl.registry.Job.runner` is ``"transfer"``, registered by
-:mod:`transfer.jobs`).
+:mod:`transfer.jobs`), and scoring new rows with the saved part (``vflink party --predict``).
 
 The source is the config's active party (every row of its file labelled); the target is the
 other data party, whose ``label_column`` may be missing on most rows (its few labels). A
@@ -22,18 +22,34 @@ the two parties' rows (PSI on ``id_column``, or ``align = "bloom"``) to find the
 both (:func:`find_overlap`); the target holds out ``test_fraction`` of its labelled rows
 (stratified, from ``split_seed``: its own decision, nothing is sent) (:func:`hold_out`); train
 on every row of each party (:func:`train_transfer`); the target scores all its rows
-(:func:`score_target`). Outputs, written only when the job has succeeded: each party's
+(:func:`score_target`). Outputs, written only when the job has succeeded: each data party's
+``model_<party>.npz`` (its own part, as :meth:`~transfer.FederatedTransferClassifier.save`
+writes it, :func:`model_part`: its encoder, its columns and their scaling; the target's also
+``Phi``, the stacked head and the classes; nothing of the other party) and
 ``aligned_<party>.csv`` (its IDs of the shared patients, in the common order); the target's
 ``predictions.csv`` (every row: its ID, the probability, its label where known and whether
 it was held out) and ``metrics.json`` (test AUC on the held-out labelled rows, the counts,
-seconds per stage); the source's ``privacy_ledger.json`` with label DP (``privacy``). The fitted
-encoders are not written (not yet: a transfer model file).
+seconds per stage); the source's ``privacy_ledger.json`` with label DP (``privacy``).
+
+Scoring new rows (:func:`run_transfer_predict`, which ``vflink party --predict`` runs for a
+transfer job): the target scores alone, as the estimator's ``decision_function`` does (its
+standardisation, its encoder, ``Phi`` and its head: nothing of the source's). It loads its
+part (``--model model_<target>.npz``, checked against the party and the config,
+:func:`load_transfer_model`), checks that its new file has the columns the part was trained on
+(:func:`vfl.app.plan.check_trained_columns`, as for a vertical job), scores every row
+(:func:`score_new_rows`) and writes ``predictions.csv`` (the ID column if the file has one, the
+probability and the predicted class) and, when the file has labels, ``metrics.json`` (the AUC
+on the labelled rows) (:func:`new_rows_outputs`). No federation is opened: nothing about the
+rows is sent to the source, nor is the source needed. The source's ``--predict`` (with its own
+``--model``, checked) and the coordinator's have nothing to do: each logs that the target
+scores alone and exits successfully, writing nothing.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -41,15 +57,28 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vfl.app.drive import drive
-from vfl.app.plan import PartyRun, plan, read_data
+from vfl.app.drive import drive, publish
+from vfl.app.plan import (
+    PartyRun,
+    check_trained_columns,
+    job_table,
+    make_estimator,
+    plan,
+    read_csv,
+    read_data,
+)
 from vfl.federation.base import Federation
 from vfl.federation.config import FederationConfig
 
 __all__ = [
     "find_overlap",
     "hold_out",
+    "load_transfer_model",
+    "model_part",
+    "new_rows_outputs",
     "run_transfer_party",
+    "run_transfer_predict",
+    "score_new_rows",
     "score_target",
     "train_transfer",
     "transfer_outputs",
@@ -66,6 +95,11 @@ def _peer(run: PartyRun) -> str:
             f"active, and the target); the config has {parties}"
         )
     return next(p for p in parties if p != run.name)
+
+
+def _target(config: FederationConfig) -> str | None:
+    """The target: the data party that is not the active one (``_peer`` checks there are two)."""
+    return next((p for p in config.data_parties if p != config.active), None)
 
 
 def find_overlap(run: PartyRun, fed: Federation) -> None:
@@ -164,7 +198,18 @@ def score_target(run: PartyRun, fed: Federation) -> None:
     run.seconds["predict"] = time.perf_counter() - began
 
 
+def model_part(run: PartyRun) -> bytes:
+    """This party's own part of the fitted model, the ``<party>.npz`` that
+    :meth:`~transfer.FederatedTransferClassifier.save` writes (the estimator holds no other
+    party's part after ``fit_party``)."""
+    with tempfile.TemporaryDirectory(prefix="vflink-model-") as folder:
+        run.estimator.save(folder)
+        return (Path(folder) / f"{run.name}.npz").read_bytes()
+
+
 def transfer_outputs(run: PartyRun, summary: dict[str, Any]) -> dict[str, str | bytes]:
+    """The files of a training run (see the module docstring); the target's metrics go into
+    ``summary``."""
     files: dict[str, str | bytes] = {}
     if run.frame is None or run.aligned is None:
         return files
@@ -174,6 +219,7 @@ def transfer_outputs(run: PartyRun, summary: dict[str, Any]) -> dict[str, str | 
     files[f"aligned_{run.name}.csv"] = pd.DataFrame(
         {"common_row": np.arange(len(rows)), id_column: ids}
     ).to_csv(index=False)
+    files[f"model_{run.name}.npz"] = model_part(run)
     ledger = getattr(run.estimator, "privacy_ledger_", None)
     if ledger is not None and len(ledger):
         files["privacy_ledger.json"] = ledger.to_json()
@@ -243,3 +289,157 @@ def run_transfer_party(
         summarize,
         transfer_outputs,
     )
+
+
+# -- scoring new rows: the target alone ----------------------------------------------------
+
+
+def load_transfer_model(run: PartyRun, model: str | Path | None) -> None:
+    """``--predict``: give the estimator this party's saved part (the ``model_<party>.npz`` its
+    training run wrote), checked against the party and the config: its own part, trained with
+    these two data parties, in the role (source or target) the config gives it."""
+    name, config = run.name, run.config
+    try:
+        run.estimator.load(model)
+    except ValueError as exc:
+        raise ValueError(
+            f"party {name!r}: --model {model}: {exc}; pass the model_{name}.npz that its "
+            "training run wrote"
+        ) from None
+    spec = run.estimator.spec_
+    held = "target" if getattr(run.estimator, "target_encoder_", None) is not None else "source"
+    owner = spec.target if held == "target" else spec.source
+    if owner != name:
+        raise ValueError(
+            f"party {name!r}: --model {model} is the part of party {owner!r}, not of party "
+            f"{name!r}; pass the model_{name}.npz that its own training run wrote"
+        )
+    trained = [spec.source, spec.target]
+    if sorted(trained) != sorted(run.data_parties):
+        raise ValueError(
+            f"party {name!r}: --model {model} was trained with the data parties {trained}, "
+            f"but {config.path} has {run.data_parties}; score with the config it was trained "
+            "with"
+        )
+    role = "source" if name == config.active else "target"
+    if held != role:
+        raise ValueError(
+            f"party {name!r}: --model {model} was trained with {name!r} as the {held}, but "
+            f"{config.path} makes it the {role}; score with the config it was trained with"
+        )
+
+
+def score_new_rows(run: PartyRun, model: str | Path | None) -> None:
+    """The target scores every row of its new file alone, after checking its columns (those
+    its part was trained on) and its labels, where it has any (the model's classes)."""
+    if run.frame is None:
+        return
+    began = time.perf_counter()
+    estimator, label_column = run.estimator, run.job["label_column"]
+    run.features = check_trained_columns(
+        run.frame, run.name, list(estimator.columns_[run.name]), model
+    )
+    if label_column in run.frame.columns:
+        known = run.frame[label_column].dropna()
+        unknown = sorted(set(known.tolist()) - set(estimator.classes_.tolist()), key=str)
+        if unknown:
+            raise ValueError(
+                f"party {run.name!r}: its label column {label_column!r} holds {unknown[:5]} "
+                f"(e.g. row {int(np.flatnonzero(known.isin(unknown))[0])}), not the classes "
+                f"{estimator.classes_.tolist()} its model {model} was trained on; fix those "
+                "labels or drop the column"
+            )
+    run.rows = len(run.frame)
+    logger.info("party %r: scoring %d rows alone (nothing is sent)", run.name, run.rows)
+    run.predicted = estimator.predict_proba(run.frame[run.features])[:, 1]
+    run.seconds["predict"] = time.perf_counter() - began
+
+
+def new_rows_outputs(run: PartyRun, summary: dict[str, Any]) -> dict[str, str | bytes]:
+    """The target's files of ``--predict``: ``predictions.csv`` (every row, in the file's
+    order: its ID when the file has the ID column, the job's prediction columns -- the
+    probability and the predicted class -- and its label where the file has one) and, when
+    some rows are labelled, ``metrics.json`` (the AUC on those rows, in ``summary``)."""
+    files: dict[str, str | bytes] = {}
+    if run.frame is None or run.predicted is None:
+        return files
+    id_column, label_column = run.job["id_column"], run.job["label_column"]
+    predictions = pd.DataFrame(index=range(len(run.frame)))
+    if id_column in run.frame.columns:
+        predictions[id_column] = run.frame[id_column].to_numpy()
+    for column, values in run.learner.present(run.estimator, run.predicted).items():
+        predictions[column] = values
+    labels = run.frame[label_column] if label_column in run.frame.columns else None
+    if labels is not None:
+        predictions[label_column] = labels.to_numpy()
+    files["predictions.csv"] = predictions.to_csv(index=False)
+    known = np.zeros(0, dtype=bool) if labels is None else labels.notna().to_numpy()
+    if labels is not None and known.any():
+        truth = labels.to_numpy()[known]
+        found, _ = run.learner.evaluate(run.estimator, truth, run.predicted[known])
+        metrics: dict[str, Any] = dict.fromkeys(run.learner.metrics)
+        metrics.update(found)
+        summary.update(metrics, model=run.learner.name, labelled_rows=int(known.sum()))
+        files["metrics.json"] = json.dumps(summary, indent=1)
+    return files
+
+
+def run_transfer_predict(
+    config: FederationConfig,
+    name: str,
+    *,
+    data: str | Path | None = None,
+    model: str | Path | None = None,
+    out: str | Path = ".",
+) -> dict[str, Any]:
+    """Party ``name``'s ``vflink party --predict`` in a transfer job (see the module
+    docstring): the target loads its part (``model``, ``model_<target>.npz``), scores every
+    row of its new ``data`` alone and writes its outputs into ``out``; the source (its own
+    ``model`` checked) and the coordinator log that the target scores alone and write nothing.
+
+    No federation is opened and no peer is contacted: nothing about the new rows reaches the
+    source (which need not be running), so a refusal is not told to anyone either.
+
+    Returns
+    -------
+    dict
+        The summary (``rows`` scored, ``outputs``, ``scored_alone_by``: the target's name; the
+        target's metrics when its new file holds labels).
+
+    Raises
+    ------
+    ValueError
+        Naming the party and the fix: no or another party's model, a config the model was not
+        trained with, a file that lacks the trained columns or holds other labels.
+    """
+    summary: dict[str, Any] = {"party": name, "mode": "predict", "rows": 0}
+    try:
+        config.check_arguments(name, model=model, predict=True)
+        job = job_table(config)
+        summary["scored_alone_by"] = _target(config)
+        role = config.party(name).role
+        run = PartyRun(config, name, role, job, job["learner"], make_estimator(config, job))
+        run.predict = True
+        summary["role"] = role
+        if role != "coordinator":
+            _peer(run)
+            load_transfer_model(run, model)
+        if role != "coordinator" and name != config.active:
+            run.frame = read_csv(data, name, [])
+            score_new_rows(run, model)
+    except ValueError as exc:
+        logger.error("party %r refuses to score: %s", name, exc)
+        raise
+    if run.frame is None:  # the source or the coordinator
+        logger.info(
+            "party %r: in a transfer job the target scores its new rows alone (nothing is "
+            "sent to or from the other parties); nothing to do here",
+            name,
+        )
+        summary["outputs"] = []
+        return summary
+    summary.update(rows=run.rows, seconds=run.seconds)
+    files = new_rows_outputs(run, summary)
+    publish(Path(out), files)
+    summary["outputs"] = list(files)
+    return summary
