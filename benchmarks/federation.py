@@ -275,11 +275,19 @@ def _lr_data(rows: int) -> tuple[dict[str, Any], Any]:
 
 
 def _is_setup(tag: str) -> bool:
-    """Messages of the fit's setup: keys, encrypted rows, the packing size."""
-    return tag in ("key", "rows", "groups") or tag.startswith("rows/")
+    """Messages of the fit's setup: keys, encrypted rows, the packing size (tags under the
+    protocol's namespace, ``vlr/``)."""
+    tag = tag.removeprefix("vlr/")
+    return tag in ("key", "rows", "setup") or tag.startswith("rows/")
 
 
-LR_PARAMS = {"max_iter": 3, "tol": None, "batch_size": 1024, "random_state": 0}
+LR_PARAMS = {
+    "max_iter": 3,
+    "tol": None,
+    "batch_size": 1024,
+    "random_state": 0,
+    "protocol": "coordinator",
+}
 
 
 def _lr_party(name: str, rows: int, ports: dict[str, int], paths: dict[str, str], out: Any) -> None:

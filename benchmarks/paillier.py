@@ -20,14 +20,24 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
-import numpy as np
+# benchmarks/linkage.py would shadow the linkage package: keep this folder off the import path
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from vfl.crypto import PaillierPublicKey, SecurityWarning, generate_paillier_keypair, matvec
-from vfl.crypto.masked import pack_masked
+import numpy as np  # noqa: E402
+
+from vfl.crypto import (  # noqa: E402
+    PaillierPublicKey,
+    SecurityWarning,
+    generate_paillier_keypair,
+    matvec,
+)
+from vfl.crypto.masked import pack_masked  # noqa: E402
 
 
 def rate(count: int, fn: Callable[[], object], repeats: int = 3) -> float:
