@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,11 @@ from vfl.registry import Job
 __all__ = [
     "JOB_KEYS",
     "PartyRun",
+    "check_saved_part",
     "check_trained_columns",
     "feature_columns",
     "job_table",
+    "load_saved_part",
     "make_estimator",
     "plan",
     "read_csv",
@@ -216,6 +219,42 @@ class PartyRun:
     @property
     def data_parties(self) -> list[str]:
         return self.config.data_parties
+
+
+def load_saved_part(run: PartyRun, model: str | Path | None, load: Callable[[], Any]) -> None:
+    """``--predict``: ``load()`` the estimator's saved part, its error naming the party, the
+    file and the fix."""
+    try:
+        load()
+    except ValueError as exc:
+        raise ValueError(
+            f"party {run.name!r}: --model {model}: {exc}; pass the model_{run.name}.npz that "
+            "its training run wrote"
+        ) from None
+
+
+def check_saved_part(
+    run: PartyRun,
+    model: str | Path | None,
+    *,
+    owner: str | None,
+    trained: list[str] | None,
+) -> None:
+    """``--predict``: the loaded part is this party's own (``owner``, None when the file
+    held no part) and was trained with the config's data parties (``trained``, None when
+    the part does not say)."""
+    name, path = run.name, run.config.path
+    if owner != name:
+        whose = f"the part of party {owner!r}" if owner is not None else "no part of a model"
+        raise ValueError(
+            f"party {name!r}: --model {model} is {whose}, not of party {name!r}; pass the "
+            f"model_{name}.npz that its own training run wrote"
+        )
+    if trained is not None and sorted(trained) != sorted(run.data_parties):
+        raise ValueError(
+            f"party {name!r}: --model {model} was trained with the data parties {trained}, "
+            f"but {path} has {run.data_parties}; score with the config it was trained with"
+        )
 
 
 def plan(config: FederationConfig, name: str, secret: str | None) -> PartyRun:

@@ -24,7 +24,14 @@ import pandas as pd
 
 from vfl.app.drive import drive
 from vfl.app.party import align_rows, job_runner, predictions_frame
-from vfl.app.plan import PartyRun, check_trained_columns, plan, read_data
+from vfl.app.plan import (
+    PartyRun,
+    check_saved_part,
+    check_trained_columns,
+    load_saved_part,
+    plan,
+    read_data,
+)
 from vfl.app.transfer import run_transfer_predict
 from vfl.federation.base import Federation
 from vfl.federation.config import FederationConfig
@@ -45,29 +52,13 @@ def load_model(run: PartyRun, model: str | Path | None) -> None:
         run.estimator.load(label_party=config.active)
         return
     _check_role(run, model)
-    try:
-        run.estimator.load(model, label_party=config.active)
-    except ValueError as exc:
-        raise ValueError(
-            f"party {name!r}: --model {model}: {exc}; pass the model_{name}.npz that its "
-            "training run wrote"
-        ) from None
+    load_saved_part(run, model, lambda: run.estimator.load(model, label_party=config.active))
     parts = run.estimator.parts_
-    if name not in parts:
-        owner = f"the part of party {next(iter(parts))!r}" if parts else "no part of a model"
-        raise ValueError(
-            f"party {name!r}: --model {model} is {owner}, not of party {name!r}; pass the "
-            f"model_{name}.npz that its own training run wrote"
-        )
-    part = parts[name]
+    part = parts.get(name)
+    owner = name if part is not None else next(iter(parts), None)
+    trained = part.extra.get("data_parties") if part is not None else None
+    check_saved_part(run, model, owner=owner, trained=trained)
     _refuse_other_role(run, model, part.role)
-    trained = part.extra.get("data_parties")
-    if trained is not None and sorted(trained) != sorted(run.data_parties):
-        raise ValueError(
-            f"party {name!r}: --model {model} was trained with the data parties {trained}, "
-            f"but {config.path} has {run.data_parties}; score with the config it was trained "
-            "with"
-        )
 
 
 def _check_role(run: PartyRun, model: str | Path | None) -> None:

@@ -60,8 +60,10 @@ import pandas as pd
 from vfl.app.drive import drive, publish
 from vfl.app.plan import (
     PartyRun,
+    check_saved_part,
     check_trained_columns,
     job_table,
+    load_saved_part,
     make_estimator,
     plan,
     read_csv,
@@ -299,28 +301,11 @@ def load_transfer_model(run: PartyRun, model: str | Path | None) -> None:
     training run wrote), checked against the party and the config: its own part, trained with
     these two data parties, in the role (source or target) the config gives it."""
     name, config = run.name, run.config
-    try:
-        run.estimator.load(model)
-    except ValueError as exc:
-        raise ValueError(
-            f"party {name!r}: --model {model}: {exc}; pass the model_{name}.npz that its "
-            "training run wrote"
-        ) from None
+    load_saved_part(run, model, lambda: run.estimator.load(model))
     spec = run.estimator.spec_
     held = "target" if getattr(run.estimator, "target_encoder_", None) is not None else "source"
     owner = spec.target if held == "target" else spec.source
-    if owner != name:
-        raise ValueError(
-            f"party {name!r}: --model {model} is the part of party {owner!r}, not of party "
-            f"{name!r}; pass the model_{name}.npz that its own training run wrote"
-        )
-    trained = [spec.source, spec.target]
-    if sorted(trained) != sorted(run.data_parties):
-        raise ValueError(
-            f"party {name!r}: --model {model} was trained with the data parties {trained}, "
-            f"but {config.path} has {run.data_parties}; score with the config it was trained "
-            "with"
-        )
+    check_saved_part(run, model, owner=owner, trained=[spec.source, spec.target])
     role = "source" if name == config.active else "target"
     if held != role:
         raise ValueError(
