@@ -480,7 +480,15 @@ class PaillierPrivateKey:
             raise ValueError(
                 "a packed plaintext is larger than its layout allows: not packed this way"
             )
-        return unpack_slots(plain, layout)
+        slots = unpack_slots(plain, layout)
+        # a value |v| < 2**(value_bits - 1) plus its offset and mask stays below this
+        width = (1 << (layout.value_bits + layout.kappa)) + (1 << layout.value_bits)
+        if any(v >= width for v in slots):
+            raise ValueError(
+                "a slot is wider than its value and mask can be: these ciphertexts were not "
+                "computed as the step says"
+            )
+        return slots
 
     def _check_vector(self, vector: EncryptedVector) -> None:
         if vector.public_key.fingerprint != self.public_key.fingerprint:

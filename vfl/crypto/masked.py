@@ -227,6 +227,7 @@ def serve_decryption(
     count: int | None = None,
     layout: PackingLayout | None = None,
     workers: int | None = None,
+    answer_to: str | None = None,
 ) -> None:
     """The key holder's side: decrypt one :class:`DecryptionRequest` from ``requester`` and
     answer with its masked slots (``workers``: threads of the decryption, see
@@ -234,7 +235,13 @@ def serve_decryption(
 
     What the key holder knows of the step independently pins the request: ``expected``
     (packed ciphertexts), ``count`` (values) and ``layout`` (the whole packing), each refusing
-    a request that differs, naming the requester."""
+    a request that differs, naming the requester. Every slot must lie within its mask's width
+    (:meth:`~vfl.crypto.PaillierPrivateKey.decrypt_packed`).
+
+    ``answer_to``: the party the slots go to, where it is not the requester. The secret-shared
+    protocols route this way: the party that masked the ciphertexts sends them, and the party
+    whose share they are receives the slots, so that nobody has the holder decrypt ciphertexts
+    of its own choosing and sees the result."""
     request = tags.recv(fed, requester, "req", DecryptionRequest)
     try:
         vector = private_key.public_key.vector_from_wire(request.data)
@@ -258,4 +265,5 @@ def serve_decryption(
         slots = private_key.decrypt_packed(vector, request.layout, workers=workers)
     except ValueError as exc:
         DecryptionRequest.refuse(requester, "layout", f"does not fit: {exc}")
-    tags.send(fed, requester, "plain", DecryptedSlots(slots=[int(v) for v in slots]))
+    answer = DecryptedSlots(slots=[int(v) for v in slots])
+    tags.send(fed, answer_to or requester, "plain", answer)

@@ -274,11 +274,11 @@ class VerticalLinearModel(FederatedEstimator):
         self._check_params()
         check_data_parties(list(data_parties), label_party)
         self._check_preprocess(list(data_parties))
-        if self.protocol in ("two_party", *SHARED) and len(data_parties) != 2:
+        if self.protocol == "two_party" and len(data_parties) != 2:
             raise ValueError(
-                f"protocol={self.protocol!r} needs exactly two data parties, got "
-                f"{sorted(data_parties)}; for more, name protocol='coordinator', which reveals "
-                "each party its exact gradient (see the README's threat model)"
+                f"protocol='two_party' needs exactly two data parties, got "
+                f"{sorted(data_parties)}; for more, keep the default protocol='shared', which "
+                "takes any number"
             )
         if self._key_holder() is not None and self.coordinator in data_parties:
             raise ValueError(

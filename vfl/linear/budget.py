@@ -28,7 +28,7 @@ from vfl.crypto import slots
 from vfl.crypto.packing import PackingLayout, RowPacking
 from vfl.linear.common import KAPPA
 from vfl.linear.losses import SCORE_BOUND
-from vfl.linear.model import FEATURE_BITS
+from vfl.linear.model import FEATURE_BITS, public_feature_bits
 from vfl.training.optimizers import Optimizer
 
 __all__ = [
@@ -66,24 +66,40 @@ LR_BITS = 64
 
 @dataclass(frozen=True)
 class Sizes:
-    """Every bound and layout of a fit, derived by all parties alike from the public plans."""
+    """Every bound and layout of a fit, derived by all parties alike from public numbers: the
+    design columns of each data party (``blocks``, the label party's first, its intercept
+    included), the outputs, the batch size, the key size and the row count. Nothing here
+    depends on a party's values: the feature bound is :func:`~vfl.linear.model.
+    public_feature_bits` of the row count."""
 
-    d_a: int
-    d_b: int
+    blocks: tuple[int, ...]
     outputs: int
-    fb_a: int
-    fb_b: int
     batch_size: int
     key_bits: int
+    rows: int
     penalty: int = 0
     """``penalty_weight`` at the scale of ``N`` over that of the weights (``2**(2 *
-    FEATURE_BITS)``), an integer both data parties derive from the public alpha and rows (0
+    FEATURE_BITS)``), an integer the data parties derive from the public alpha and rows (0
     at the coordinator, which is not told the penalty and uses no layout that depends on
-    it: the products' layout does not, and it opens the loss as one exact value)."""
+    it)."""
+
+    @property
+    def d_a(self) -> int:
+        """The label party's columns (its intercept included)."""
+        return self.blocks[0]
 
     @property
     def joint(self) -> int:
-        return self.d_a + self.d_b
+        return sum(self.blocks)
+
+    def block(self, index: int) -> slice:
+        """The rows (or columns) of party ``index``'s block in the joint design."""
+        start = sum(self.blocks[:index])
+        return slice(start, start + self.blocks[index])
+
+    @property
+    def feature_bits(self) -> int:
+        return public_feature_bits(self.rows)
 
     @property
     def row_bits(self) -> int:
@@ -91,28 +107,36 @@ class Sizes:
 
     @property
     def gram_bits(self) -> int:
-        return 2 * max(self.fb_a, self.fb_b) + self.row_bits
+        return 2 * self.feature_bits + self.row_bits
 
-    def row_packing(self, label: bool) -> RowPacking:
-        """The packing of the label party's rows (multiplied by B's columns into ``G_AB``) or
-        of B's (multiplied by the targets into ``X_B^T t``)."""
-        if label:
-            return slots.packing(self.gram_bits, self.d_a, self.key_bits, masked=True)
-        bits = self.fb_b + T_BITS + self.row_bits
-        return slots.packing(bits, self.d_b, self.key_bits, masked=True)
+    def row_packing(self, index: int) -> RowPacking:
+        """The packing of party ``index``'s encrypted rows: the label party's (index 0) are
+        multiplied by the others' columns (cross Gram blocks); another party's by the label
+        party's targets (``X_p^T t``) and by later parties' columns, so its slots fit the
+        wider of the two (the targets')."""
+        if index == 0:
+            return slots.packing(self.gram_bits, self.blocks[0], self.key_bits, masked=True)
+        bits = max(self.feature_bits + T_BITS, 2 * self.feature_bits) + self.row_bits
+        return slots.packing(bits, self.blocks[index], self.key_bits, masked=True)
 
-    @property
-    def gram_layout(self) -> PackingLayout:
-        return self.row_packing(True).masked_layout(self.d_b)
+    def gram_layout(self, p: int, q: int) -> PackingLayout:
+        """The masked cross Gram block ``X_p^T X_q`` (``p < q``): ``q`` multiplies ``p``'s
+        rows by its columns."""
+        return self.row_packing(p).masked_layout(self.blocks[q])
 
-    @property
-    def tau_layout(self) -> PackingLayout:
-        return self.row_packing(False).masked_layout(self.outputs)
+    def tau_layout(self, p: int) -> PackingLayout:
+        """The masked ``X_p^T t`` of a party ``p > 0``, computed by the label party."""
+        return self.row_packing(p).masked_layout(self.outputs)
 
     def share_bits(self, span: int = 1) -> int:
         """Bits of the entries of ``S_P`` summed over ``span`` batches (own Grams and shares
         of the cross Gram matrix)."""
-        return max(self.gram_layout.slot_bits, self.gram_bits) + 1 + span.bit_length()
+        widest = max(
+            self.gram_layout(p, q).slot_bits
+            for p in range(len(self.blocks))
+            for q in range(p + 1, len(self.blocks))
+        )
+        return max(widest, self.gram_bits) + 1 + span.bit_length()
 
     @property
     def weight_modulus(self) -> int:
@@ -140,20 +164,20 @@ class Sizes:
     def n_modulus(self, span: int = 1) -> int:
         """Shares of ``N`` and ``N - tau`` (over ``span`` batches) are reduced modulo this."""
         rows = self.row_bits + span.bit_length()
-        weights = 2 * max(self.fb_a, self.fb_b) + rows + W_INT_BITS + W_BITS
+        weights = 2 * self.feature_bits + rows + W_INT_BITS + W_BITS
         # room for + penalty * w (<= penalty * 2**(W_INT_BITS + W_BITS)) beside G w
         weights = max(weights, self.penalty.bit_length() + W_INT_BITS + W_BITS) + 1
-        targets = rows + max(self.fb_a, self.fb_b) + T_BITS
+        targets = rows + self.feature_bits + T_BITS
         return 1 << (max(weights + self.joint.bit_length(), targets) + 2 + RHO)
 
-    def loss_bound(self, span: int) -> float:
-        """Bound on the encrypted cross terms of the loss over ``span`` batches."""
-        bits = (
-            self.weight_modulus.bit_length()
-            + self.n_modulus(span).bit_length()
-            + (4 * self.joint * self.outputs).bit_length()
-        )
-        return 2.0**bits
+    def squares_bound(self) -> int:
+        """Public bound on ``|X w - t|^2`` plus the penalty over all rows, at the scale
+        ``2**(2 * (FEATURE_BITS + W_BITS))``: every score below ``joint * 2**feature_bits *
+        2**W_INT_BITS`` plus a target's bound, every weight below ``2**W_INT_BITS``. The
+        label party refuses an epoch whose loss total decrypts outside ``[0, bound]``."""
+        score = self.joint * (1 << (self.feature_bits + W_INT_BITS + W_BITS)) + (1 << T_BITS)
+        weights = self.joint * self.outputs * (1 << (2 * (W_INT_BITS + W_BITS)))
+        return self.rows * self.outputs * score**2 + self.penalty * weights
 
 
 def reduce_share(values: np.ndarray[Any, Any], modulus: int, first: bool) -> np.ndarray[Any, Any]:

@@ -21,9 +21,11 @@ __all__ = [
     "FENCE_WIDTH",
     "KIND",
     "PartyModel",
+    "check_feature_bound",
     "clip_rows",
     "feature_bits",
     "fences",
+    "public_feature_bits",
     "quantize",
 ]
 
@@ -77,9 +79,52 @@ def fences(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 
 
 def feature_bits(x: np.ndarray[Any, Any]) -> int:
-    """Bits of the largest ``|x| * 2**FEATURE_BITS`` (public: it sizes the packing)."""
+    """Bits of the largest ``|x| * 2**FEATURE_BITS`` of ``x`` itself. Data-dependent, so no
+    protocol sends it: the packings are sized by :func:`public_feature_bits`."""
     peak = float(np.max(np.abs(x))) if x.size else 1.0
     return max(1, math.frexp(peak)[1]) + FEATURE_BITS
+
+
+MIN_FEATURE_BOUND_BITS = 4
+"""The public feature bound is at least ``2**4 = 16``."""
+
+
+def public_feature_bits(rows: int) -> int:
+    """Bits of the public bound on ``|x| * 2**FEATURE_BITS`` for a design of ``rows`` rows:
+    ``FEATURE_BITS`` plus ``k``, the smallest exponent with ``2**k > sqrt(rows)`` (and at least
+    :data:`MIN_FEATURE_BOUND_BITS`).
+
+    Why ``sqrt(rows)``: a column standardised by its own mean and (population) deviation over
+    ``rows`` rows has no z-score beyond ``sqrt(rows - 1)`` (Samuelson's inequality), whatever
+    the data. So the bound depends only on the row count, which every party already knows; the
+    packing of every encrypted exchange is sized from it, and nothing in a setup message says
+    how extreme a party's values are. The price: slots a few bits wider than the data needs
+    (a table whose largest z-score is 5 would fit 3 bits; 1,000 rows give 5)."""
+    if rows < 1:
+        raise ValueError(f"a design needs at least one row, got {rows}")
+    k = max(MIN_FEATURE_BOUND_BITS, math.isqrt(rows).bit_length())
+    return k + FEATURE_BITS
+
+
+def check_feature_bound(party: str, x: np.ndarray[Any, Any], rows: int) -> None:
+    """Refuse a design with a value at or beyond the public bound
+    ``2**(public_feature_bits(rows) - FEATURE_BITS)``, naming the party, the column and the
+    fix. Standardised columns never reach it; unstandardised ones (``standardize=False``) or a
+    warm start's older standardisation on new rows may."""
+    bound = 2.0 ** (public_feature_bits(rows) - FEATURE_BITS)
+    if not x.size:
+        return
+    peaks = np.max(np.abs(x), axis=0)
+    beyond = np.flatnonzero(~(peaks < bound))
+    if beyond.size:
+        column = int(beyond[0])
+        raise ValueError(
+            f"party {party!r}: design column {column} holds {float(peaks[column]):.4g}, at or "
+            f"beyond the public feature bound {bound:g} for {rows} rows (the smallest power of "
+            "two above sqrt(rows), which a standardised column never reaches); keep "
+            "standardize=True (the default) or rescale the column, or refit instead of a warm "
+            "start on these rows"
+        )
 
 
 @dataclass

@@ -3,8 +3,14 @@
 Each data party computes its partial scores in the clear on its own rows. With a coordinator,
 the coordinator makes a fresh key pair; the passive parties send their scores encrypted under
 it to the label party, which adds them to its own and has the sum decrypted under masks
-(:mod:`vfl.crypto.masked`). Without (``two_party``), the passive party makes the key and
-decrypts the masked sum itself (checking that the request has the layout its own rows imply).
+(:mod:`vfl.crypto.masked`). Without (``two_party``, ``shared``), the first other data party
+makes the key and decrypts the masked sum itself (checking that the request has the layout its
+own rows imply); any further party encrypts its scores under that key.
+
+.. warning:: The key holder checks a request's layout, not what it was computed from. A label
+   party that deviates could have one party's encrypted scores decrypted alone instead of the
+   sum, and so learn that party's partial scores of the rows it scores (with two data parties
+   it learns them anyway, as the score minus its own part).
 
 Scores travel packed (:func:`score_layout`): each party rounds its partial scores to multiples
 of ``2**-SCORE_BITS`` and packs them, signed, into slots wide enough for the sum of every
@@ -102,18 +108,24 @@ class ScoreRole:
                 return None
             holder = spec.coordinator
             senders = [p for p in spec.data_parties if p != spec.label_party]
-        elif self.is_label:
-            (holder,) = [p for p in spec.data_parties if p != spec.label_party]
+        else:  # the first other data party makes the key and decrypts the masked sum
+            holder = next(p for p in spec.data_parties if p != spec.label_party)
+            senders = [p for p in spec.data_parties if p != spec.label_party]
+            if fed.name == holder:
+                public_key, private_key = spec.policy.generate()
+                others = [p for p in spec.data_parties if p != holder]
+                SCORE.broadcast(fed, "key", PublicKeyMessage.of(public_key), to=others)
+                layout = score_layout(self.u.size, parties, public_key.n_length)
+                self._send(fed, public_key, layout)
+                serve_decryption(
+                    fed, spec.label_party, SCORE.child("dec"), private_key, layout=layout
+                )
+                return None
             key = spec.policy.accept(SCORE.recv(fed, holder, "key", PublicKeyMessage), holder)
             layout = score_layout(self.u.size, parties, key.n_length)
-            senders = [holder]
-        else:
-            public_key, private_key = spec.policy.generate()
-            SCORE.send(fed, spec.label_party, "key", PublicKeyMessage.of(public_key))
-            layout = score_layout(self.u.size, parties, public_key.n_length)
-            self._send(fed, public_key, layout)
-            serve_decryption(fed, spec.label_party, SCORE.child("dec"), private_key, layout=layout)
-            return None
+            if not self.is_label:
+                self._send(fed, key, layout)
+                return None
         n, nsq = key.n, key.nsquare
         total = [(1 + n * m) % nsq for m in pack_scores(self.u, layout, int(n))]
         for p in senders:

@@ -90,14 +90,15 @@ from gmpy2 import mpz
 from vfl.crypto import EncryptedVector
 from vfl.crypto.kernels import multiexp_big
 from vfl.crypto.keys import PaillierPrivateKey
-from vfl.crypto.masked import decrypt_masked, mask_slots, request_slots, serve_decryption
+from vfl.crypto.masked import DecryptedSlots, DecryptionRequest, mask_slots, serve_decryption
 from vfl.crypto.messages import Encrypted
 from vfl.crypto.packing import PackingLayout, pack_rows
 from vfl.crypto.parallel import map_processes, multiexp_big_worker
 from vfl.crypto.policy import Base, PublicKeyMessage, vector_from
 from vfl.crypto.rerandomize import rerandomize
+from vfl.crypto.slots import PeerRows
 from vfl.federation.base import Federation
-from vfl.federation.messages import Message
+from vfl.federation.messages import Message, Namespace
 from vfl.linear.budget import (
     LR_BITS,
     W_BITS,
@@ -128,7 +129,7 @@ from vfl.linear.common import (
 from vfl.linear.exchange import exchange_rows
 from vfl.linear.losses import SCORE_BOUND
 from vfl.linear.messages import VLR, Outputs
-from vfl.linear.model import FEATURE_BITS, feature_bits
+from vfl.linear.model import FEATURE_BITS, check_feature_bound
 from vfl.progress import EpochProgress
 from vfl.training.control import EpochControl
 from vfl.training.convergence import RESTART_FACTOR
@@ -141,6 +142,7 @@ __all__ = [
     "Plan",
     "SharedCoordinatorRole",
     "SharedDataRole",
+    "party_order",
 ]
 
 logger = logging.getLogger(__name__)
@@ -150,88 +152,69 @@ SS = VLR.child("ss")
 
 @dataclass(frozen=True)
 class Plan(Message):
-    """A data party's public plan, to the other and to the coordinator: its design columns
-    (the label party's intercept included), the bits of its largest fixed-point feature and
-    its rows."""
+    """A data party's public plan, to every other and to the coordinator: its design columns
+    (the label party's intercept included) and its rows. No magnitude of its values: every
+    bound is derived from the row count (:class:`~vfl.linear.budget.Sizes`)."""
 
     KIND = "shared-protocol plan"
     columns: int
-    feature_bits: int
     rows: int
     curvature: float = 0.0
     """Its block's curvature bound (:func:`~vfl.training.optimizers.curvature_bound`), from
-    which both parties derive its default step: one number, which says how large and how
+    which the parties derive its default step: one number, which says how large and how
     correlated its standardised columns are."""
 
 
 @dataclass(frozen=True)
 class Integers(Message):
-    """Plain integers: a fresh re-randomising offset, an initial or final weight share."""
+    """Plain integers: a fresh re-randomising offset, an initial or final weight share, a
+    share forwarded to the partner."""
 
     KIND = "integer shares"
     values: list[int]
 
 
-class _Link:
-    """A data party's keys and the two moves of the protocol: send a masked share, open one."""
+def party_order(spec: FitSpec) -> list[str]:
+    """The data parties in protocol order: the label party, its partner (the first other data
+    party named), then the rest. The label party and its partner hold the shares; every
+    party's Gram share is multiplied by both."""
+    return [spec.label_party, *(p for p in spec.data_parties if p != spec.label_party)]
 
-    def __init__(self, fed: Federation, spec: FitSpec, peer: str) -> None:
-        self.fed, self.spec, self.peer = fed, spec, peer
+
+class _Keys:
+    """A data party's keys: its own (or the coordinator's), each peer's, and, per peer, its
+    own key encrypting with that peer's base (what the peer computes on and returns to us
+    lies in the group of its base, so its re-randomisation hides how it computed:
+    :mod:`vfl.crypto.rerandomize`)."""
+
+    def __init__(self, fed: Federation, spec: FitSpec, peers: list[str]) -> None:
         self.coordinator = spec.coordinator
-        self.secret: PaillierPrivateKey | None
+        self.secret: PaillierPrivateKey | None = None
+        self.for_peer: dict[str, PaillierPrivateKey] = {}
         if self.coordinator is not None:
             self.key = spec.policy.accept(
                 VLR.recv(fed, self.coordinator, "key", PublicKeyMessage), self.coordinator
             )
-            self.peer_key, self.secret = self.key, None
-        else:
-            self.key, self.secret = spec.policy.generate()
-            VLR.send(fed, peer, "key", PublicKeyMessage.of(self.key))
-            self.peer_key = spec.policy.accept(VLR.recv(fed, peer, "key", PublicKeyMessage), peer)
-            SS.send(fed, peer, "base", Base(h_s=self.peer_key.base_bytes()))
+            self.peer_keys = dict.fromkeys(peers, self.key)
+            return
+        self.key, self.secret = spec.policy.generate()
+        VLR.broadcast(fed, "key", PublicKeyMessage.of(self.key), to=peers)
+        self.peer_keys = {
+            p: spec.policy.accept(VLR.recv(fed, p, "key", PublicKeyMessage), p) for p in peers
+        }
+        for p in peers:
+            SS.send(fed, p, "base", Base(h_s=self.peer_keys[p].base_bytes()))
+        for p in peers:
             try:
-                self.secret = self.secret.for_base(SS.recv(fed, peer, "base", Base).h_s)
+                self.for_peer[p] = self.secret.for_base(SS.recv(fed, p, "base", Base).h_s)
             except ValueError as exc:
-                Base.refuse(peer, "h_s", str(exc))
-        self.views: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+                Base.refuse(p, "h_s", str(exc))
 
-    def encrypt(self, plaintexts: list[int]) -> list[Any]:
-        """Encrypt our inputs to the other party's computations: under our key with its base
-        (no coordinator), or under the coordinator's."""
-        return (self.secret or self.key).raw_encrypt(plaintexts, workers=self.spec.workers)
-
-    def for_owner(self, vector: EncryptedVector) -> EncryptedVector:
-        """Re-randomise a result computed from the peer's ciphertexts before it goes to the
-        peer: without a coordinator the peer owns the key and knows its inputs' randomness,
-        so the result gets a full-length power of our base, in whose group the peer encrypted
-        every input (:mod:`vfl.crypto.rerandomize`); the coordinator knows no input's
-        randomness, so the fresh encryption of the masks suffices."""
-        if self.coordinator is None:
-            return rerandomize(vector, for_key_owner="base")
-        return vector
-
-    def share_out(
-        self, tag: str, vector: EncryptedVector, layout: PackingLayout
-    ) -> tuple[int, ...]:
-        """Mask ``vector`` (packed signed slots under the peer's key), send it to the peer and
-        return the masks (our share is minus each)."""
-        vector = self.for_owner(vector)
-        masked, masks = mask_slots(vector, layout)
-        SS.send(self.fed, self.peer, tag, Encrypted(data=masked.to_wire()))
-        return masks.masks
-
-    def open(self, tag: str, layout: PackingLayout) -> list[int]:
-        """Receive a masked share from the peer and decrypt its slots (ours, or via the
-        coordinator)."""
-        vector = vector_from(self.key, SS.recv(self.fed, self.peer, tag, Encrypted).data, self.peer)
-        if vector.shape != (layout.n_ciphertexts,) or vector.exponent != 0:
-            Encrypted.refuse(self.peer, "data", f"has shape {vector.shape}, not this step's")
-        if self.secret is not None:
-            slots = self.secret.decrypt_packed(vector, layout, workers=self.spec.workers)
-            return [int(v) for v in slots]
-        if self.coordinator is None:
-            raise RuntimeError("no key to open the share with")
-        return request_slots(self.fed, self.coordinator, SS.child(tag), vector, layout)
+    def encrypt(self, plaintexts: list[int], peer: str, workers: Any) -> list[Any]:
+        """Our inputs to ``peer``'s computations: under our key with its base, or under the
+        coordinator's."""
+        key = self.for_peer.get(peer) or self.key
+        return key.raw_encrypt(plaintexts, workers=workers)
 
 
 class SharedDataRole(DataParty):
@@ -242,142 +225,220 @@ class SharedDataRole(DataParty):
 
     def __call__(self, fed: Federation) -> FitResult:
         spec = self.spec
-        if len(spec.data_parties) != 2:
-            raise ValueError("the secret-shared protocol takes exactly two data parties")
+        self.order = party_order(spec)
+        self.me = self.order.index(fed.name)
+        self.peers = [p for p in self.order if p != fed.name]
+        self.fed = fed
         outputs = self.agree_outputs(fed)
         if self.is_label and spec.coordinator is not None:
             VLR.send(fed, spec.coordinator, "outputs", Outputs(count=outputs))
         seed = agree_seed(fed, spec.data_parties, VLR.tag("seed"), spec.random_state)
-        peer = next(p for p in spec.data_parties if p != fed.name)
-        link = _Link(fed, spec, peer)
+        self.keys = _Keys(fed, spec, self.peers)
+        check_feature_bound(fed.name, self.x, len(self.x))
         x_int = np.round(self.x * 2.0**FEATURE_BITS).astype(np.int64)
         curvature = curvature_bound(x_int / 2.0**FEATURE_BITS, spec.batch_size, spec.loss.c)
-        plan = Plan(
-            columns=self.x.shape[1],
-            feature_bits=feature_bits(self.x),
-            rows=len(self.x),
-            curvature=curvature,
-        )
-        SS.send(fed, peer, "plan", plan)
-        if spec.coordinator is not None:
-            SS.send(fed, spec.coordinator, "plan", plan)
-        theirs = SS.recv(fed, peer, "plan", Plan)
-        if theirs.rows != len(self.x):
-            Plan.refuse(peer, "rows", f"is {theirs.rows}; this party has {len(self.x)} rows")
-        if not 0 < theirs.curvature <= 2.0**60:  # NaN fails this too; columns are not constant
-            Plan.refuse(peer, "curvature", f"is {theirs.curvature}, not a curvature bound")
-        plans = {spec.label_party: plan if self.is_label else theirs}
-        plans[peer if self.is_label else fed.name] = theirs if self.is_label else plan
-        sizes = _sizes(spec, plans, outputs, link.key.n_length)
-        shares = self._setup(fed, link, sizes, x_int, seed)
-        rates = [shared_step(spec, plans[p].curvature) for p in (spec.label_party, peer_b(spec))]
-        result = self._train(fed, link, sizes, shares, seed, rates)
+        plan = Plan(columns=self.x.shape[1], rows=len(self.x), curvature=curvature)
+        followers = self.peers + ([spec.coordinator] if spec.coordinator else [])
+        SS.broadcast(fed, "plan", plan, to=followers)
+        plans = {fed.name: plan}
+        for p in self.peers:
+            theirs = SS.recv(fed, p, "plan", Plan)
+            if theirs.rows != len(self.x):
+                Plan.refuse(p, "rows", f"is {theirs.rows}; this party has {len(self.x)} rows")
+            if not 0 < theirs.curvature <= 2.0**60:  # NaN fails this too
+                Plan.refuse(p, "curvature", f"is {theirs.curvature}, not a curvature bound")
+            plans[p] = theirs
+        self.sizes = _sizes(spec, [plans[p] for p in self.order], outputs, self.keys.key.n_length)
+        shares = self._setup(x_int, seed)
+        rates = [shared_step(spec, plans[p].curvature) for p in self.order]
+        result = self._train(shares, seed, rates)
         if spec.learning_rate is not None and min(rates) < spec.learning_rate:
             result.notes.append(
                 f"learning_rate={spec.learning_rate:g} is beyond the secret-shared protocol's "
-                f"stability bound; the parties stepped by {rates[0]:.3g} (label party) and "
-                f"{rates[1]:.3g} (the other), {STABLE:g} times the default step"
+                "stability bound; the parties stepped by "
+                + ", ".join(f"{r:.3g} ({p})" for p, r in zip(self.order, rates, strict=True))
+                + f", {STABLE:g} times the default step"
             )
         result.setup_seconds = shares["setup_seconds"]
         if spec.keep_views:
-            result.view = link.views
+            result.view = self.views
         return result
+
+    # -- who does what -----------------------------------------------------------------------
+
+    @property
+    def core(self) -> bool:
+        """Whether this party holds shares (the label party and its partner)."""
+        return self.me < 2
+
+    def other_core(self, index: int) -> int:
+        return 1 - index
+
+    # -- the two moves: send a masked value, receive one -------------------------------------
+
+    def send_masked(
+        self, tag: str, index: int, owner: str, vector: EncryptedVector, layout: PackingLayout
+    ) -> tuple[int, ...]:
+        """Mask ``vector`` (packed signed slots under ``owner``'s key, or the coordinator's)
+        and send it on its way to the party the other share is for: to ``owner`` to decrypt,
+        or, with a coordinator, to the coordinator, which hands the slots to that party.
+        Returns the masks (our share is minus each)."""
+        if self.keys.coordinator is None:  # owner knows its inputs' randomness: our base
+            vector = rerandomize(vector, for_key_owner="base")
+        masked, masks = mask_slots(vector, layout)
+        if self.keys.coordinator is None:
+            SS.send(self.fed, owner, tag, Encrypted(data=masked.to_wire()), index)
+        else:
+            request = DecryptionRequest(data=masked.to_wire(), layout=layout.to_dict())
+            _relayed(tag, index).send(self.fed, self.keys.coordinator, "req", request)
+        return masks.masks
+
+    def receive_opened(
+        self, tag: str, index: int, computer: str, owner: str, layout: PackingLayout
+    ) -> list[int]:
+        """The slots of a value ``computer`` masked for us (ciphertexts under ``owner``'s
+        key): decrypted by us (we are the owner), forwarded by the owner, or handed over by
+        the coordinator. Nobody but the party that masked them chose these ciphertexts."""
+        fed = self.fed
+        if self.keys.coordinator is not None:
+            tags = _relayed(tag, index)
+            answer = tags.recv(fed, self.keys.coordinator, "plain", DecryptedSlots)
+            return _count(answer.slots, layout, self.keys.coordinator)
+        if owner == fed.name:
+            return self.decrypt(tag, index, computer, layout)
+        forwarded = SS.recv(fed, owner, f"{tag}-fwd", Integers, index)
+        return _count(forwarded.values, layout, owner)
+
+    def decrypt(self, tag: str, index: int, computer: str, layout: PackingLayout) -> list[int]:
+        """Receive a masked value ``computer`` computed under our key and decrypt its slots;
+        every slot must fit its mask's width (else the job stops, naming the sender)."""
+        data = SS.recv(self.fed, computer, tag, Encrypted, index).data
+        vector = vector_from(self.keys.key, data, computer)
+        if vector.shape != (layout.n_ciphertexts,) or vector.exponent != 0:
+            Encrypted.refuse(computer, "data", f"has shape {vector.shape}, not this step's")
+        assert self.keys.secret is not None
+        try:
+            slots = self.keys.secret.decrypt_packed(vector, layout, workers=self.spec.workers)
+        except ValueError as exc:
+            Encrypted.refuse(computer, "data", f"does not decrypt as this step's values: {exc}")
+        return [int(v) for v in slots]
+
+    def forward(
+        self, tag: str, index: int, computer: str, to: str, layout: PackingLayout
+    ) -> list[int] | None:
+        """A party outside the two share holders: decrypt what ``computer`` masked under our
+        key and forward the slots to ``to``, the other share holder (no coordinator; with
+        one, the coordinator hands them over and we see nothing: None)."""
+        if self.keys.coordinator is not None:
+            return None
+        slots = self.decrypt(tag, index, computer, layout)
+        SS.send(self.fed, to, f"{tag}-fwd", Integers(values=slots), index)
+        return slots
 
     # -- setup -------------------------------------------------------------------------------
 
-    def _setup(
-        self,
-        fed: Federation,
-        link: _Link,
-        sizes: Sizes,
-        x_int: np.ndarray[Any, Any],
-        seed: int,
-    ) -> dict[str, Any]:
-        spec, is_label = self.spec, self.is_label
+    def _setup(self, x_int: np.ndarray[Any, Any], seed: int) -> dict[str, Any]:
+        spec, sizes, fed, me = self.spec, self.sizes, self.fed, self.me
         began = time.perf_counter()
-        packing = sizes.row_packing(is_label)
-        n = int(link.key.n)
-
-        def own_rows(lo: int, hi: int) -> list[list[Any]]:
-            return [link.encrypt(plain) for plain in pack_rows(x_int[lo:hi], packing, n)]
-
-        peer_rows = exchange_rows(
-            fed,
-            (link.key, packing, own_rows),
-            {link.peer: link.peer_key},
-            len(x_int),
-            spec.batch_size,
-            spec.workers,
-        )[link.peer]
-        if peer_rows.packing != sizes.row_packing(not is_label):
-            Plan.refuse(link.peer, "columns", "do not match the packing of its encrypted rows")
+        self.views: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+        peer_rows = self._exchange_rows(x_int)
         fixed, _ = Schedule(len(x_int), spec.batch_size, seed).fixed()
-        d_a, d_b, k_out = sizes.d_a, sizes.d_b, sizes.outputs
+        k_out, m = sizes.outputs, len(self.order)
         t_int = None
         if self.targets is not None:
             if np.any(np.abs(self.targets) > SCORE_BOUND):
                 raise ValueError(f"party {fed.name!r}: targets beyond {SCORE_BOUND:g}")
             t_int = np.round(self.targets * 2.0 ** (FEATURE_BITS + W_BITS)).astype(np.int64)
         s_mats, taus, t_squares = [], [], []
-        gram_l, tau_l = sizes.gram_layout, sizes.tau_layout
-        a_pack, b_pack = sizes.row_packing(True), sizes.row_packing(False)
-        for rows in fixed:
-            own = gram(x_int[rows], x_int[rows], sizes.gram_bits)
+        mine = sizes.block(me)
+        for b, rows in enumerate(fixed):
             s = np.zeros((sizes.joint, sizes.joint), dtype=object)
             tau = np.zeros((sizes.joint, k_out), dtype=object)
-            if t_int is not None:  # the label party: X_B^T t for B, then its share of G_AB
-                product = peer_rows.combine(
-                    rows, t_int[rows], to_key_owner=False, workers=spec.workers
-                )
-                masks = link.share_out("tau", product, tau_l)
-                tau[d_a:] = -by_rows(masks, b_pack, k_out)
-                tau[:d_a] = exact(x_int[rows]).T @ exact(t_int[rows])
-                h = by_rows(link.open("gram", gram_l), a_pack, d_b)
-                s[:d_a, :d_a] = own
+            s[mine, mine] = gram(x_int[rows], x_int[rows], sizes.gram_bits)
+            # cross Gram blocks X_p^T X_q (p < q): q multiplies p's rows by its columns and
+            # keeps minus its masks; p's share is the masked value
+            for p in range(m):
+                for q in range(p + 1, m):
+                    if me not in (p, q):
+                        continue
+                    layout, packing = sizes.gram_layout(p, q), sizes.row_packing(p)
+                    if me == q:
+                        owner = self.order[p]
+                        product = peer_rows[owner].combine(
+                            rows, x_int[rows], to_key_owner=False, workers=spec.workers
+                        )
+                        masks = self.send_masked("gram", b, owner, product, layout)
+                        h = -by_rows(masks, packing, sizes.blocks[q])
+                    else:
+                        got = self.receive_opened("gram", b, self.order[q], fed.name, layout)
+                        h = by_rows(got, packing, sizes.blocks[q])
+                    s[sizes.block(p), sizes.block(q)] = h
+                    s[sizes.block(q), sizes.block(p)] = h.T
+            # X_p^T t: the label party multiplies p's rows by the targets; the masked value is
+            # p's share, which a party outside the two share holders hands to the partner
+            if t_int is not None:
+                tau[mine] = exact(x_int[rows]).T @ exact(t_int[rows])
                 t_squares.append(int(np.sum(exact(t_int[rows]) ** 2)))
+                for p in range(1, m):
+                    owner = self.order[p]
+                    product = peer_rows[owner].combine(
+                        rows, t_int[rows], to_key_owner=False, workers=spec.workers
+                    )
+                    masks = self.send_masked("tau", b, owner, product, sizes.tau_layout(p))
+                    tau[sizes.block(p)] = -by_rows(masks, sizes.row_packing(p), k_out)
             else:
-                product = peer_rows.combine(
-                    rows, x_int[rows], to_key_owner=False, workers=spec.workers
-                )
-                masks = link.share_out("gram", product, gram_l)
-                h = -by_rows(masks, a_pack, d_b)
-                tau[d_a:] = by_rows(link.open("tau", tau_l), b_pack, k_out)
-                s[d_a:, d_a:] = own
-            s[:d_a, d_a:] = h
-            s[d_a:, :d_a] = h.T
+                for p in range(1, m):
+                    if p != me and me != 1:
+                        continue
+                    layout = sizes.tau_layout(p)
+                    if me > 1:  # ours, decrypted here (or by the coordinator) for the partner
+                        self.forward("tau", b, self.order[0], self.order[1], layout)
+                        continue
+                    got = self.receive_opened("tau", b, self.order[0], self.order[p], layout)
+                    tau[sizes.block(p)] = by_rows(got, sizes.row_packing(p), k_out)
             s_mats.append(s)
             taus.append(tau)
-        # every batch's S, and their sum (for the epoch's loss), encrypted once, columns
-        # packed, for the other party's products
+        # every batch's S, and their sum (for the epoch's loss), encrypted once per share
+        # holder, columns packed, for its products
         span = len(fixed)
         s_mats.append(sum(s_mats[1:], s_mats[0]))
         taus.append(sum(taus[1:], taus[0]))
-        zero = np.zeros((sizes.joint, sizes.joint), dtype=bool)  # S_P's structural zeros
-        if is_label:
-            zero[d_a:, d_a:] = True
-        else:
-            zero[:d_a, :d_a] = True
+        zero = np.ones((sizes.joint, sizes.joint), dtype=bool)  # S_P's structural zeros
+        zero[mine, :] = False
+        zero[:, mine] = False
+        holders = [self.order[c] for c in (0, 1) if c != me]
+        n = int(self.keys.key.n)
         plains: list[int | None] = []
         for b, s in enumerate(s_mats):
             plains += pack_columns(s, sizes.product_packing(span if b == span else 1), n, zero)
-        # groups known to be zero (the zero block of S_P) travel as the trivial ciphertext 1
-        encrypted = iter(link.encrypt([p for p in plains if p is not None]))
-        cts = [mpz(1) if p is None else next(encrypted) for p in plains]
-        sent = 0
-        for b in range(len(s_mats)):
-            size = sizes.joint * sizes.groups(span if b == span else 1)
-            block = EncryptedVector(link.key, cts[sent : sent + size], 0, fresh=True)
-            SS.send(fed, link.peer, "s", Encrypted(data=block.to_wire()), b)
-            sent += size
-        peer_s = []
-        for b in range(span + 1):
-            block = vector_from(
-                link.peer_key, SS.recv(fed, link.peer, "s", Encrypted, b).data, link.peer
-            )
-            size = sizes.joint * sizes.groups(span if b == span else 1)
-            if block.shape != (size,) or block.exponent != 0:
-                Encrypted.refuse(link.peer, "data", f"holds {block.shape} encrypted columns")
-            peer_s.append(block.ciphertexts)
+        live = [p for p in plains if p is not None]
+        shared_cts = None
+        for holder in holders:
+            if shared_cts is None or self.keys.coordinator is None:
+                encrypted = iter(self.keys.encrypt(live, holder, spec.workers))
+                shared_cts = [mpz(1) if p is None else next(encrypted) for p in plains]
+            sent = 0
+            for b in range(span + 1):
+                size = sizes.joint * sizes.groups(span if b == span else 1)
+                block = EncryptedVector(
+                    self.keys.key, shared_cts[sent : sent + size], 0, fresh=True
+                )
+                SS.send(fed, holder, "s", Encrypted(data=block.to_wire()), b)
+                sent += size
+        peer_s: dict[int, list[list[Any]]] = {}
+        if self.core:
+            for p, owner in enumerate(self.order):
+                if p == me:
+                    continue
+                blocks = []
+                for b in range(span + 1):
+                    data = SS.recv(fed, owner, "s", Encrypted, b).data
+                    block = vector_from(self.keys.peer_keys[owner], data, owner)
+                    size = sizes.joint * sizes.groups(span if b == span else 1)
+                    if block.shape != (size,) or block.exponent != 0:
+                        Encrypted.refuse(owner, "data", f"holds {block.shape} encrypted columns")
+                    blocks.append(block.ciphertexts)
+                peer_s[p] = blocks
         return {
             "fixed": fixed,
             "s": s_mats,
@@ -387,84 +448,122 @@ class SharedDataRole(DataParty):
             "setup_seconds": time.perf_counter() - began,
         }
 
+    def _exchange_rows(self, x_int: np.ndarray[Any, Any]) -> dict[str, PeerRows]:
+        """Our encrypted rows to every peer and theirs to us (each party's packing from the
+        public sizes, refused otherwise): once for all under the coordinator's key; per peer,
+        with its base, under our own."""
+        spec, sizes = self.spec, self.sizes
+        packing = sizes.row_packing(self.me)
+        n = int(self.keys.key.n)
+
+        def rows_for(peer: str) -> Any:
+            def own_rows(lo: int, hi: int) -> list[list[Any]]:
+                plain = pack_rows(x_int[lo:hi], packing, n)
+                return [self.keys.encrypt(p, peer, spec.workers) for p in plain]
+
+            return own_rows
+
+        rounds = [self.peers] if self.keys.coordinator is not None else [[p] for p in self.peers]
+        received: dict[str, PeerRows] = {}
+        for peers in rounds:
+            own = (self.keys.key, packing, rows_for(peers[0]))
+            keys = {p: self.keys.peer_keys[p] for p in peers}
+            received.update(
+                exchange_rows(self.fed, own, keys, len(x_int), spec.batch_size, spec.workers)
+            )
+        for p, rows in received.items():
+            if rows.packing != sizes.row_packing(self.order.index(p)):
+                Plan.refuse(p, "columns", "do not match the packing of its encrypted rows")
+        return received
+
     # -- training ----------------------------------------------------------------------------
 
-    def _initial_shares(self, fed: Federation, link: _Link, sizes: Sizes) -> np.ndarray[Any, Any]:
+    def _initial_shares(self) -> np.ndarray[Any, Any]:
         """Shares of the starting weights (zeros, or this party's part for a warm start): each
-        party splits its own weights with a uniform share for the label party."""
+        party splits its own weights into a uniform share for the label party and the rest
+        for the partner (keeping its own where it is one of them)."""
+        sizes, fed, label, partner = self.sizes, self.fed, self.order[0], self.order[1]
         w = self.part.weights(with_intercept=self.is_label)
         w_int = exact(np.round(np.asarray(w, dtype=float) * 2.0**W_BITS).astype(np.int64))
         m = sizes.weight_modulus
+        given = uniform(w_int.shape, m)  # the label party's share of our block
+        rest = reduce_share(w_int - given, m, False)  # the partner's
         v = np.zeros((sizes.joint, sizes.outputs), dtype=object)
-        mine = slice(0, sizes.d_a) if self.is_label else slice(sizes.d_a, sizes.joint)
-        theirs = slice(sizes.d_a, sizes.joint) if self.is_label else slice(0, sizes.d_a)
-        if self.is_label:  # our uniform share of our weights; the rest is B's
-            own = uniform(w_int.shape, m)
-            given = reduce_share(w_int - own, m, False)
-            SS.send(fed, link.peer, "init", Integers(values=flat(given)))
-        else:  # the label party's uniform share of our weights
-            given = uniform(w_int.shape, m)
-            SS.send(fed, link.peer, "init", Integers(values=flat(given)))
-            own = reduce_share(w_int - given, m, False)
-        v[mine] = own
-        shape = (theirs.stop - theirs.start, sizes.outputs)
-        v[theirs] = _unflat(SS.recv(fed, link.peer, "init", Integers), shape, link.peer)
+        mine = sizes.block(self.me)
+        if self.me == 0:
+            SS.send(fed, partner, "init", Integers(values=flat(rest)))
+            v[mine] = given
+        elif self.me == 1:
+            SS.send(fed, label, "init", Integers(values=flat(given)))
+            v[mine] = rest
+        else:
+            SS.send(fed, label, "init", Integers(values=flat(given)))
+            SS.send(fed, partner, "init", Integers(values=flat(rest)))
+            return v
+        for p in range(len(self.order)):
+            if p != self.me:
+                block = sizes.block(p)
+                shape = (block.stop - block.start, sizes.outputs)
+                got = SS.recv(fed, self.order[p], "init", Integers)
+                v[block] = _unflat(got, shape, self.order[p])
         return v
 
-    def _train(
-        self,
-        fed: Federation,
-        link: _Link,
-        sizes: Sizes,
-        shares: dict[str, Any],
-        seed: int,
-        rates: list[float],
-    ) -> FitResult:
-        spec = self.spec
-        v = self._initial_shares(fed, link, sizes)
+    def _train(self, shares: dict[str, Any], seed: int, rates: list[float]) -> FitResult:
+        spec, sizes, fed = self.spec, self.sizes, self.fed
+        v = self._initial_shares()
         fixed = shares["fixed"]
         _, orders = Schedule(len(self.x), spec.batch_size, seed).fixed()
         result = FitResult(part=None, steps=list(rates))
         curve = loss_curve(spec, self.targets)
-        followers = [p for p in [link.peer, spec.coordinator] if p is not None]
-        mine = slice(0, sizes.d_a) if self.is_label else slice(sizes.d_a, sizes.joint)
+        followers = self.peers + ([spec.coordinator] if spec.coordinator else [])
+        mine = sizes.block(self.me)
+        if self.is_label:
+            self.loss_key, self.loss_secret = spec.policy.generate()
+            SS.send(fed, self.order[1], "loss-key", PublicKeyMessage.of(self.loss_key))
+        elif self.me == 1:
+            message = SS.recv(fed, self.order[0], "loss-key", PublicKeyMessage)
+            self.loss_key = spec.policy.accept(message, self.order[0])
         optimizers = [make_optimizer(spec.optimizer, learning_rate=r) for r in rates]
         velocity = np.zeros_like(v)
-        model = kept = v
+        models = [v]  # every epoch's model: we are told which to keep only when it matters
+        kept = 0
         epoch = 0
         stopped = False
         shown = EpochProgress(fed.name, spec.max_iter, spec.verbose if self.is_label else 0)
         while True:
             if self.is_label:
                 stop = epoch >= spec.max_iter or stopped
-                control = EpochControl(stop=stop, keep=curve.keep, restart=curve.restart)
+                kept = len(curve.values) if curve.keep else kept
+                told = kept if stop or curve.restart else -1
+                control = EpochControl(stop=stop, restart=curve.restart, kept=told)
                 SS.broadcast(fed, "epoch", control, to=followers)
             else:
-                control = SS.recv(fed, spec.label_party, "epoch", EpochControl)
+                control = SS.recv(fed, self.order[0], "epoch", EpochControl)
+                if (control.stop or control.restart) and not 0 <= control.kept < len(models):
+                    EpochControl.refuse(self.order[0], "kept", f"is {control.kept}")
+                kept = control.kept
             if control.restart:  # diverged: back to the kept shares, a smaller step
-                v, velocity = kept, np.zeros_like(v)
+                v, velocity = models[kept], np.zeros_like(v)
                 rates = [r * RESTART_FACTOR for r in rates]
                 optimizers = [make_optimizer(spec.optimizer, learning_rate=r) for r in rates]
-            elif control.keep:  # the epoch just finished is the best so far: keep its shares
-                kept = model
             if control.stop:
                 break
             began = time.perf_counter()
             total = np.zeros_like(v)
-            for b in next(orders):
-                rows = fixed[b]
-                n_share = self._gradient(link, sizes, shares, b, 1, v)
+            for position, b in enumerate(next(orders)):
+                n_share = self._gradient(shares, b, 1, v, position)
+                if not self.core:
+                    continue
                 if spec.keep_views:  # our share of our gradient numerator, for audits
                     scaled = floats(n_share[mine], 2 * FEATURE_BITS + W_BITS)
-                    link.views.append((rows.copy(), scaled))
-                v, velocity = self._step(
-                    fed, link, sizes, optimizers, epoch, rows, n_share, v, velocity
-                )
+                    self.views.append((fixed[b].copy(), scaled))
+                v, velocity = self._step(optimizers, epoch, fixed[b], n_share, v, velocity)
                 total = total + v
             # the epoch's model is the mean of its iterates (tail averaging: SGD goes on from
             # the last one); shares average to shares of the mean, in their own ranges
             model = total // len(fixed)
-            loss = self._epoch_loss(fed, link, sizes, shares, model)
+            models.append(model)
+            loss = self._epoch_loss(shares, model)
             if self.is_label:
                 result.epoch_seconds.append(time.perf_counter() - began)
                 stopped = curve.add(loss)
@@ -475,15 +574,12 @@ class SharedDataRole(DataParty):
         if self.is_label:
             finish(result, curve)
         result.n_iter = epoch
-        self._reveal(fed, link, sizes, kept)
+        self._reveal(models[kept])
         result.part = self.part
         return result
 
     def _step(
         self,
-        fed: Federation,
-        link: _Link,
-        sizes: Sizes,
         optimizers: list[Optimizer],
         epoch: int,
         rows: np.ndarray[Any, Any],
@@ -491,17 +587,18 @@ class SharedDataRole(DataParty):
         v: np.ndarray[Any, Any],
         velocity: np.ndarray[Any, Any],
     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        """One optimiser step on shares (the label party's block with its step, B's with
-        B's), each party truncating its own (exact to a unit of ``2**-W_BITS`` per product),
-        then a fresh re-randomisation of weights and velocity: the label party adds uniform
-        offsets and sends them to B, which subtracts them."""
-        spec = self.spec
+        """One optimiser step on the two share holders' shares (each party's block with its
+        step), each truncating its own (exact to a unit of ``2**-W_BITS`` per product), then a
+        fresh re-randomisation of weights and velocity: the label party adds uniform offsets
+        and sends them to its partner, which subtracts them."""
+        spec, sizes, fed = self.spec, self.sizes, self.fed
         factors = [
             fixed_point_step(o, epoch, spec.loss.c, len(rows), spec.alpha) for o in optimizers
         ]
         to_n, to_alpha, beta, _ = factors[0]
         step = np.empty((sizes.joint, 1), dtype=object)
-        step[: sizes.d_a], step[sizes.d_a :] = factors[0][3], factors[1][3]
+        for p in range(len(self.order)):
+            step[sizes.block(p)] = factors[p][3]
         one = 1 << LR_BITS
         decay = np.full((sizes.joint, 1), to_alpha, dtype=object)
         decay[sizes.d_a - 1] = 0  # no penalty on the intercept
@@ -512,60 +609,72 @@ class SharedDataRole(DataParty):
         both = np.concatenate([v, velocity])
         if self.is_label:
             offset = uniform(both.shape, modulus)
-            SS.send(fed, link.peer, "offset", Integers(values=flat(offset)))
+            SS.send(fed, self.order[1], "offset", Integers(values=flat(offset)))
             both = reduce_share(both + offset, modulus, True)
         else:
-            offset = _unflat(SS.recv(fed, link.peer, "offset", Integers), both.shape, link.peer)
+            got = SS.recv(fed, self.order[0], "offset", Integers)
+            offset = _unflat(got, both.shape, self.order[0])
             both = reduce_share(both - offset, modulus, False)
         return both[: len(v)], both[len(v) :]
 
     def _gradient(
-        self,
-        link: _Link,
-        sizes: Sizes,
-        shares: dict[str, Any],
-        b: int,
-        span: int,
-        v: np.ndarray[Any, Any],
+        self, shares: dict[str, Any], b: int, span: int, v: np.ndarray[Any, Any], index: int
     ) -> np.ndarray[Any, Any]:
         """Our reduced share of ``N = G w - tau`` of batch ``b`` (or of all batches, ``span``
-        of them): the other party's columns raised to our share, masked and sent to it; ours
-        raised to its share, opened."""
-        sign = 1 if self.is_label else -1
+        of them; ``index``: the step's position in the epoch, which tags its messages): each
+        share holder raises every other party's encrypted ``S_P`` columns to
+        its share and masks the result for the other holder; the holders open what is masked
+        for them (a party outside the two decrypts and forwards). Returns zeros at a party
+        outside the two, which holds no share."""
+        sizes, me, order = self.sizes, self.me, self.order
         layout, packing = sizes.product_layout(span), sizes.product_packing(span)
-        groups = packing.groups
-        nsq = link.peer_key.nsquare
-        columns = shares["peer_s"][b]
-        e = v * sign  # non-negative at both parties
-        jobs = []
-        for k in range(sizes.outputs):
-            for g in range(groups):
-                live = [c for c in range(sizes.joint) if columns[c * groups + g] != 1]
-                bases = [columns[c * groups + g] for c in live]
-                jobs.append((bases, [int(e[c, k]) for c in live], nsq))
-        products = map_processes(multiexp_big_worker, jobs, self.spec.workers)
         tag = "prod" if span == 1 else "prod-all"
-        masks = link.share_out(tag, EncryptedVector(link.peer_key, products, 0), layout)
-        share = -sign * by_rows(masks, packing, sizes.outputs)
-        opened = by_rows(link.open(tag, layout), packing, sizes.outputs)
-        share = share - sign * opened
+        if not self.core:  # our S, raised by each holder: decrypt and forward to the other
+            for c in (0, 1):
+                slots = self.forward(f"{tag}-{me}", index, order[c], order[1 - c], layout)
+                if slots is not None and c == 0 and span == 1 and self.spec.keep_views:
+                    seen = by_rows(slots, packing, sizes.outputs)[sizes.block(me)]
+                    self.views.append(
+                        (shares["fixed"][b].copy(), floats(seen, 2 * FEATURE_BITS + W_BITS))
+                    )
+            return np.zeros((sizes.joint, sizes.outputs), dtype=object)
+        sign = 1 if me == 0 else -1
+        e = v * sign  # non-negative at both holders
+        groups = packing.groups
+        share = np.zeros((sizes.joint, sizes.outputs), dtype=object)
+        for p, columns in shares["peer_s"].items():
+            owner = order[p]
+            nsq = self.keys.peer_keys[owner].nsquare
+            jobs = []
+            for k in range(sizes.outputs):
+                for g in range(groups):
+                    live = [c for c in range(sizes.joint) if columns[b][c * groups + g] != 1]
+                    bases = [columns[b][c * groups + g] for c in live]
+                    jobs.append((bases, [int(e[c, k]) for c in live], nsq))
+            products = map_processes(multiexp_big_worker, jobs, self.spec.workers)
+            vector = EncryptedVector(self.keys.peer_keys[owner], products, 0)
+            masks = self.send_masked(f"{tag}-{p}", index, owner, vector, layout)
+            share = share - sign * by_rows(masks, packing, sizes.outputs)
+        other = order[1 - me]
+        for p in range(len(order)):  # what the other holder masked for us, on S_p (p != it)
+            if p == 1 - me:
+                continue
+            got = self.receive_opened(f"{tag}-{p}", index, other, order[p], layout)
+            share = share - sign * by_rows(got, packing, sizes.outputs)
         s, tau = shares["s"][b], shares["tau"][b]
         return reduce_share(s @ v + share - tau, sizes.n_modulus(span), self.is_label)
 
-    def _epoch_loss(
-        self,
-        fed: Federation,
-        link: _Link,
-        sizes: Sizes,
-        shares: dict[str, Any],
-        v: np.ndarray[Any, Any],
-    ) -> float:
+    def _epoch_loss(self, shares: dict[str, Any], v: np.ndarray[Any, Any]) -> float:
         """The mean training loss of the epoch's model (its mean iterate, shares ``v``) over
-        all rows (the label party learns it; B returns 0.0): ``|X w - t|^2 =
-        <w, N - tau> + |t|^2`` from shares of ``N`` over all batches; the cross terms of the
-        inner product travel encrypted."""
+        all rows; the label party learns it, the others return 0.0. ``|X w - t|^2 =
+        <w, N - tau> + |t|^2`` from the holders' shares of ``N`` over all batches; the
+        partner's cross terms travel under the label party's loss key, a key used for nothing
+        else, and the total must lie within its public bounds."""
+        sizes, fed = self.sizes, self.fed
         span = len(shares["fixed"])
-        n_share = self._gradient(link, sizes, shares, span, span, v)
+        n_share = self._gradient(shares, span, span, v, span)
+        if not self.core:
+            return 0.0
         modulus = sizes.n_modulus(span)
         # + lambda w (intercept excluded): <w, m> is then |X w - t|^2 - |t|^2 plus the
         # penalty, so the tracked loss is the objective minimised (protocol.penalty_term)
@@ -573,59 +682,70 @@ class SharedDataRole(DataParty):
         penalised[sizes.d_a - 1] = 0
         m_share = reduce_share(n_share - shares["tau"][span] + penalised, modulus, self.is_label)
         own = dot(v, m_share)
+        label = self.order[0]
         if not self.is_label:
-            got = vector_from(
-                link.peer_key, SS.recv(fed, link.peer, "loss", Encrypted).data, link.peer
-            )
+            got = vector_from(self.loss_key, SS.recv(fed, label, "loss", Encrypted).data, label)
             if got.shape != (2 * v.size,) or got.exponent != 0:
-                Encrypted.refuse(link.peer, "data", f"holds {got.shape} loss terms")
-            exps = [-int(x) for x in m_share.reshape(-1)] + [-int(x) for x in v.reshape(-1)]
-            nsq = link.peer_key.nsquare
-            cross = EncryptedVector(link.peer_key, [multiexp_big(got.ciphertexts, exps, nsq)], 0)
-            own_ct = link.peer_key.raw_encrypt([(-own) % int(link.peer_key.n)])
-            total = cross + EncryptedVector(link.peer_key, own_ct, 0)
-            total = link.for_owner(total)
-            SS.send(fed, link.peer, "loss-total", Encrypted(data=total.to_wire()))
+                Encrypted.refuse(label, "data", f"holds {got.shape} loss terms")
+            total = self._loss_reply(got, m_share, v, own)
+            SS.send(fed, label, "loss-total", Encrypted(data=total.to_wire()))
             return 0.0
-        terms = link.encrypt(flat(v) + flat(m_share))
-        SS.send(
-            fed,
-            link.peer,
-            "loss",
-            Encrypted(data=EncryptedVector(link.key, terms, 0, fresh=True).to_wire()),
-        )
-        total = vector_from(
-            link.key, SS.recv(fed, link.peer, "loss-total", Encrypted).data, link.peer
-        )
+        terms = self.loss_key.raw_encrypt(flat(v) + flat(m_share))
+        vector = EncryptedVector(self.loss_key, terms, 0, fresh=True)
+        SS.send(fed, self.order[1], "loss", Encrypted(data=vector.to_wire()))
+        partner = self.order[1]
+        data = SS.recv(fed, partner, "loss-total", Encrypted).data
+        total = vector_from(self.loss_key, data, partner)
         if total.shape != (1,) or total.exponent != 0:
-            Encrypted.refuse(link.peer, "data", "is not one loss term")
-        if link.secret is not None:
-            n = int(link.key.n)
-            raw = int(link.secret.raw_decrypt(total.ciphertexts)[0])
-            value = raw - n if raw > n // 2 else raw
-        elif link.coordinator is not None:
-            value = int(
-                decrypt_masked(
-                    fed,
-                    link.coordinator,
-                    SS.child("loss"),
-                    total,
-                    bound=sizes.loss_bound(span),
-                    exact=True,
-                )[0]
+            Encrypted.refuse(partner, "data", "is not one loss term")
+        n = int(self.loss_key.n)
+        raw = int(self.loss_secret.raw_decrypt(total.ciphertexts)[0])
+        value = raw - n if raw > n // 2 else raw
+        squares = own + shares["t_squares"] - value
+        bound = sizes.squares_bound()
+        if not 0 <= squares <= bound:
+            Encrypted.refuse(
+                partner,
+                "data",
+                f"makes the loss total {squares:.3g} units, outside its public bounds "
+                f"[0, {float(bound):.3g}]: the epoch's loss terms were not computed as the "
+                "protocol says",
             )
-        else:
-            raise RuntimeError("no key to open the loss with: neither ours nor a coordinator's")
-        squares = (own + shares["t_squares"] - value) / 2.0 ** (2 * (FEATURE_BITS + W_BITS))
-        return self.spec.loss.mean_loss(squares, len(self.x), sizes.outputs)
+        scaled = squares / 2.0 ** (2 * (FEATURE_BITS + W_BITS))
+        return self.spec.loss.mean_loss(scaled, len(self.x), sizes.outputs)
 
-    def _reveal(self, fed: Federation, link: _Link, sizes: Sizes, v: np.ndarray[Any, Any]) -> None:
-        """Each party sends the other its share of the other's weights and keeps its own."""
-        mine = slice(0, sizes.d_a) if self.is_label else slice(sizes.d_a, sizes.joint)
-        theirs = slice(sizes.d_a, sizes.joint) if self.is_label else slice(0, sizes.d_a)
-        SS.send(fed, link.peer, "final", Integers(values=flat(v[theirs])))
-        got = _unflat(SS.recv(fed, link.peer, "final", Integers), v[mine].shape, link.peer)
-        w = floats(v[mine] + got, W_BITS)
+    def _loss_reply(
+        self,
+        got: EncryptedVector,
+        m_share: np.ndarray[Any, Any],
+        v: np.ndarray[Any, Any],
+        own: int,
+    ) -> EncryptedVector:
+        """The partner's encrypted part of the loss: the cross terms ``<v_A, m_B> + <m_A,
+        v_B>`` and its own ``<v_B, m_B>``, negated, re-randomised uniformly (the label party
+        owns the loss key and encrypted the inputs)."""
+        exps = [-int(x) for x in m_share.reshape(-1)] + [-int(x) for x in v.reshape(-1)]
+        key = self.loss_key
+        cross = EncryptedVector(key, [multiexp_big(got.ciphertexts, exps, key.nsquare)], 0)
+        own_ct = key.raw_encrypt([(-own) % int(key.n)])
+        total = cross + EncryptedVector(key, own_ct, 0)
+        return rerandomize(total, for_key_owner=True)
+
+    def _reveal(self, v: np.ndarray[Any, Any]) -> None:
+        """The two share holders send every party its block of their shares; each keeps its
+        own weights, and only those."""
+        sizes, fed, order = self.sizes, self.fed, self.order
+        if self.core:
+            for p, name in enumerate(order):
+                if p != self.me:
+                    SS.send(fed, name, "final", Integers(values=flat(v[sizes.block(p)])))
+        mine = sizes.block(self.me)
+        shape = (mine.stop - mine.start, sizes.outputs)
+        total = v[mine] if self.core else np.zeros(shape, dtype=object)
+        for c in (0, 1):
+            if c != self.me:
+                total = total + _unflat(SS.recv(fed, order[c], "final", Integers), shape, order[c])
+        w = floats(total, W_BITS)
         if not np.all(np.abs(w) < 2.0**W_INT_BITS):
             raise FloatingPointError(
                 f"party {fed.name!r}: weights beyond {2**W_INT_BITS}; training diverged "
@@ -634,9 +754,10 @@ class SharedDataRole(DataParty):
         self.part.set_weights(w, with_intercept=self.is_label)
 
 
-def peer_b(spec: FitSpec) -> str:
-    """The data party that is not the label party."""
-    return next(p for p in spec.data_parties if p != spec.label_party)
+def _count(values: list[int], layout: PackingLayout, sender: str) -> list[int]:
+    if len(values) != layout.count:
+        DecryptedSlots.refuse(sender, "slots", f"holds {len(values)} values, not {layout.count}")
+    return [int(x) for x in values]
 
 
 def _unflat(message: Integers, shape: tuple[int, ...], sender: str) -> np.ndarray[Any, Any]:
@@ -647,70 +768,72 @@ def _unflat(message: Integers, shape: tuple[int, ...], sender: str) -> np.ndarra
     return out
 
 
-def _sizes(spec: FitSpec, plans: dict[str, Plan], outputs: int, key_bits: int) -> Sizes:
-    label = spec.label_party
-    other = next(p for p in spec.data_parties if p != label)
-    a, b = plans[label], plans[other]
-    for name, p in ((label, a), (other, b)):
-        if not 1 <= p.columns <= 100_000 or not 1 <= p.feature_bits <= 200:
+def _sizes(spec: FitSpec, plans: list[Plan], outputs: int, key_bits: int) -> Sizes:
+    order = party_order(spec)
+    for name, p in zip(order, plans, strict=True):
+        if not 1 <= p.columns <= 100_000 or not 1 <= p.rows <= 10**9:
             Plan.refuse(name, "columns", f"plan {p} is not a usable design")
-    penalty = round(penalty_weight(spec, a.rows) * 2.0 ** (2 * FEATURE_BITS))
-    return Sizes(
-        a.columns,
-        b.columns,
-        outputs,
-        a.feature_bits,
-        b.feature_bits,
-        spec.batch_size,
-        key_bits,
-        penalty,
-    )
+    rows = plans[0].rows
+    penalty = round(penalty_weight(spec, rows) * 2.0 ** (2 * FEATURE_BITS))
+    blocks = tuple(p.columns for p in plans)
+    return Sizes(blocks, outputs, spec.batch_size, key_bits, rows, penalty)
 
 
 class SharedCoordinatorRole:
-    """The key holder of ``protocol="shared_coordinator"``: it decrypts each masked share for
-    the party it belongs to, every request checked against the layout derived from the public
-    plans, and the loss once per epoch."""
+    """The key holder of ``protocol="shared_coordinator"``: it decrypts each masked share
+    that one party sends for another and hands the slots to that other party, every request
+    checked against the layout derived from the public plans. It decrypts no loss: the label
+    party has its own loss key."""
 
     def __init__(self, spec: FitSpec) -> None:
         self.spec = spec
 
     def __call__(self, fed: Federation) -> FitResult:
         spec = self.spec
-        label = spec.label_party
-        other = next(p for p in spec.data_parties if p != label)
+        order = party_order(spec)
         public_key, private_key = spec.policy.generate()
-        VLR.broadcast(fed, "key", PublicKeyMessage.of(public_key), to=[label, other])
-        plans = {p: SS.recv(fed, p, "plan", Plan) for p in (label, other)}
-        outputs = int(VLR.recv(fed, label, "outputs", Outputs).count)
-        rows = plans[label].rows
+        VLR.broadcast(fed, "key", PublicKeyMessage.of(public_key), to=order)
+        plans = {p: SS.recv(fed, p, "plan", Plan) for p in order}
+        outputs = int(VLR.recv(fed, order[0], "outputs", Outputs).count)
+        rows = plans[order[0]].rows
+        for p in order[1:]:
+            if plans[p].rows != rows:
+                Plan.refuse(p, "rows", f"is {plans[p].rows}; the label party has {rows}")
         if not spec.batch_size:  # derived from the row count, as the data parties do
             spec = replace(spec, batch_size=auto_batch_size(max(rows, 1)))
-        sizes = _sizes(spec, plans, outputs, public_key.n_length)
-        if plans[other].rows != rows:
-            Plan.refuse(other, "rows", f"is {plans[other].rows}; the label party has {rows}")
+        sizes = _sizes(spec, [plans[p] for p in order], outputs, public_key.n_length)
         batches = Schedule(rows, spec.batch_size, 0).batches_per_epoch()
+        m = len(order)
 
-        def serve(party: str, tag: str, layout: PackingLayout) -> None:
+        def relay(tag: str, index: int, sender: int, receiver: int, layout: PackingLayout) -> None:
             serve_decryption(
                 fed,
-                party,
-                SS.child(tag),
+                order[sender],
+                _relayed(tag, index),
                 private_key,
                 expected=layout.n_ciphertexts,
                 layout=layout,
+                answer_to=order[receiver],
             )
 
-        for _ in range(batches):
-            serve(label, "gram", sizes.gram_layout)
-            serve(other, "tau", sizes.tau_layout)
+        for b in range(batches):
+            for i in range(m):
+                for j in range(i + 1, m):
+                    relay("gram", b, j, i, sizes.gram_layout(i, j))
+            for j in range(1, m):
+                relay("tau", b, 0, 1, sizes.tau_layout(j))
         epochs = 0
-        while not SS.recv(fed, label, "epoch", EpochControl).stop:
-            for _ in range(batches):
-                serve(label, "prod", sizes.product_layout())
-                serve(other, "prod", sizes.product_layout())
-            serve(label, "prod-all", sizes.product_layout(batches))
-            serve(other, "prod-all", sizes.product_layout(batches))
-            serve_decryption(fed, label, SS.child("loss"), private_key, expected=1, count=1)
+        while not SS.recv(fed, order[0], "epoch", EpochControl).stop:
+            for index, span in [*((b, 1) for b in range(batches)), (batches, batches)]:
+                tag = "prod" if span == 1 else "prod-all"
+                for c in (0, 1):
+                    for j in range(m):
+                        if j != c:
+                            relay(f"{tag}-{j}", index, c, 1 - c, sizes.product_layout(span))
             epochs += 1
         return FitResult(part=None, n_iter=epochs)
+
+
+def _relayed(tag: str, index: int) -> Namespace:
+    """The tags of one decryption the coordinator relays (step ``tag``, position ``index``)."""
+    return SS.child(f"{tag}-b{index}")

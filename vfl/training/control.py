@@ -26,3 +26,8 @@ class EpochControl(Message):
     stop: bool
     keep: bool = False
     restart: bool = False
+    kept: int = -1
+    """The epoch to go back to (on ``restart``) or to end with (on ``stop``), where the
+    followers keep every epoch's model and are told which one only then, instead of a
+    ``keep`` bit per epoch (the secret-shared linear protocol): 0 is the starting model, ``e``
+    the model after ``e`` epochs; -1 when not said."""

@@ -3,6 +3,8 @@ the transcript carries no plaintext features or labels, bad input, persistence."
 
 from __future__ import annotations
 
+import re
+
 import warnings
 
 import numpy as np
@@ -126,26 +128,32 @@ def test_no_plaintext_feature_or_label_crosses_a_party_boundary(breast, protocol
             assert all(isinstance(b, CiphertextBlock) for b in record.payload()["blocks"])
 
 
+def step_of(tag: str) -> str:
+    """A tag without its batch index and party number: ``vlr/ss/prod-1-b4/req`` and
+    ``vlr/ss/prod-0/4`` are steps ``vlr/ss/prod/req`` and ``vlr/ss/prod``."""
+    return re.sub(r"-(\d+|b\d+)(?=[-/]|$)", "", re.sub(r"(/\d+)+$", "", tag))
+
+
 def check_shared_transcript(records: list, protocol: str, decryptor_inputs: int) -> None:  # type: ignore[type-arg]
     """Under the secret-shared protocols, between the data parties: ciphertexts (encrypted
-    rows, masked shares, encrypted Gram columns, encrypted loss terms), the public plan and
-    base, and plain integers that are shares or uniform offsets; the coordinator gets only
-    decryption requests of masked shares."""
+    rows, masked shares, encrypted Gram columns, encrypted loss terms), the public plan, keys
+    and base, and plain integers that are shares or uniform offsets; the coordinator gets only
+    decryption requests of masked shares, each answered to the party that did not send it."""
     ciphertexts = {"vlr/ss/gram", "vlr/ss/tau", "vlr/ss/prod", "vlr/ss/prod-all", "vlr/ss/loss"}
-    ciphertexts |= {"vlr/ss/loss-total", "vlr/rows/0"}
+    ciphertexts |= {"vlr/ss/loss-total", "vlr/rows", "vlr/ss/s"}
     shares = {"vlr/ss/init", "vlr/ss/offset", "vlr/ss/final"}
-    control = {"vlr/seed", "vlr/outputs", "vlr/key", "vlr/rows", "vlr/ss/epoch", "vlr/ss/plan"}
-    control |= {"vlr/ss/base"}
+    control = {"vlr/seed", "vlr/outputs", "vlr/key", "vlr/ss/epoch", "vlr/ss/plan"}
+    control |= {"vlr/ss/base", "vlr/ss/loss-key"}
     between = [r for r in records if {r.sender, r.receiver} == {"imaging", "lab"}]
-    tags = {r.tag for r in between}
-    assert {t for t in tags if not t.startswith("vlr/ss/s/")} <= ciphertexts | shares | control
-    assert ("vlr/ss/base" in tags) == (protocol == "shared")
+    steps = {step_of(r.tag) for r in between}
+    assert steps <= ciphertexts | shares | control, steps - (ciphertexts | shares | control)
+    assert ("vlr/ss/base" in steps) == (protocol == "shared")
     for record in between:
-        payload = record.payload()
-        if record.tag in ciphertexts - {"vlr/rows/0"} or record.tag.startswith("vlr/ss/s/"):
+        payload, step = record.payload(), step_of(record.tag)
+        if step in ciphertexts and step != "vlr/rows":
             assert isinstance(payload["data"], CiphertextBlock), record.tag
             assert set(payload["data"].exponents.tolist()) == {0}  # one public exponent
-        if record.tag in shares:
+        if step in shares:
             # uniform shares and offsets, 88 bits wide: every plaintext quantity of the
             # protocol (a weight, at 2**24 and below 2**16) is below 2**40, a uniform share
             # with probability 2**-48
@@ -153,10 +161,17 @@ def check_shared_transcript(records: list, protocol: str, decryptor_inputs: int)
     if protocol == "shared":
         assert decryptor_inputs == 0  # each party opens, with its own key, shares masked for it
         return
-    to_coordinator = {r.tag for r in records if r.receiver == "coordinator"}
-    steps = {f"vlr/ss/{s}/req" for s in ("gram", "tau", "prod", "prod-all", "loss")}
-    assert to_coordinator <= steps | {"vlr/ss/plan", "vlr/outputs", "vlr/ss/epoch"}
-    assert steps <= to_coordinator
+    to_coordinator = {step_of(r.tag) for r in records if r.receiver == "coordinator"}
+    asked = {f"vlr/ss/{s}/req" for s in ("gram", "tau", "prod", "prod-all")}
+    assert to_coordinator <= asked | {"vlr/ss/plan", "vlr/outputs", "vlr/ss/epoch"}
+    assert asked <= to_coordinator
+    # the coordinator answers each request to the other data party, never to its sender
+    requests = [r for r in records if r.receiver == "coordinator" and r.tag.endswith("/req")]
+    answers = [r for r in records if r.sender == "coordinator" and r.tag.endswith("/plain")]
+    assert len(requests) == len(answers) > 0
+    senders = {r.tag[: -len("/req")]: r.sender for r in requests}
+    for answer in answers:
+        assert answer.receiver != senders[answer.tag[: -len("/plain")]], answer.tag
 
 
 @pytest.mark.slow

@@ -162,30 +162,30 @@ def test_the_coordinator_refuses_a_request_of_another_size_naming_the_party() ->
     spec = small_model(
         VerticalLogisticRegression, protocol="shared_coordinator", batch_size=64
     ).fit_spec("imaging", ["imaging", "lab"])
-    layout = Sizes(11, 11, 1, 24, 24, 64, 1024).gram_layout  # what the coordinator derives
+    layout = Sizes((11, 11), 1, 64, 1024, 256).gram_layout(0, 1)  # what the coordinator derives
 
     def data_party(name: str, inflate: bool):  # type: ignore[no-untyped-def]
         def run(fed):  # type: ignore[no-untyped-def]
             key = spec.policy.accept(VLR.recv(fed, "coordinator", "key", PublicKeyMessage), "c")
-            SS.send(fed, "coordinator", "plan", Plan(columns=11, feature_bits=24, rows=256))
+            SS.send(fed, "coordinator", "plan", Plan(columns=11, rows=256, curvature=1.0))
             if name == "imaging":
                 VLR.send(fed, "coordinator", "outputs", Outputs(count=1))
             if inflate:  # the first step's request, one ciphertext too many
                 cts = key.raw_encrypt([0] * (layout.n_ciphertexts + 1))
                 block = EncryptedVector(key, cts, 0).to_wire()
                 request = DecryptionRequest(data=block, layout=layout.to_dict())
-                SS.child("gram").send(fed, "coordinator", "req", request)
+                SS.child("gram-b0").send(fed, "coordinator", "req", request)
             SS.recv(fed, "coordinator", "never", Plan)  # wait for the coordinator's refusal
 
         return run
 
     roles = {
-        "imaging": data_party("imaging", True),
-        "lab": data_party("lab", False),
+        "imaging": data_party("imaging", False),
+        "lab": data_party("lab", True),  # the first cross Gram is lab's to mask and send
         "coordinator": SharedCoordinatorRole(spec),
     }
     n = layout.n_ciphertexts
-    refusal = rf"party 'imaging' .* asks for {n + 1} decryptions; this step has {n}"
+    refusal = rf"party 'lab' .* asks for {n + 1} decryptions; this step has {n}"
     with pytest.raises(PartyFailedError, match=refusal):
         LocalFederation(timeout=30).run(roles)
 
@@ -193,8 +193,10 @@ def test_the_coordinator_refuses_a_request_of_another_size_naming_the_party() ->
 def test_what_the_shared_protocol_cannot_do_is_refused_with_the_reason(breast) -> None:  # type: ignore[no-untyped-def]
     parts, y = breast
     three = {**parts, "genomics": parts["lab"].iloc[:, :5]}
-    with pytest.raises(ValueError, match=r"exactly two data parties.*protocol='coordinator'"):
-        small_model(VerticalLogisticRegression).fit(three, y, label_party="imaging")
+    with pytest.raises(ValueError, match=r"'two_party' needs exactly two.*protocol='shared'"):
+        small_model(VerticalLogisticRegression, protocol="two_party").fit(
+            three, y, label_party="imaging"
+        )
     with pytest.raises(ValueError, match="Adam's square roots cannot be computed on secret"):
         small_model(VerticalLogisticRegression, optimizer="adam").fit(
             parts, y, label_party="imaging"
