@@ -10,6 +10,12 @@ aggregation (each client sends its float32 update; the server sums them), with t
 for the complete graph (Bonawitz et al.) and for SecAgg+ with ``k = 2 ceil(log2 n)``
 neighbours. Each run checks the secure sum against the plain sum of the survivors.
 
+Then the cost of the consistency round (on by default; ``SecAggConfig(consistency=False)``
+turns it off for this measurement only): the complete graph's round with and without it, in
+the same run, alternated ``--repeats`` times (2) and the fastest of each kept; the bytes it
+adds per client (one signature up, ``n`` down); and its Ed25519 verifications (``n`` per
+client and at the server) timed on their own.
+
 Flower's SecAgg+ (``SecAggPlusWorkflow`` with ``secaggplus_mod``, ``flwr.simulation``; the
 same clients, dimension, neighbourhood size ``k + 1`` as ``num_shares`` and threshold) runs
 when ``--flower-python`` names a Python with ``flwr[simulation]`` (it pins other versions of
@@ -19,7 +25,7 @@ between the strategy's rounds, which also carries the parameters to the clients.
 Run::
 
     python benchmarks/secagg.py [--clients 100] [--size 100000] [--threshold-fraction 0.5]
-        [--flower-python PATH]
+        [--repeats 2] [--flower-python PATH]
 """
 
 from __future__ import annotations
@@ -33,15 +39,18 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import numpy as np  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
 from horizontal.secagg import SecAggConfig, client_round, server_round  # noqa: E402
+from vfl.crypto.keys import SecurityWarning  # noqa: E402
 from vfl.federation.base import PartyFailedError  # noqa: E402
 from vfl.federation.local import LocalFederation  # noqa: E402
 from vfl.federation.messages import Message, Namespace  # noqa: E402
@@ -88,7 +97,47 @@ def secure(vectors: dict[str, Any], config: SecAggConfig, drops: set[str]) -> di
     timing["error"] = float(np.abs(total - expected).max())
     sent = [r.nbytes for r in federation.transcript.records if r.sender != "server"]
     timing["bytes"] = sum(sent) / len(vectors)
+    for step in ("signature", "signatures"):  # the consistency round: up, then down
+        tag = f"secagg/{step}/"
+        found = [r.nbytes for r in federation.transcript.records if r.tag.startswith(tag)]
+        timing[step] = sum(found) / len(vectors)
     return timing
+
+
+def consistency_cost(vectors: dict[str, Any], config: SecAggConfig, repeats: int) -> str:
+    """The consistency round's cost: the same round with and without it, alternated
+    ``repeats`` times (the fastest of each kept: the machine is shared), its bytes per client,
+    and the Ed25519 work it adds (one signature per client, ``n`` verifications per client
+    and at the server) timed on its own."""
+    without = replace(config, consistency=False)
+    runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SecurityWarning)  # off only to measure it
+        for _ in range(repeats):
+            for chosen in (config, without):
+                runs[chosen.consistency].append(secure(vectors, chosen, set()))
+    on = min(r["round"] for r in runs[True])
+    off = min(r["round"] for r in runs[False])
+    key = Ed25519PrivateKey.generate()
+    public, signature = key.public_key(), key.sign(b"x" * 32)
+    batches = []
+    for _ in range(5):
+        began = time.perf_counter()
+        for _ in range(200):
+            public.verify(signature, b"x" * 32)
+        batches.append((time.perf_counter() - began) / 200)
+    verify = min(batches)
+    n = len(vectors)
+    up, down = runs[True][0]["signature"], runs[True][0]["signatures"]
+    sent = runs[True][0]["bytes"]
+    return (
+        f"consistency round (complete graph, 0 % dropouts, fastest of {repeats}): "
+        f"{on:.2f} s a round with it, {off:.2f} s without: {on - off:+.2f} s "
+        f"({(on - off) / off:+.1%}); per client {up:.0f} B sent ({up / sent:.3%} of what it "
+        f"sends in the round) and {down / 1e3:.1f} kB received; its {n * (n + 1):,} Ed25519 "
+        f"verifications take {n * (n + 1) * verify:.2f} s of CPU in all "
+        f"({n * verify * 1e3:.1f} ms per party)"
+    )
 
 
 def plain(vectors: dict[str, Any]) -> dict[str, float]:
@@ -202,6 +251,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--threshold-fraction", type=float, default=0.5)
     parser.add_argument("--flower-python", default=sys.executable)
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="runs with and without the consistency round"
+    )
     args = parser.parse_args()
     load = os.getloadavg()
     print(
@@ -240,6 +292,7 @@ def main() -> None:
                 f"{found['round'] / args.clients:>10.3f}{found['bytes'] / 1e6:>11.2f}"
                 f"{found['round'] / base['round']:>8.1f}x{found['error']:>11.1e}"
             )
+    print(f"\n{consistency_cost(vectors, config, args.repeats)}")
     other = flower(args.flower_python, args.clients, args.size, k + 1, plus.threshold)
     print(
         f"\nFlower SecAgg+ (num_shares {k + 1}, threshold {plus.threshold}, 0 % dropouts): {other}"

@@ -2,12 +2,13 @@
 Privacy-Preserving Machine Learning", CCS 2017): the server learns the sum of the surviving
 clients' vectors and nothing else about any one of them.
 
-One round, four steps, every message between clients relayed (encrypted) by the server:
+One round, five steps, every message between clients relayed (encrypted or signed) by the
+server:
 
 1. **keys** -- each client draws two X25519 key pairs (``c`` to encrypt shares to a peer,
-   ``s`` to agree pairwise masks) and a 32-byte self-mask seed ``b``, and sends the two public
-   keys and a SHA-256 commitment to ``b``; the server sends everyone the roster ``U1`` of
-   those who did;
+   ``s`` to agree pairwise masks), an Ed25519 signing key ``d`` (step 4) and a 32-byte
+   self-mask seed ``b``, and sends the three public keys and a SHA-256 commitment to ``b``; the
+   server sends everyone the roster ``U1`` of those who did;
 2. **shares** -- each client splits ``b`` and its ``s`` private key by Shamir's scheme (threshold
    ``t`` over the prime field ``2**521 - 1``) and sends each peer its two shares, encrypted and
    authenticated with ChaCha20-Poly1305 under a key agreed from the ``c`` keys; the
@@ -16,15 +17,26 @@ One round, four steps, every message between clients relayed (encrypted) by the 
 3. **masked input** -- each client in ``U1`` sends ``y = x + PRG(b) + sum_{v > u} PRG(s_uv) -
    sum_{v < u} PRG(s_uv)`` in the ring ``Z_{2**64}`` (``x`` its vector in fixed point,
    :class:`Ring`; ``s_uv`` agreed from the ``s`` keys; PRG: the ChaCha20 keystream); the
-   server's ``U2`` are those whose masked input arrived;
-4. **unmasking** -- the server sends ``U2``; each client still there reveals, for each peer of
-   ``U1``, its share of ``b`` (peer in ``U2``) or of ``s`` (peer dropped before step 3), never
-   both. With ``t`` such answers the server rebuilds the survivors' ``b`` (checked against
-   their commitments) and the dropped clients' ``s`` (checked against their public keys),
-   removes every mask and decodes the sum.
+   server's ``U2`` (the paper's ``U3``) are those whose masked input arrived;
+4. **consistency** (the paper's ConsistencyCheck; ``SecAggConfig(consistency=True)``, the
+   default) -- the server sends ``U2`` and the dropped clients whose mask keys it needs; each
+   client checks ``U2`` (at least ``min_survivors``, inside the roster, itself in it) and signs
+   with ``d`` the round, the roster with all its keys, and ``U2``; the server forwards the
+   signatures it collected to the signers; each checks that at least
+   ``q = max(t, n // 2 + 1)`` of them (:func:`required_signatures`; ``n`` the clients the
+   round was opened for) come from distinct members of ``U2`` and that *every* one verifies on
+   the roster and ``U2`` that *it* was sent. Otherwise it aborts with
+   :class:`SecAggConsistencyError`, naming the server and the signer or the count, before
+   revealing anything;
+5. **unmasking** -- each signer reveals, for each peer it holds shares of, its share of ``b``
+   (peer in ``U2``) or of ``s`` (peer among the dropped the server asked about), never both:
+   asked for both of one peer, it refuses (:class:`SecAggConsistencyError`) and reveals
+   nothing. It answers one such request per round. With ``t`` answers the server rebuilds
+   the survivors' ``b`` (checked against their commitments) and the dropped clients' ``s``
+   (checked against their public keys), removes every mask and decodes the sum.
 
-With fewer than ``t`` clients at any step the round aborts: the server tells the clients and
-raises :class:`SecAggAbortedError`, having learnt nothing but who answered.
+With fewer than ``t`` clients at any step (``q`` at step 4) the round aborts: the server tells
+the clients and raises :class:`SecAggAbortedError`, having learnt nothing but who answered.
 
 **SecAgg+** (Bell et al., CCS 2020; ``SecAggConfig(neighbours=k)``): each client shares keys
 and masks with ``k`` neighbours on a public pseudo-random ring instead of everyone, so its
@@ -33,33 +45,71 @@ then applies within each neighbourhood (every survivor's and dropped client's se
 ``t`` of its neighbours), and the security holds against fewer colluders per neighbourhood.
 A round whose survivors fall apart into separate pieces of the graph aborts (the server
 refuses to ask, and each client refuses to reveal): each piece's own sum would be unmasked.
+The consistency round stays global (``n`` signatures reach each client: 64 bytes and one
+verification each).
 
-Threat model: an honest-but-curious server and up to ``t - 1`` colluding clients learn
+Threat model. An honest-but-curious server and up to ``t - 1`` colluding clients learn
 nothing about an honest client's vector beyond the sum (the masks are uniform in the ring; a
-single masked vector is uniform: the tests check it). A *malicious* server could claim a
-client dropped after receiving its masked input and so learn its vector (Bonawitz et al.'s
-consistency round and signatures against this are not implemented), and could drop clients
-until one honest vector is isolated in a sum of one; clients should refuse rounds whose
-``U2`` is smaller than they accept (``min_survivors``). Sums are exact in the ring; values
-are quantised to ``2**-fraction_bits`` and must leave headroom for the sum (checked).
+single masked vector is uniform: the tests check it). Against a server that *deviates* --
+above all one that equivocates about the survivors, telling some clients that ``u`` dropped
+(so they reveal ``u``'s mask-key shares) and others that ``u`` survived (so they reveal its
+self-mask shares), which would unmask ``u``'s own masked input -- the consistency round
+guarantees, given authentic keys (see the warning), that every honest client that reveals a
+share saw the same roster and the same ``U2`` as every other: an honest client signs once per
+round, so two different views would each need ``q`` signatures, which ``c`` clients colluding
+with the server can supply only if ``2 q <= n + c``. Since each honest client reveals one
+kind of share per peer, decided by that common ``U2``, the server gets the self-mask seeds
+of ``U2`` and the mask keys of clients outside it, never both for one client, and learns the
+sum over ``U2`` (at least ``q`` clients) and nothing more. With no colluding client the
+majority floor of ``q`` suffices; against ``c`` colluders choose ``threshold > (n + c) / 2``
+(Bonawitz et al. take ``t > 2n/3`` against fewer than ``n/3``). Without the round, the
+one-kind-per-peer rule alone already protects a client when ``2 t > n + c``; the round extends
+this to every threshold, makes the honest revealers agree on one survivor set (what the
+paper's proof needs), and turns an equivocation into an abort that names the server.
+Sums are exact in the ring; values are quantised to ``2**-fraction_bits`` and must leave
+headroom for the sum (checked).
+
+.. warning::
+   The guarantee against a deviating server rests on each client holding its peers' true
+   public keys. Bonawitz et al. assume a PKI. By default every key -- X25519 and Ed25519 --
+   is drawn for the round and reaches the other clients in the roster, *relayed by the
+   server*: we then assume that the key step is relayed faithfully (the server is honest in
+   step 1, or the roster is checked out of band). A server that substitutes keys there can
+   read the shares and forge the signatures, and the scheme is only secure against an
+   honest-but-curious server. For the PKI, give ``SecAggConfig(identities={name: Ed25519
+   public key})`` -- long-term keys distributed authentically out of band, e.g. issued with
+   the federation's mTLS certificates -- and each client its ``identity=`` private key: each
+   client then signs its key advertisement and its consistency signature with it, and every
+   client checks the roster against ``identities``. The estimators do not pass identity keys
+   yet.
+
+.. warning::
+   A deviating server can still drop honest clients at will: the sum it learns covers at
+   least ``q`` clients (``min_survivors`` can ask for more), so ``q - 1`` colluding clients
+   together with the server learn the one honest input in a sum of ``q``. Choose ``threshold``
+   and ``min_survivors`` for the collusion you fear.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
-from collections.abc import Sequence
-from dataclasses import dataclass
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from cryptography.exceptions import InvalidTag
+from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from vfl.crypto.keys import SecurityWarning
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, MessageError, Namespace
 
@@ -68,9 +118,11 @@ __all__ = [
     "Ring",
     "SecAggAbortedError",
     "SecAggConfig",
+    "SecAggConsistencyError",
     "client_round",
     "is_connected",
     "neighbourhoods",
+    "required_signatures",
     "server_round",
     "shamir_combine",
     "shamir_split",
@@ -87,6 +139,12 @@ _SHARE_BYTES = 66  # 521 bits
 
 class SecAggAbortedError(RuntimeError):
     """Too few clients to go on: the round ends with nothing revealed."""
+
+
+class SecAggConsistencyError(SecAggAbortedError):
+    """A client caught the server out (the consistency round, or a request to reveal both
+    shares of one peer): the text names the server, the round and what did not agree; the
+    client reveals nothing."""
 
 
 # -- Shamir's secret sharing -------------------------------------------------------------------
@@ -182,14 +240,33 @@ class SecAggConfig:
     min_survivors : int, optional
         A client refuses to help unmask a round whose surviving set is smaller (default
         ``threshold``): the server cannot shrink the sum to a few clients.
+    neighbours : int, optional
+        SecAgg+'s neighbourhood size ``k`` (even); None: every client with every other.
+    consistency : bool
+        Bonawitz et al.'s consistency round (default True): the clients sign the survivor set
+        and reveal shares only after :func:`required_signatures` signatures on the same set
+        (see the module docstring for what it guarantees). False skips it (one round trip of
+        64-byte signatures less) with a :class:`~vfl.crypto.keys.SecurityWarning`: a server
+        that equivocates about the survivors is then no longer caught.
+    identities : mapping of str to bytes, optional
+        The PKI: each client's long-term Ed25519 public key (32 raw bytes), distributed
+        authentically out of band. With it, each client signs its key advertisement and its
+        consistency signature with its long-term key (``client_round(identity=...)``) and
+        checks every roster entry against this mapping, so the server can neither substitute
+        keys nor forge signatures. None (default): keys drawn per round and relayed by the
+        server, assumed relayed faithfully (the module's warning).
     """
 
     threshold: int
     ring: Ring = Ring()
     min_survivors: int | None = None
     neighbours: int | None = None
+    consistency: bool = True
+    identities: Mapping[str, bytes] | None = field(default=None, hash=False)
 
     def check(self, clients: int) -> None:
+        """Refuse parameters that cannot run over ``clients`` clients; warn when the
+        consistency round is off."""
         if not 2 <= self.threshold <= clients:
             raise ValueError(
                 f"threshold must be between 2 and the {clients} clients, got {self.threshold}"
@@ -200,6 +277,34 @@ class SecAggConfig:
                 f"neighbours must be an even number >= 2 with threshold <= neighbours + 1; got "
                 f"neighbours={k}, threshold={self.threshold}"
             )
+        if self.identities is not None:
+            bad = sorted(n for n, key in self.identities.items() if len(key) != 32)
+            if bad:
+                raise ValueError(
+                    f"identities of {bad[:3]} are not 32-byte raw Ed25519 public keys: give "
+                    "public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)"
+                )
+        if not self.consistency:
+            warnings.warn(
+                "SecAggConfig(consistency=False): without the consistency round a server that "
+                "tells clients different survivor sets is not caught; keep it on outside "
+                "measurements",
+                SecurityWarning,
+                stacklevel=3,
+            )
+
+
+def required_signatures(config: SecAggConfig, clients: int) -> int:
+    """How many signatures on one survivor set a client needs before it reveals a share:
+    ``max(threshold, clients // 2 + 1)`` for a round opened for ``clients`` clients.
+
+    A strict majority of the round means two different survivor sets cannot both collect
+    enough signatures from clients that each sign once, whatever the threshold (with ``c``
+    clients colluding with the server, a threshold above ``(clients + c) / 2`` is needed).
+    Under the estimators a client learns ``clients`` from the server's task (the clients
+    sampled), which a deviating server could understate; the threshold, from the config,
+    bounds the count from below whatever it says."""
+    return max(config.threshold, clients // 2 + 1)
 
 
 def neighbourhoods(names: Sequence[str], k: int | None, round_: int) -> dict[str, set[str]]:
@@ -241,10 +346,15 @@ def is_connected(nodes: set[str], graph: dict[str, set[str]]) -> bool:
 
 @dataclass(frozen=True)
 class Keys(Message):
+    """A client's public keys for the round (``sig_pk`` empty without the consistency round
+    and identities; ``signature``: over the others by its long-term key, with identities)."""
+
     KIND = "secure aggregation keys"
     c_pk: bytes
     s_pk: bytes
     commitment: bytes
+    sig_pk: bytes
+    signature: bytes
 
 
 @dataclass(frozen=True)
@@ -255,6 +365,8 @@ class Roster(Message):
     names: list[str]
     c_pks: list[bytes]
     s_pks: list[bytes]
+    sig_pks: list[bytes]
+    signatures: list[bytes]
     abort: bool = False
 
 
@@ -277,14 +389,36 @@ class Masked(Message):
 
 @dataclass(frozen=True)
 class Survivors(Message):
+    """``names``: the clients whose masked input arrived (``U2``); ``dropped``: those whose
+    mask-key shares the server asks for."""
+
     KIND = "secure aggregation survivors"
     names: list[str]
+    dropped: list[str]
+    abort: bool = False
+
+
+@dataclass(frozen=True)
+class Signature(Message):
+    """A client's Ed25519 signature on the round, the roster and the survivors it was sent."""
+
+    KIND = "consistency signature"
+    signature: bytes
+
+
+@dataclass(frozen=True)
+class Signatures(Message):
+    """The signatures the server collected, forwarded to each signer."""
+
+    KIND = "consistency signatures"
+    signers: list[str]
+    signatures: list[bytes]
     abort: bool = False
 
 
 @dataclass(frozen=True)
 class Reveal(Message):
-    """A client's shares for unmasking: per peer of ``U1``, of ``b`` or of ``s``."""
+    """A client's shares for unmasking: per peer it holds shares of, of ``b`` or of ``s``."""
 
     KIND = "unmasking shares"
     peers: list[str]
@@ -295,7 +429,7 @@ class Reveal(Message):
 # -- primitives --------------------------------------------------------------------------------
 
 
-def _raw(public: X25519PublicKey) -> bytes:
+def _raw(public: X25519PublicKey | Ed25519PublicKey) -> bytes:
     return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
@@ -333,6 +467,39 @@ def _aad(round_: int, sender: str, receiver: str) -> bytes:
     return f"vflink/secagg/{round_}/{sender}->{receiver}".encode()
 
 
+def _hexes(keys: Sequence[bytes]) -> list[str]:
+    return [key.hex() for key in keys]
+
+
+def _advert(round_: int, name: str, c_pk: bytes, s_pk: bytes) -> bytes:
+    """What a client's long-term key signs in step 1 (with identities): its round keys."""
+    return json.dumps(["vflink/secagg/keys", round_, name, c_pk.hex(), s_pk.hex()]).encode()
+
+
+def _statement(round_: int, roster: Roster, survivors: Sequence[str]) -> bytes:
+    """What each client signs in the consistency round: the round, the whole roster with its
+    keys (fresh each aggregation, so a signature cannot be replayed into another, and two
+    clients sent different rosters disagree) and the survivor set."""
+    body = [
+        "vflink/secagg/consistency",
+        round_,
+        list(roster.names),
+        _hexes(roster.c_pks),
+        _hexes(roster.s_pks),
+        _hexes(roster.sig_pks),
+        sorted(survivors),
+    ]
+    return hashlib.sha256(json.dumps(body).encode()).digest()
+
+
+def _verifies(public: bytes, signature: bytes, data: bytes) -> bool:
+    try:
+        Ed25519PublicKey.from_public_bytes(public).verify(signature, data)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
 def _int(data: bytes) -> int:
     return int.from_bytes(data, "big")
 
@@ -352,14 +519,38 @@ def client_round(
     round_: int = 0,
     *,
     clients: int,
+    identity: Ed25519PrivateKey | None = None,
     drop_after: str | None = None,
 ) -> None:
-    """This client's side of one secure aggregation of ``vector`` (``clients``: how many the
-    round was opened for, for the ring's headroom). ``drop_after`` (tests) stops after the
-    named step: ``"keys"``, ``"shares"`` or ``"masked"``.
+    """This client's side of one secure aggregation of ``vector``.
+
+    Parameters
+    ----------
+    fed, server
+        This client's federation and the server's name.
+    vector : array-like
+        The flat vector to add to the sum.
+    config : SecAggConfig
+        The round's parameters (the same at every party).
+    round_ : int
+        The round, in every tag, share's associated data and signature.
+    clients : int
+        How many clients the round was opened for: the ring's headroom, and ``n`` in
+        :func:`required_signatures`.
+    identity : Ed25519PrivateKey, optional
+        This client's long-term signing key, required when ``config.identities`` is set (its
+        public key must be the one listed there).
+    drop_after : str, optional
+        Tests: stop after the named step, ``"keys"``, ``"shares"``, ``"masked"`` or
+        ``"signature"`` (signed the survivor set, then gone before unmasking).
 
     Raises
     ------
+    SecAggConsistencyError
+        The server equivocated or cheated: a forwarded signature that does not verify on the
+        roster and survivor set this client was sent, fewer than the required signatures, a
+        roster whose keys the identities did not sign, or a request for both shares of one
+        peer. Nothing is revealed.
     SecAggAbortedError
         The server ended the round (too few clients), or too few survived to unmask.
     MessageError
@@ -367,16 +558,22 @@ def client_round(
     """
     me = fed.name
     x = config.ring.encode(vector, clients)
+    sig_key = _signing_key(config, me, identity)
     c_key, s_key = X25519PrivateKey.generate(), X25519PrivateKey.generate()
     seed = secrets.token_bytes(32)
+    c_pk, s_pk = _raw(c_key.public_key()), _raw(s_key.public_key())
     SECAGG.send(
         fed,
         server,
         "keys",
         Keys(
-            c_pk=_raw(c_key.public_key()),
-            s_pk=_raw(s_key.public_key()),
+            c_pk=c_pk,
+            s_pk=s_pk,
             commitment=hashlib.sha256(seed).digest(),
+            sig_pk=b"" if sig_key is None else _raw(sig_key.public_key()),
+            signature=(
+                identity.sign(_advert(round_, me, c_pk, s_pk)) if identity is not None else b""
+            ),
         ),
         round_,
     )
@@ -390,8 +587,15 @@ def client_round(
         Roster.refuse(server, "names", "does not list this client once")
     if len(names) < config.threshold:
         raise SecAggAbortedError(f"party {me!r}: {len(names)} clients, fewer than the threshold")
+    signing = sig_key is not None
+    for field_name in ("c_pks", "s_pks") + (("sig_pks", "signatures") if signing else ()):
+        if len(getattr(roster, field_name)) != len(names):
+            Roster.refuse(server, field_name, f"does not have one entry per name ({len(names)})")
     c_pks = dict(zip(names, roster.c_pks, strict=True))
     s_pks = dict(zip(names, roster.s_pks, strict=True))
+    sig_pks = dict(zip(names, roster.sig_pks, strict=True)) if signing else {}
+    if config.identities is not None:
+        _check_identities(me, server, roster, config.identities, round_)
     points = {name: i + 1 for i, name in enumerate(names)}
     graph = neighbourhoods(names, config.neighbours, round_)
     peers = sorted(graph[me])
@@ -443,27 +647,124 @@ def client_round(
             f"party {me!r}: {len(survivors.names)} clients survived round {round_}, fewer "
             f"than the {least} it helps unmask"
         )
-    alive = set(survivors.names)
-    if not alive <= set(names) or me not in alive:
-        Survivors.refuse(server, "names", "lists clients outside the roster, or not us")
+    alive, dropped = set(survivors.names), set(survivors.dropped)
+    if not alive <= set(names) or me not in alive or len(alive) != len(survivors.names):
+        Survivors.refuse(server, "names", "lists clients outside the roster, twice, or not us")
+    if not dropped <= set(names):
+        Survivors.refuse(server, "dropped", "lists clients outside the roster")
+    if alive & dropped:  # the one rule that keeps b and s of a client apart, checked here
+        raise SecAggConsistencyError(
+            f"party {me!r}: the server {server!r} asked in round {round_} for both the "
+            f"self-mask share and the mask-key share of {sorted(alive & dropped)}, which "
+            "together unmask an individual input; refusing to reveal any share"
+        )
     if not is_connected(alive, graph):
         raise SecAggAbortedError(
             f"party {me!r}: the survivors of round {round_} fall apart into separate "
             "neighbourhoods, whose sums would each be unmasked; refusing to help"
         )
+    if config.consistency and sig_key is not None:
+        statement = _statement(round_, roster, survivors.names)
+        SECAGG.send(fed, server, "signature", Signature(sig_key.sign(statement)), round_)
+        if drop_after == "signature":
+            return
+        signed = SECAGG.recv(fed, server, "signatures", Signatures, round_)
+        needed = required_signatures(config, clients)
+        _check_signatures(me, server, signed, alive, sig_pks, statement, needed, round_)
     reveal_peers, kinds, shares = [], [], []
-    for peer in sorted(u1):
+    for peer in sorted(u1 & (alive | dropped)):
         b_share, s_share = held[peer]
         reveal_peers.append(peer)
-        if peer in alive:
-            kinds.append("b")
-            shares.append(_bytes(b_share))
-        else:
-            kinds.append("s")
-            shares.append(_bytes(s_share))
+        kinds.append("b" if peer in alive else "s")
+        shares.append(_bytes(b_share if peer in alive else s_share))
     SECAGG.send(
         fed, server, "reveal", Reveal(peers=reveal_peers, kinds=kinds, shares=shares), round_
     )
+
+
+def _signing_key(
+    config: SecAggConfig, me: str, identity: Ed25519PrivateKey | None
+) -> Ed25519PrivateKey | None:
+    """The key this client signs with: its long-term identity (with ``config.identities``),
+    else one drawn for the round (consistency on), else none."""
+    if config.identities is None:
+        return Ed25519PrivateKey.generate() if config.consistency else None
+    if identity is None:
+        raise ValueError(
+            f"party {me!r}: SecAggConfig.identities lists the clients' long-term keys, but "
+            "this client was given none: pass its Ed25519 private key as identity="
+        )
+    if config.identities.get(me) != _raw(identity.public_key()):
+        raise ValueError(
+            f"party {me!r}: its identity key is not the one SecAggConfig.identities lists for "
+            "it (missing or different): give the key whose public half was distributed"
+        )
+    return identity
+
+
+def _check_identities(
+    me: str, server: str, roster: Roster, identities: Mapping[str, bytes], round_: int
+) -> None:
+    """Every roster entry is a known client whose long-term key signed its round keys (the
+    PKI): else the server substituted or invented keys, and this client shares nothing."""
+    for name, c_pk, s_pk, sig_pk, signature in zip(
+        roster.names, roster.c_pks, roster.s_pks, roster.sig_pks, roster.signatures, strict=True
+    ):
+        known = identities.get(name)
+        if known is None or sig_pk != known:
+            what = "has no identity in the config" if known is None else "has another key"
+            raise SecAggConsistencyError(
+                f"party {me!r}: the roster the server {server!r} sent in round {round_} lists "
+                f"{name!r}, who {what}: a substituted or invented client; refusing to share"
+            )
+        if not _verifies(known, signature, _advert(round_, name, c_pk, s_pk)):
+            raise SecAggConsistencyError(
+                f"party {me!r}: the keys the server {server!r} relayed for {name!r} in round "
+                f"{round_} are not signed by {name!r}'s identity key (substituted or altered "
+                "on the way); refusing to share"
+            )
+
+
+def _check_signatures(
+    me: str,
+    server: str,
+    signed: Signatures,
+    alive: set[str],
+    sig_pks: Mapping[str, bytes],
+    statement: bytes,
+    needed: int,
+    round_: int,
+) -> None:
+    """The consistency check: at least ``needed`` signatures from distinct survivors, every one
+    on the roster and survivor set this client was sent."""
+    if signed.abort:
+        raise SecAggAbortedError(
+            f"party {me!r}: the server ended round {round_}: too few signed the survivors"
+        )
+    signers = list(signed.signers)
+    if len(signers) != len(signed.signatures):
+        Signatures.refuse(server, "signatures", "does not have one per signer")
+    strangers = sorted(set(signers) - alive)
+    if strangers or len(set(signers)) != len(signers):
+        raise SecAggConsistencyError(
+            f"party {me!r}: the server {server!r} forwarded in round {round_} signatures from "
+            f"{strangers[:3] or 'one signer twice'}, not once each from the survivors it was "
+            "sent; refusing to reveal any share"
+        )
+    for signer, signature in zip(signers, signed.signatures, strict=True):
+        if not _verifies(sig_pks[signer], signature, statement):
+            raise SecAggConsistencyError(
+                f"party {me!r}: the signature of {signer!r} that the server {server!r} "
+                f"forwarded in round {round_} does not verify on the roster and survivor set "
+                f"{me!r} was sent: the server showed clients different survivors or rosters "
+                "(equivocation), or forged the signature; refusing to reveal any share"
+            )
+    if len(signers) < needed:
+        raise SecAggConsistencyError(
+            f"party {me!r}: only {len(signers)} clients signed the survivor set the server "
+            f"{server!r} sent in round {round_}, fewer than the {needed} needed before any "
+            "share is revealed (the server may be showing others a different set); refusing"
+        )
 
 
 # -- the server --------------------------------------------------------------------------------
@@ -484,8 +785,12 @@ def server_round(
     Raises
     ------
     SecAggAbortedError
-        Fewer than ``threshold`` clients at some step (the clients are told; nothing is
+        Fewer than ``threshold`` clients at some step, or fewer than
+        :func:`required_signatures` signing the survivors (the clients are told; nothing is
         revealed).
+    MessageError
+        A client's message is malformed or dishonest: keys its identity did not sign, a
+        consistency signature that does not verify, a share of the wrong kind.
     """
     config.check(len(clients))
     t = config.threshold
@@ -494,19 +799,33 @@ def server_round(
         got = fed.gather(peers, SECAGG.tag(step, round_), timeout=timeout, min_count=0)
         return {p: cls.from_payload(v, p) for p, v in got.items()}
 
-    def abort(peers: Sequence[str], step: str, count: int, stage: str, message: Message) -> None:
+    def abort(
+        peers: Sequence[str], step: str, count: int, stage: str, message: Message, least: str = ""
+    ) -> None:
         for peer in peers:
             SECAGG.send(fed, peer, step, message, round_)
         raise SecAggAbortedError(
             f"secure aggregation round {round_}: {count} clients at the {stage} step, fewer "
-            f"than the threshold {t}; nothing was revealed"
+            f"than {least or f'the threshold {t}'}; nothing was revealed"
         )
 
     keys = gather(clients, "keys", Keys)
     u1 = sorted(keys)
     if len(u1) < t:
-        abort(u1, "roster", len(u1), "keys", Roster([], [], [], abort=True))
-    roster = Roster(names=u1, c_pks=[keys[n].c_pk for n in u1], s_pks=[keys[n].s_pk for n in u1])
+        abort(u1, "roster", len(u1), "keys", Roster([], [], [], [], [], abort=True))
+    if config.identities is not None:
+        for name in u1:
+            advert = _advert(round_, name, keys[name].c_pk, keys[name].s_pk)
+            known = config.identities.get(name, b"")
+            if keys[name].sig_pk != known or not _verifies(known, keys[name].signature, advert):
+                Keys.refuse(name, "signature", "is not by the identity the config lists for it")
+    roster = Roster(
+        names=u1,
+        c_pks=[keys[n].c_pk for n in u1],
+        s_pks=[keys[n].s_pk for n in u1],
+        sig_pks=[keys[n].sig_pk for n in u1],
+        signatures=[keys[n].signature for n in u1],
+    )
     for name in u1:
         SECAGG.send(fed, name, "roster", roster, round_)
     shared = gather(u1, "shares", Boxes)
@@ -533,31 +852,35 @@ def server_round(
         if values.shape != (size,) or values.dtype != np.uint64:
             Masked.refuse(name, "values", f"is {values.dtype}{values.shape}, not uint64 ({size},)")
     if len(u2) < t:
-        abort(u2, "survivors", len(u2), "masked input", Survivors([], abort=True))
+        abort(u2, "survivors", len(u2), "masked input", Survivors([], [], abort=True))
     if not is_connected(set(u2), graph):
         for name in u2:
-            SECAGG.send(fed, name, "survivors", Survivors([], abort=True), round_)
+            SECAGG.send(fed, name, "survivors", Survivors([], [], abort=True), round_)
         raise SecAggAbortedError(
             f"secure aggregation round {round_}: the survivors fall apart into separate "
             "neighbourhoods (SecAgg+), whose sums would each be unmasked; nothing was revealed"
         )
+    needed = [n for n in u1b if n in u2 or graph[n] & set(u2)]  # a lone dropout masks nobody
+    dropped = [n for n in needed if n not in u2]
     for name in u2:
-        SECAGG.send(fed, name, "survivors", Survivors(names=u2), round_)
-    reveals = gather(u2, "reveal", Reveal)
+        SECAGG.send(fed, name, "survivors", Survivors(names=u2, dropped=dropped), round_)
+    helpers = u2
+    if config.consistency:
+        helpers = _consistency(fed, gather, abort, config, roster, u2, len(clients), round_)
+    reveals = gather(helpers, "reveal", Reveal)
     if len(reveals) < t:
         raise SecAggAbortedError(
             f"secure aggregation round {round_}: {len(reveals)} clients answered the unmasking, "
             f"fewer than the threshold {t}; the sum stays masked"
         )
     points = {name: i + 1 for i, name in enumerate(u1)}
-    shares: dict[str, dict[int, int]] = {n: {} for n in u1b}
+    shares: dict[str, dict[int, int]] = {n: {} for n in needed}
     for helper, reveal in reveals.items():
         for peer, kind, share in zip(reveal.peers, reveal.kinds, reveal.shares, strict=True):
             expected = "b" if peer in u2 else "s"
             if peer not in shares or kind != expected or peer not in graph[helper] | {helper}:
                 Reveal.refuse(helper, "kinds", f"reveals {kind!r} of {peer!r}")
             shares[peer][points[helper]] = _int(share)
-    needed = [n for n in shares if n in u2 or graph[n] & set(u2)]  # a lone dropout masks nobody
     short = [n for n in needed if len(shares[n]) < t]
     if short:
         raise SecAggAbortedError(
@@ -575,17 +898,50 @@ def server_round(
                 f"a helper among {sorted(reveals)} sent a wrong share"
             )
         total = total - prg(seed, size)
-    for dropped in sorted((set(u1b) - set(u2)) & set(needed)):  # remove their pairwise masks
-        raw = _bytes(shamir_combine(shares[dropped], t), 32)
+    for name in dropped:  # remove their pairwise masks
+        raw = _bytes(shamir_combine(shares[name], t), 32)
         private = X25519PrivateKey.from_private_bytes(raw)
-        if _raw(private.public_key()) != keys[dropped].s_pk:
+        if _raw(private.public_key()) != keys[name].s_pk:
             raise MessageError(
-                f"the shares of {dropped!r}'s mask key do not rebuild its public key: a helper "
+                f"the shares of {name!r}'s mask key do not rebuild its public key: a helper "
                 f"among {sorted(reveals)} sent a wrong share"
             )
-        for name in u2:
-            if name not in graph[dropped]:
+        for peer in u2:
+            if peer not in graph[name]:
                 continue
-            mask = prg(_pair_seed(private, keys[name].s_pk, round_), size)
-            total = total - mask if name < dropped else total + mask
+            mask = prg(_pair_seed(private, keys[peer].s_pk, round_), size)
+            total = total - mask if peer < name else total + mask
     return config.ring.decode(total), u2
+
+
+def _consistency(
+    fed: Federation,
+    gather: Callable[[Sequence[str], str, type[Any]], dict[str, Any]],
+    abort: Callable[..., None],
+    config: SecAggConfig,
+    roster: Roster,
+    survivors: list[str],
+    clients: int,
+    round_: int,
+) -> list[str]:
+    """The server's consistency round: collect the survivors' signatures on ``survivors``,
+    check each (a client whose signature fails is refused by name), and forward them all to
+    the signers; the signers, who will unmask."""
+    signed: dict[str, Signature] = gather(survivors, "signature", Signature)
+    statement = _statement(round_, roster, survivors)
+    keys = dict(zip(roster.names, roster.sig_pks, strict=True))
+    for name, message in signed.items():
+        if not _verifies(keys[name], message.signature, statement):
+            Signature.refuse(
+                name, "signature", f"does not verify on round {round_}'s roster and survivors"
+            )
+    signers = [n for n in survivors if n in signed]
+    needed = required_signatures(config, clients)
+    if len(signers) < needed:
+        refusal = Signatures([], [], abort=True)
+        least = f"the {needed} signatures needed"
+        abort(signers, "signatures", len(signers), "consistency", refusal, least)
+    forwarded = Signatures(signers=signers, signatures=[signed[n].signature for n in signers])
+    for name in signers:
+        SECAGG.send(fed, name, "signatures", forwarded, round_)
+    return signers

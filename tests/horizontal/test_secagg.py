@@ -142,7 +142,13 @@ def test_altered_or_replayed_shares_are_refused_naming_the_sender() -> None:
 
         names = sorted(keys)
         parsed = {n: Keys.from_payload(keys[n], n) for n in names}
-        roster = Roster(names, [parsed[n].c_pk for n in names], [parsed[n].s_pk for n in names])
+        roster = Roster(
+            names,
+            [parsed[n].c_pk for n in names],
+            [parsed[n].s_pk for n in names],
+            [parsed[n].sig_pk for n in names],
+            [parsed[n].signature for n in names],
+        )
         for name in names:
             SECAGG.send(fed, name, "roster", roster, round_)
         shares = {

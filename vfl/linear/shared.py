@@ -535,7 +535,7 @@ class SharedDataRole(DataParty):
                 stop = epoch >= spec.max_iter or stopped
                 kept = len(curve.values) if curve.keep else kept
                 told = kept if stop or curve.restart else -1
-                control = EpochControl(stop=stop, restart=curve.restart, kept=told)
+                control = self._control(stop, curve.restart, told)
                 SS.broadcast(fed, "epoch", control, to=followers)
             else:
                 control = SS.recv(fed, self.order[0], "epoch", EpochControl)
@@ -577,6 +577,11 @@ class SharedDataRole(DataParty):
         self._reveal(models[kept])
         result.part = self.part
         return result
+
+    def _control(self, stop: bool, restart: bool, kept: int) -> EpochControl:
+        """The label party's word before an epoch: no keep bit (every party keeps every
+        epoch's model), the kept epoch only at a restart or the stop."""
+        return EpochControl(stop=stop, restart=restart, kept=kept)
 
     def _step(
         self,

@@ -4,7 +4,6 @@ the transcript carries no plaintext features or labels, bad input, persistence."
 from __future__ import annotations
 
 import re
-
 import warnings
 
 import numpy as np

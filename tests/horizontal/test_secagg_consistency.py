@@ -1,0 +1,320 @@
+"""Secure aggregation's consistency round (Bonawitz et al. 2017, the malicious-server variant):
+a server that tells clients different survivor sets unmasks one client's update when the round
+is off, and is caught -- every client aborts naming it, no share that would unmask anyone is
+revealed -- when it is on; honest rounds with dropouts at every step still give the exact sum;
+forged or invalid signatures, requests for both shares of one client and substituted keys
+(with identities) are refused."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+# the attack needs the pairwise-mask derivation, which the module keeps private
+from horizontal.secagg import (
+    SECAGG,
+    Boxes,
+    Keys,
+    Masked,
+    Reveal,
+    Ring,
+    Roster,
+    SecAggConfig,
+    Signature,
+    Signatures,
+    Survivors,
+    _pair_seed,
+    client_round,
+    prg,
+    required_signatures,
+    server_round,
+    shamir_combine,
+)
+from vfl.crypto.keys import SecurityWarning
+from vfl.federation.base import PartyFailedError
+from vfl.federation.local import LocalFederation
+
+NAMES = ["c0", "c1", "c2", "c3", "c4"]
+TARGET = "c4"  # the client the server tries to unmask
+FOOLED = {"c0", "c1"}  # told that TARGET dropped; the others are told it survived
+
+
+def _vectors(names: list[str], size: int = 16, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {name: rng.normal(size=size) * 10 for name in names}
+
+
+def _clients(
+    vectors: dict[str, np.ndarray], config: SecAggConfig, **options: Any
+) -> dict[str, Any]:
+    def role(name: str) -> Any:
+        extra = {k: v[name] for k, v in options.items() if name in v}
+        return lambda fed: client_round(
+            fed, "server", vectors[name], config, clients=len(vectors), **extra
+        )
+
+    return {name: role(name) for name in vectors}
+
+
+class Proxy:
+    """A party's channel with its outgoing messages rewritten by ``rewrite(to, tag,
+    payload)`` (the test's way to make one role deviate while running the library's code)."""
+
+    def __init__(self, fed: Any, rewrite: Any) -> None:
+        self.fed, self.rewrite = fed, rewrite
+
+    def send(self, to: str, tag: str, payload: Any) -> None:
+        self.fed.send(to, tag, self.rewrite(to, tag, payload))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fed, name)
+
+
+def equivocating_server(
+    fed: Any, config: SecAggConfig, size: int, *, forward: str, round_: int = 0
+) -> np.ndarray:
+    """Honest up to the masked inputs; then tells FOOLED that TARGET dropped (asking for its
+    mask-key shares) and the others that it survived (their shares of its self-mask), and
+    forwards either every signature (``"all"``) or each group only its own (``"own"``);
+    ``"both"`` asks FOOLED for both shares of TARGET at once. Returns TARGET's input as
+    rebuilt from what the clients revealed."""
+    keys = {
+        n: Keys.from_payload(p, n) for n, p in fed.gather(NAMES, SECAGG.tag("keys", round_)).items()
+    }
+    roster = Roster(
+        NAMES,
+        [keys[n].c_pk for n in NAMES],
+        [keys[n].s_pk for n in NAMES],
+        [keys[n].sig_pk for n in NAMES],
+        [keys[n].signature for n in NAMES],
+    )
+    for name in NAMES:
+        SECAGG.send(fed, name, "roster", roster, round_)
+    shares = {
+        n: Boxes.from_payload(p, n)
+        for n, p in fed.gather(NAMES, SECAGG.tag("shares", round_)).items()
+    }
+    for receiver in NAMES:
+        senders = [n for n in NAMES if n != receiver]
+        boxes = [shares[n].boxes[shares[n].peers.index(receiver)] for n in senders]
+        SECAGG.send(fed, receiver, "inbox", Boxes(senders, boxes), round_)
+    masked = {
+        n: Masked.from_payload(p, n)
+        for n, p in fed.gather(NAMES, SECAGG.tag("masked", round_)).items()
+    }
+    for name in NAMES:
+        if name not in FOOLED:
+            told = Survivors(NAMES, [])
+        elif forward == "both":
+            told = Survivors(NAMES, [TARGET])
+        else:
+            told = Survivors([n for n in NAMES if n != TARGET], [TARGET])
+        SECAGG.send(fed, name, "survivors", told, round_)
+    if config.consistency:
+        signed = fed.gather(NAMES, SECAGG.tag("signature", round_))
+        for name in NAMES:
+            group = FOOLED if name in FOOLED else set(NAMES) - FOOLED
+            chosen = [n for n in NAMES if forward == "all" or n in group]
+            sigs = [Signature.from_payload(signed[n], n).signature for n in chosen]
+            SECAGG.send(fed, name, "signatures", Signatures(chosen, sigs), round_)
+    revealed = {
+        n: Reveal.from_payload(p, n)
+        for n, p in fed.gather(NAMES, SECAGG.tag("reveal", round_)).items()
+    }
+    points = {name: i + 1 for i, name in enumerate(NAMES)}
+    b_shares, s_shares = {}, {}
+    for helper, reveal in revealed.items():
+        for peer, kind, share in zip(reveal.peers, reveal.kinds, reveal.shares, strict=True):
+            if peer == TARGET:
+                (b_shares if kind == "b" else s_shares)[points[helper]] = int.from_bytes(
+                    share, "big"
+                )
+    t = config.threshold
+    seed = shamir_combine(b_shares, t).to_bytes(32, "big")
+    s_key = X25519PrivateKey.from_private_bytes(shamir_combine(s_shares, t).to_bytes(32, "big"))
+    y = masked[TARGET].values - prg(seed, size)
+    for peer in NAMES:
+        if peer != TARGET:
+            mask = prg(_pair_seed(s_key, keys[peer].s_pk, round_), size)
+            y = y - mask if peer > TARGET else y + mask
+    return Ring().decode(y)
+
+
+def _revealed(federation: LocalFederation) -> dict[str, list[tuple[str, str]]]:
+    """``{client: [(peer, kind), ...]}``: every share each client revealed in the run."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for record in federation.transcript.records:
+        if record.tag.startswith("secagg/reveal"):
+            payload = record.payload()
+            out[record.sender] = list(zip(payload["peers"], payload["kinds"], strict=True))
+    return out
+
+
+def test_without_the_round_an_equivocating_server_unmasks_one_clients_update() -> None:
+    # threshold 2 of 5: two clients' mask-key shares and three self-mask shares both suffice
+    vectors = _vectors(NAMES)
+    config = SecAggConfig(threshold=2, consistency=False)
+    with pytest.warns(SecurityWarning, match="consistency round"):
+        config.check(len(NAMES))
+    roles = _clients(vectors, config)
+    roles["server"] = lambda fed: equivocating_server(fed, config, 16, forward="all")
+    stolen = LocalFederation(timeout=30).run(roles)["server"]
+    exact = Ring().decode(Ring().encode(vectors[TARGET], len(NAMES)))
+    np.testing.assert_array_equal(stolen, exact)  # one client's update, in the clear
+
+
+@pytest.mark.parametrize(
+    ("forward", "reason"),
+    [
+        # each client sees signatures on another set, or (fooled) from a client "dropped"
+        ("all", r"does not verify on the roster and survivor set|signatures from \['c4'\]"),
+        ("own", r"fewer than the 3 needed before any share is revealed"),
+    ],
+)
+def test_an_equivocating_server_is_caught_and_learns_no_update(forward: str, reason: str) -> None:
+    vectors = _vectors(NAMES)
+    config = SecAggConfig(threshold=2)  # consistency on by default
+    assert required_signatures(config, len(NAMES)) == 3  # a majority, above the threshold
+    roles = _clients(vectors, config)
+    roles["server"] = lambda fed: equivocating_server(fed, config, 16, forward=forward)
+    federation = LocalFederation(timeout=30, record_payloads=True)
+    with pytest.raises(PartyFailedError) as caught:
+        federation.run(roles)
+    text = str(caught.value)
+    assert "SecAggConsistencyError" in text and "the server 'server'" in text
+    assert re.search(reason, text)
+    revealed = _revealed(federation)
+    assert not FOOLED & set(revealed)  # the fooled clients revealed nothing
+    kinds = {kind for shares in revealed.values() for peer, kind in shares if peer == TARGET}
+    assert "s" not in kinds  # no share of TARGET's mask key left any client: it stays masked
+
+
+@pytest.mark.parametrize("consistency", [True, False])
+def test_a_client_never_reveals_both_shares_of_one_client(consistency: bool) -> None:
+    vectors = _vectors(NAMES)
+    config = SecAggConfig(threshold=2, consistency=consistency)
+    roles = _clients(vectors, config)
+    roles["server"] = lambda fed: equivocating_server(fed, config, 16, forward="both")
+    federation = LocalFederation(timeout=30, record_payloads=True)
+    with pytest.raises(PartyFailedError, match=r"asked in round 0 for both the self-mask share"):
+        federation.run(roles)
+    assert not FOOLED & set(_revealed(federation))
+
+
+def _honest(
+    vectors: dict[str, np.ndarray], config: SecAggConfig, drops: dict[str, str]
+) -> tuple[np.ndarray, list[str]]:
+    roles = _clients(vectors, config, drop_after=drops)
+    roles["server"] = lambda fed: server_round(fed, list(vectors), 16, config)
+    out: tuple[np.ndarray, list[str]] = LocalFederation(timeout=30).run(roles)["server"]
+    return out
+
+
+def test_an_honest_round_with_dropouts_at_every_step_gives_the_exact_sum() -> None:
+    names = [f"c{i}" for i in range(8)]
+    vectors = _vectors(names, seed=1)
+    ring = Ring()
+    config = SecAggConfig(threshold=3)
+    assert required_signatures(config, len(names)) == 5
+    # gone after: keys, shares, the masked input (before signing), and (c1, c2) after signing
+    drops = {"c7": "keys", "c6": "shares", "c5": "masked", "c1": "signature", "c2": "signature"}
+    total, survivors = _honest(vectors, config, drops)
+    assert survivors == ["c0", "c1", "c2", "c3", "c4", "c5"]  # whose masked input arrived
+    exact = ring.decode(sum(ring.encode(vectors[c], len(names)) for c in survivors))
+    np.testing.assert_array_equal(total, exact)
+    np.testing.assert_allclose(total, sum(vectors[c] for c in survivors), atol=1e-6)
+    # a majority of the 8 must sign: 4 survivors meet the threshold, not the round's floor
+    drops = dict.fromkeys(["c4", "c5", "c6", "c7"], "shares")
+    with pytest.raises(PartyFailedError, match="fewer than the 5 signatures needed"):
+        _honest(vectors, config, drops)
+
+
+def _tamper_tag(prefix: str, change: Any) -> Any:
+    return lambda to, tag, payload: change(to, payload) if tag.startswith(prefix) else payload
+
+
+def test_forged_or_invalid_signatures_are_refused() -> None:
+    vectors = _vectors(NAMES)
+    config = SecAggConfig(threshold=3)
+
+    def flip(payload: dict[str, Any]) -> dict[str, Any]:
+        signature = payload["signature"]
+        return {**payload, "signature": signature[:-1] + bytes([signature[-1] ^ 1])}
+
+    # a client's invalid signature: the honest server refuses it, naming the client
+    roles = _clients(vectors, config)
+    bad = roles["c2"]
+    roles["c2"] = lambda fed: bad(
+        Proxy(fed, _tamper_tag("secagg/signature/", lambda to, p: flip(p)))
+    )
+    roles["server"] = lambda fed: server_round(fed, NAMES, 16, config)
+    with pytest.raises(PartyFailedError) as caught:
+        LocalFederation(timeout=30).run(roles)
+    assert "party 'c2' sent a malformed consistency signature message" in str(caught.value)
+
+    # a server that forges c3's signature (here: its own key's) is refused by every client
+    forger = Ed25519PrivateKey.generate()
+
+    def forge(to: str, payload: dict[str, Any]) -> dict[str, Any]:
+        signatures = list(payload["signatures"])
+        signatures[payload["signers"].index("c3")] = forger.sign(b"anything")
+        return {**payload, "signatures": signatures}
+
+    roles = _clients(vectors, config)
+    roles["server"] = lambda fed: server_round(
+        Proxy(fed, _tamper_tag("secagg/signatures/", forge)), NAMES, 16, config
+    )
+    federation = LocalFederation(timeout=30, record_payloads=True)
+    with pytest.raises(PartyFailedError, match=r"the signature of 'c3' that the server 'server'"):
+        federation.run(roles)
+    assert not _revealed(federation)
+
+
+def _identities(names: list[str]) -> tuple[dict[str, Ed25519PrivateKey], dict[str, bytes]]:
+    private = {name: Ed25519PrivateKey.generate() for name in names}
+    public = {
+        name: key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        for name, key in private.items()
+    }
+    return private, public
+
+
+def test_with_identities_a_server_cannot_substitute_keys() -> None:
+    vectors = _vectors(NAMES)
+    private, public = _identities(NAMES)
+    config = SecAggConfig(threshold=3, identities=public)
+    roles = _clients(vectors, config, identity=private)
+    roles["server"] = lambda fed: server_round(fed, NAMES, 16, config)
+    total, _ = LocalFederation(timeout=30).run(roles)["server"]
+    np.testing.assert_allclose(total, sum(vectors.values()), atol=1e-6)
+
+    def substitute(to: str, payload: dict[str, Any]) -> dict[str, Any]:
+        c_pks = list(payload["c_pks"])  # the server's own share key in place of c1's
+        c_pks[1] = (
+            X25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        )
+        return {**payload, "c_pks": c_pks}
+
+    roles["server"] = lambda fed: server_round(
+        Proxy(fed, _tamper_tag("secagg/roster/", substitute)), NAMES, 16, config
+    )
+    with pytest.raises(PartyFailedError, match=r"relayed for 'c1' in round 0 are not signed"):
+        LocalFederation(timeout=30).run(roles)
+
+    roles = _clients(vectors, config)  # no identity key given to the clients
+    roles["server"] = lambda fed: server_round(fed, NAMES, 16, config)
+    with pytest.raises(PartyFailedError, match="pass its Ed25519 private key as identity="):
+        LocalFederation(timeout=30).run(roles)
+    other, _ = _identities(["c0"])
+    with pytest.raises(ValueError, match="32-byte raw Ed25519"):
+        SecAggConfig(threshold=3, identities={"c0": b"short"}).check(5)
+    roles = _clients(vectors, config, identity={**private, "c0": other["c0"]})
+    roles["server"] = lambda fed: server_round(fed, NAMES, 16, config)
+    with pytest.raises(PartyFailedError, match=r"not the one SecAggConfig\.identities lists"):
+        LocalFederation(timeout=30).run(roles)
