@@ -17,12 +17,33 @@ over ``t``'s encrypted rows per output and column group (in chunks of rows on th
 sends them to ``t``;
 ``t`` multiplies together what it receives, has the sum decrypted -- by itself, or by the
 coordinator under slot masks (:mod:`vfl.crypto.masked`) -- and adds ``X_t^T z_t`` of its own.
+
+The packings are public. Every row packing is derived from numbers every party knows
+(:class:`PublicSizes`: the rows, the batch size, the contributing parties, the key's bits,
+and the party's column count), never from a party's data or its word: the feature bound is
+:func:`~vfl.linear.model.public_feature_bits` of the row count, which each party checks its
+own design against (:func:`~vfl.linear.model.check_feature_bound`). A receiver refuses rows
+whose announced packing is not the one it derives, naming the sender, and the coordinator
+(:func:`~vfl.linear.protocol.check_setup`) pins every gradient request to the masked layout
+it derives itself. A packing chosen by its owner -- one 1020-bit slot per ciphertext, say --
+would have the coordinator open whole plaintexts of the owner's choosing per request.
+
+.. warning::
+   What the checks do not stop: the contents of ciphertexts. Under ``coordinator`` a party
+   deviating from the protocol can still put other ciphertexts under the coordinator's key
+   in a request of the agreed layout -- e.g. its peers' encrypted rows, which share its
+   slot width -- and have that many (outputs times its column groups per batch) opened;
+   under ``two_party`` a party can encrypt crafted rows (one power of two per row of a
+   batch) and read a peer's ``z`` of those rows from the share computed on them. Against
+   parties that follow the protocol nothing beyond the exact gradients leaks; malicious
+   parties are out of scope.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,9 +58,10 @@ from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
 from vfl.crypto.slots import PeerRows
 from vfl.crypto.store import ciphertext_store
 from vfl.federation.base import Federation
+from vfl.federation.messages import Message
 from vfl.linear.common import KAPPA
 from vfl.linear.messages import VLR, RowsHeader, RowsPart, SetupCounts
-from vfl.linear.model import FEATURE_BITS, feature_bits
+from vfl.linear.model import FEATURE_BITS, check_feature_bound, public_feature_bits
 from vfl.training.schedule import check_batch_size
 
 __all__ = [
@@ -47,6 +69,7 @@ __all__ = [
     "SCORE_BITS",
     "Z_BITS",
     "GradientExchange",
+    "PublicSizes",
     "encrypted_noise",
     "exchange_rows",
     "plan_packing",
@@ -62,14 +85,111 @@ ROWS_MESSAGE_BYTES = 32 * 2**20
 
 
 def plan_packing(
-    x: np.ndarray[Any, Any], rows: int, contributors: int, key_bits: int, *, masked: bool
+    columns: int,
+    *,
+    rows: int,
+    batch_size: int,
+    contributors: int,
+    key_bits: int,
+    masked: bool,
 ) -> RowPacking:
-    """Slots wide enough for the sum over ``contributors`` parties and ``rows`` rows of
-    ``x * z`` (plus the masks when ``masked``)."""
+    """The row packing of a party with ``columns`` columns, from public sizes only.
+
+    Each slot holds a gradient share's sum of ``x * z`` over a batch -- at most
+    ``min(rows, 2 * batch_size)`` rows, the last batch taking a remainder of less than half
+    a batch -- and over ``contributors`` parties, with ``|x * 2**FEATURE_BITS| <
+    2**public_feature_bits(rows)`` and ``|z * 2**SCORE_BITS| < 2**Z_BITS``, plus a mask of
+    ``KAPPA`` bits when ``masked`` (the coordinator decrypts it).
+
+    Parameters
+    ----------
+    columns : int
+        The party's columns (the label party's with the intercept).
+    rows : int
+        Rows of the fit (every party has them all).
+    batch_size : int
+        Rows per mini-batch (at least 1).
+    contributors : int
+        Parties whose shares are summed into one (all data parties but the share's owner).
+    key_bits : int
+        Bits of the key the rows are encrypted under.
+    masked : bool
+        Leave room for a mask (``coordinator``) or not (``two_party``).
+
+    Returns
+    -------
+    RowPacking
+
+    Raises
+    ------
+    ValueError
+        No row or batch, or a key too small for one slot.
+    """
+    if batch_size < 1:
+        raise ValueError(f"a batch needs at least one row, got batch_size={batch_size}")
+    span = min(rows, 2 * batch_size)
     value_bits = (
-        feature_bits(x) + Z_BITS + max(1, rows - 1).bit_length() + contributors.bit_length()
+        public_feature_bits(rows)
+        + Z_BITS
+        + max(1, span - 1).bit_length()
+        + contributors.bit_length()
     )
-    return slots.packing(value_bits, x.shape[1], key_bits, masked=masked)
+    return slots.packing(value_bits, columns, key_bits, masked=masked)
+
+
+@dataclass(frozen=True)
+class PublicSizes:
+    """What every row packing of a fit is derived from, all known to every party: the rows,
+    the batch size, the parties contributing to each gradient share (every data party but
+    its owner), and whether the shares are decrypted under masks (``coordinator``) or by
+    their owner (``two_party``). A party's column count and a key's bits complete it
+    (:meth:`packing`)."""
+
+    rows: int
+    batch_size: int
+    contributors: int
+    masked: bool
+
+    def packing(self, columns: int, key_bits: int) -> RowPacking:
+        """The packing of a party with ``columns`` columns under a ``key_bits``-bit key."""
+        return plan_packing(
+            columns,
+            rows=self.rows,
+            batch_size=self.batch_size,
+            contributors=self.contributors,
+            key_bits=key_bits,
+            masked=self.masked,
+        )
+
+    def check(
+        self, message: type[Message], sender: str, announced: Any, key_bits: int
+    ) -> RowPacking:
+        """``announced`` (a packing's dict from ``sender``'s ``message``) if it is the one
+        derived for its column count, else the message's refusal, naming the sender."""
+        try:
+            packing = RowPacking.from_dict(announced, key_bits=key_bits)
+        except ValueError as exc:
+            message.refuse(sender, "packing", str(exc))
+        derived = self.packing(packing.columns, key_bits)
+        if packing != derived:
+            message.refuse(
+                sender,
+                "packing",
+                f"is {packing.to_dict()}, but {self.describe(key_bits)} give "
+                f"{derived.to_dict()} for {packing.columns} columns: packings are derived "
+                "from public sizes, not chosen (give every party the same batch_size and "
+                "vflink version)",
+            )
+        return packing
+
+    def describe(self, key_bits: int) -> str:
+        """The sizes in words, for an error."""
+        parties = f"part{'y' if self.contributors == 1 else 'ies'}"
+        shares = "masked" if self.masked else "unmasked"
+        return (
+            f"{self.rows} rows, batches of {self.batch_size}, {self.contributors} contributing "
+            f"{parties} and {shares} shares under a {key_bits}-bit key"
+        )
 
 
 OwnRows = Callable[[int, int], list[list[Any]]]
@@ -83,6 +203,8 @@ def exchange_rows(
     n_rows: int,
     batch_size: int,
     workers: Workers = None,
+    *,
+    sizes: PublicSizes | None = None,
 ) -> dict[str, PeerRows]:
     """Send our encrypted rows to every peer in ``keys`` and receive theirs: a header, then
     parts of at most ``ROWS_MESSAGE_BYTES``, sent and received in step (part k out, then
@@ -91,7 +213,9 @@ def exchange_rows(
     rows ``lo:hi`` per column group, made just before their part is sent (our own
     encrypted rows never all exist at once). The peers' rows are kept where ``workers``
     says (:func:`~vfl.crypto.store.ciphertext_store`: on the party's Dask cluster when it
-    is one)."""
+    is one). With ``sizes``, a peer's header must announce the packing they give for its
+    column count and key (:meth:`PublicSizes.check`); without, any packing the key can
+    hold (the caller checks it)."""
     key, packing, encrypt = own
     per_part = max(1, ROWS_MESSAGE_BYTES // (packing.groups * key.ciphertext_bytes))
     starts = list(range(0, n_rows, per_part))
@@ -102,7 +226,9 @@ def exchange_rows(
     for p, h in headers.items():
         if not 1 <= h.parts <= n_rows:
             RowsHeader.refuse(p, "parts", f"is {h.parts}, not between 1 and {n_rows}")
-    receiving = {p: _Receiving(keys[p], headers[p], p, n_rows, batch_size, workers) for p in peers}
+    receiving = {
+        p: _Receiving(keys[p], headers[p], p, n_rows, batch_size, workers, sizes) for p in peers
+    }
     for k in range(max([len(starts), *(h.parts for h in headers.values())])):
         if k < len(starts):
             groups = encrypt(starts[k], min(n_rows, starts[k] + per_part))
@@ -123,9 +249,11 @@ def rows_from_parts(
     sender: str,
     n_rows: int,
     batch_size: int,
+    sizes: PublicSizes | None = None,
 ) -> PeerRows:
-    """Check and join received parts."""
-    receiving = _Receiving(key, header, sender, n_rows, batch_size)
+    """Check and join received parts (the packing against ``sizes``, when given, as
+    :func:`exchange_rows` does)."""
+    receiving = _Receiving(key, header, sender, n_rows, batch_size, sizes=sizes)
     for part in parts:
         receiving.add(part)
     return receiving.done()
@@ -142,13 +270,17 @@ class _Receiving:
         n_rows: int,
         batch_size: int,
         workers: Workers = None,
+        sizes: PublicSizes | None = None,
     ) -> None:
-        try:
-            packing = RowPacking.from_dict(
-                header.packing, key_bits=key.n_length, min_slot_bits=Z_BITS
-            )
-        except ValueError as exc:
-            RowsHeader.refuse(sender, "packing", str(exc))
+        if sizes is not None:
+            packing = sizes.check(RowsHeader, sender, header.packing, key.n_length)
+        else:
+            try:
+                packing = RowPacking.from_dict(
+                    header.packing, key_bits=key.n_length, min_slot_bits=Z_BITS
+                )
+            except ValueError as exc:
+                RowsHeader.refuse(sender, "packing", str(exc))
         # the shares we compute on these rows reveal X^T z to their owner: as many columns as
         # a batch has rows would let it solve for our z (checked by us, not only by it)
         check_batch_size(sender, n_rows, packing.columns, batch_size)
@@ -217,8 +349,15 @@ class GradientExchange:
         Every data party, this one included.
     outputs : int
         Outputs trained at once (K one-vs-rest models share the encrypted rows).
+    batch_size : int
+        Rows per mini-batch (with the rows, the parties and the key, what every packing is
+        derived from: :class:`PublicSizes`).
     coordinator : str or None
         The key holder (``coordinator`` protocol), or None: each party owns a key.
+    policy : KeyPolicy
+        How keys are made and accepted.
+    workers
+        This party's processes, or its own executor (a Dask client).
     keep_view : bool
         Keep what this party decrypts, ``(rows, X[rows]^T sum of the others' z)`` per batch, in
         :attr:`view` (for audits that attack it).
@@ -241,6 +380,7 @@ class GradientExchange:
         keep_view: bool = False,
         noise: dict[str, float] | None = None,
     ) -> None:
+        check_feature_bound(fed.name, x, len(x))  # the packings are sized for it
         self.fed, self.x, self.outputs, self.coordinator = fed, x, outputs, coordinator
         self.others = [p for p in data_parties if p != fed.name]
         self.view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = (
@@ -260,13 +400,13 @@ class GradientExchange:
             self.keys = {
                 p: policy.accept(VLR.recv(fed, p, "key", PublicKeyMessage), p) for p in self.others
             }
-        self.packing = plan_packing(
-            x,
-            min(len(x), 2 * batch_size),
-            len(self.others),
-            self.key.n_length,
+        self.sizes = PublicSizes(
+            rows=len(x),
+            batch_size=batch_size,
+            contributors=len(self.others),
             masked=coordinator is not None,
         )
+        self.packing = self.own_packing()
         self.workers = workers
         x_int = np.round(x * 2.0**FEATURE_BITS).astype(np.int64)
         encrypt = (self.secret or self.key).raw_encrypt
@@ -276,17 +416,31 @@ class GradientExchange:
             return [encrypt(p, workers=workers) for p in pack_rows(x_int[lo:hi], packing, n)]
 
         self.peers = exchange_rows(
-            fed, (self.key, self.packing, own_rows), self.keys, len(x), batch_size, workers
+            fed,
+            (self.key, self.packing, own_rows),
+            self.keys,
+            len(x),
+            batch_size,
+            workers,
+            sizes=self.sizes,
         )
+
+    def own_packing(self) -> RowPacking:
+        """The packing of this party's rows: the one its peers and the coordinator derive
+        from the public sizes and its column count."""
+        return self.sizes.packing(self.x.shape[1], self.key.n_length)
 
     @property
     def share_ciphertexts(self) -> int:
         """Ciphertexts of one decrypted gradient share (outputs times column groups)."""
         return self.outputs * self.packing.groups
 
-    def setup_counts(self, rows: int | None = None) -> SetupCounts:
+    def setup_counts(self) -> SetupCounts:
+        """What the coordinator checks at setup: the outputs, this party's packing, the
+        packings its peers announced to it, and the rows (it derives every packing from
+        the public sizes and refuses any other: :func:`~vfl.linear.protocol.check_setup`)."""
         peers = {p: peer.packing.to_dict() for p, peer in self.peers.items()}
-        return SetupCounts(self.outputs, self.packing.to_dict(), peers, rows)
+        return SetupCounts(self.outputs, self.packing.to_dict(), peers, len(self.x))
 
     def remote(self, rows: np.ndarray[Any, Any], z: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """Send this party's contributions for ``z`` (``(len(rows), K)``) and return the
@@ -321,9 +475,12 @@ class GradientExchange:
         return out
 
     def _open(self, total: EncryptedVector) -> np.ndarray[Any, Any]:
-        """The exact signed values of ``total``, ``(outputs, columns)``, each checked to lie
-        within its slot's bound (padding slots 0): decrypted by this party's own key, or by
-        the coordinator under masks of ``KAPPA`` bits of statistical hiding."""
+        """The exact signed values of ``total``, ``(outputs, columns)``: decrypted by this
+        party's own key, or by the coordinator under masks of ``KAPPA`` bits of statistical
+        hiding. What comes back is checked as far as the requester can: as many slots as
+        asked for (:func:`~vfl.crypto.masked.request_slots`), each value within the public
+        bound of its slot and every padding slot 0 (else an OverflowError naming the key
+        holder)."""
         packing, outputs = self.packing, self.outputs
         if self.secret is not None:
             plain = [int(v) for v in self.secret.raw_decrypt(total.ciphertexts)]

@@ -13,7 +13,12 @@ Setup.
    small for the other's column count (:func:`~vfl.training.schedule.check_batch_size`).
    Both tell C the same, plus the other's column count (``vpr/plan``); C refuses a mismatch,
    naming the party, and derives the layout of every request it will decrypt from these
-   public numbers.
+   public numbers and its key's bits alone (:func:`~vfl.linear.poisson_math.masked_layout`
+   of the public :func:`~vfl.linear.poisson_math.gradient_bound`): a request packed as
+   its sender chose (one value per ciphertext, whole plaintexts) is refused, naming it.
+   Past the layout C cannot check: a party that deviates can still fill a request with
+   other ciphertexts under C's key (see the warning of
+   :class:`~vfl.linear.VerticalPoissonRegression`).
 3. Nothing of the targets leaves A, not even encrypted: a party holding ciphertexts under
    C's key could slip them into its masked requests and have C decrypt them (the loss's
    ``sum y u_B`` is formed by A from B's encrypted scores instead).

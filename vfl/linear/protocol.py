@@ -14,6 +14,26 @@ gives each party ``X_p^T sum_q z_q``, its gradient numerator. The loss needs
 of its scores with the others') and, with two or more passives, cross terms ``-2 u_k . u_l``
 from one encrypted score vector per batch of all passives but the last. The passives send
 their epoch sums encrypted; the label party learns the total once per epoch.
+
+What the coordinator checks (:func:`check_setup`, then every request): every party trains the
+label party's outputs and has its rows; each party's packing is the one the public sizes
+give (rows, batch size, contributing parties, key bits, its column count:
+:class:`~vfl.linear.exchange.PublicSizes`) and the one its peers received; and each gradient
+request has exactly the masked layout of that packing, each loss request one value. Nothing
+a party announces sizes what the coordinator decrypts for it: a packing chosen by the
+requester (one 1020-bit slot per ciphertext) would have it open one whole plaintext of the
+requester's choosing per column and batch, e.g. rows of the label party's encrypted
+features.
+
+.. warning::
+   The coordinator cannot see past the masks: a party that deviates can still fill a
+   request of the agreed layout with other ciphertexts under the coordinator's key (its
+   peers' encrypted rows, cut to its slots, which are as wide as theirs) and have as many
+   opened per batch as its honest share has (outputs times its column groups). It can also
+   send values of its own within their public bounds that the protocol did not compute:
+   under label DP, rows not clipped to the agreed norm get less noise than their gradients
+   need, and no peer can tell (a packing is the same whatever the rows). Malicious parties
+   are out of scope (:mod:`vfl.crypto.masked`).
 """
 
 from __future__ import annotations
@@ -29,7 +49,7 @@ from vfl.crypto import EncryptedVector
 from vfl.crypto.kernels import multiexp_rows
 from vfl.crypto.masked import decrypt_masked, serve_decryption
 from vfl.crypto.messages import Encrypted
-from vfl.crypto.packing import PackingLayout, RowPacking
+from vfl.crypto.packing import PackingLayout
 from vfl.crypto.policy import PublicKeyMessage, vector_from
 from vfl.federation.base import Federation
 from vfl.linear.common import (
@@ -42,7 +62,7 @@ from vfl.linear.common import (
     penalty_weight,
     show_epoch,
 )
-from vfl.linear.exchange import SCORE_BITS, GradientExchange, plan_packing
+from vfl.linear.exchange import SCORE_BITS, GradientExchange, PublicSizes
 from vfl.linear.losses import LOSS_BOUND, MAX_OUTPUTS, SCORE_BOUND, check_scores, penalty
 from vfl.linear.messages import VLR, CrossScores, SetupCounts
 from vfl.linear.model import FEATURE_BITS
@@ -88,14 +108,12 @@ class DataRole(DataParty):
             keep_view=spec.keep_views,
         )
         if spec.label_noise is not None and self.targets is not None:
-            self.check_peer_clipping(exchange)
             exchange.noise = {
                 p: label_sensitivity(spec, peer.packing.columns, outputs) * spec.label_noise
                 for p, peer in exchange.peers.items()
             }
-        if spec.coordinator is not None:  # it decrypts only requests of this size
-            rows = len(self.x) if self.is_label else None
-            VLR.send(fed, spec.coordinator, "setup", exchange.setup_counts(rows))
+        if spec.coordinator is not None:  # it decrypts only requests of the derived size
+            VLR.send(fed, spec.coordinator, "setup", exchange.setup_counts())
         setup = time.perf_counter() - began
         schedule = Schedule(len(self.x), spec.batch_size, seed)
         w = self.part.weights(with_intercept=self.is_label)
@@ -110,27 +128,6 @@ class DataRole(DataParty):
         self.part.set_weights(trainer.kept, with_intercept=self.is_label)
         result.part, result.setup_seconds, result.view = self.part, setup, exchange.view
         return result
-
-    def check_peer_clipping(self, exchange: GradientExchange) -> None:
-        """The label party's check that each peer's announced packing fits rows clipped as
-        agreed (a party whose features exceed the norm bound would get less noise than its
-        gradient needs; it catches scaling, not every deviation)."""
-        spec = self.spec
-        for p, peer in exchange.peers.items():
-            columns = peer.packing.columns
-            clip = spec.row_clip if spec.row_clip is not None else math.sqrt(columns)
-            widest = plan_packing(
-                np.full((1, columns), clip),
-                min(len(self.x), 2 * spec.batch_size),
-                len(spec.data_parties) - 1,
-                exchange.key.n_length if spec.coordinator else peer.key.n_length,
-                masked=spec.coordinator is not None,
-            )
-            if peer.packing.slot_bits > widest.slot_bits:
-                raise ValueError(
-                    f"party {p!r} announced features wider than rows clipped to norm {clip:g} "
-                    "allow; label DP refuses to train with it"
-                )
 
 
 class _Trainer:
@@ -388,8 +385,10 @@ def project(w: np.ndarray[Any, Any], radius: float) -> np.ndarray[Any, Any]:
 
 
 class CoordinatorRole:
-    """The key holder: sends its public key, then decrypts masked gradient shares (one per
-    data party and batch, each of the size the party announced) and the loss once per epoch."""
+    """The key holder: sends its public key, checks every data party's setup against the
+    packings it derives from the public sizes (:func:`check_setup`), then decrypts masked
+    gradient shares (one per data party and batch, each of its party's derived layout) and
+    the loss once per epoch."""
 
     def __init__(self, spec: FitSpec) -> None:
         self.spec = spec
@@ -401,10 +400,8 @@ class CoordinatorRole:
         public_key, private_key = spec.policy.generate()
         VLR.broadcast(fed, "key", PublicKeyMessage.of(public_key), to=parties)
         counts = {p: VLR.recv(fed, p, "setup", SetupCounts) for p in parties}
-        layouts = check_setup(counts, label, public_key.n_length)
-        rows = counts[label].rows
-        if rows is None or rows < 1:
-            SetupCounts.refuse(label, "rows", f"is {rows!r}, not a row count")
+        layouts = check_setup(counts, label, public_key.n_length, batch_size=spec.batch_size)
+        rows = counts[label].rows or 0  # checked by check_setup
         batch = spec.batch_size or auto_batch_size(rows)  # 0: derived from the rows
         per_epoch = Schedule(rows, batch, 0).batches_per_epoch()
         epochs = 0
@@ -425,15 +422,45 @@ class CoordinatorRole:
 
 
 def check_setup(
-    counts: dict[str, SetupCounts], label: str, key_bits: int
+    counts: dict[str, SetupCounts], label: str, key_bits: int, *, batch_size: int = 0
 ) -> dict[str, PackingLayout]:
-    """Each data party's gradient-request layout, after checking that every party trains the
-    label party's number of outputs and uses the row packing it announced to its peers (a
-    party that inflates its packing towards the coordinator alone is refused, named)."""
-    outputs = counts[label].outputs
+    """Each data party's gradient-request layout, derived by the coordinator from public
+    sizes only, after checking every party's setup against it.
+
+    Every party must train the label party's number of outputs, announce the label party's
+    row count, and use the row packing it announced to its peers (a party that inflates its
+    packing towards the coordinator alone is refused); and that packing must be the one
+    :class:`~vfl.linear.exchange.PublicSizes` gives for the rows, ``batch_size``, the other
+    data parties (the contributors to each share), the ``key_bits`` and the party's column
+    count -- a packing of the party's own choosing (one wide slot per ciphertext: whole
+    plaintexts per request) is refused, naming the party.
+
+    Parameters
+    ----------
+    counts : dict of str to SetupCounts
+        What each data party sent, the label party's included.
+    label : str
+        The label party.
+    key_bits : int
+        Bits of the coordinator's key.
+    batch_size : int
+        The job's batch size; 0: :func:`~vfl.training.schedule.auto_batch_size` of the rows.
+
+    Returns
+    -------
+    dict of str to PackingLayout
+        Per party, the masked layout of its gradient requests (one per batch).
+
+    Raises
+    ------
+    MessageError
+        A party's setup differs from the derived one (names the party and the field).
+    """
+    outputs, rows = counts[label].outputs, counts[label].rows
     if not 1 <= outputs <= MAX_OUTPUTS:
         SetupCounts.refuse(label, "outputs", f"is {outputs}, not between 1 and {MAX_OUTPUTS}")
-    layouts = {}
+    if rows is None or rows < 1:
+        SetupCounts.refuse(label, "rows", f"is {rows!r}, not a row count")
     for p, c in counts.items():
         if c.outputs != outputs:
             SetupCounts.refuse(p, "outputs", f"is {c.outputs}; the label party trains {outputs}")
@@ -444,12 +471,18 @@ def check_setup(
                     "packing",
                     f"is {c.packing}, but party {q!r} received {seen.peer_packings.get(p)}",
                 )
-        try:
-            packing = RowPacking.from_dict(c.packing, key_bits=key_bits)
-        except ValueError as exc:
-            SetupCounts.refuse(p, "packing", str(exc))
-        layouts[p] = packing.masked_layout(outputs)
-    return layouts
+        if c.rows != rows:
+            SetupCounts.refuse(p, "rows", f"is {c.rows!r}; the label party has {rows}")
+    sizes = PublicSizes(
+        rows=rows,
+        batch_size=batch_size or auto_batch_size(rows),
+        contributors=len(counts) - 1,
+        masked=True,
+    )
+    return {
+        p: sizes.check(SetupCounts, p, c.packing, key_bits).masked_layout(outputs)
+        for p, c in counts.items()
+    }
 
 
 def label_sensitivity(

@@ -18,8 +18,9 @@ from sklearn.preprocessing import StandardScaler
 
 from tests.vfl.linear.tables import hetero, small_model
 from vfl.audit import find_plaintext
-from vfl.crypto import SecurityWarning, generate_paillier_keypair
-from vfl.crypto.masked import pack_masked
+from vfl.crypto import EncryptedVector, SecurityWarning, generate_paillier_keypair
+from vfl.crypto.kernels import multiexp_rows
+from vfl.crypto.masked import decrypt_masked, pack_masked
 from vfl.federation import LocalFederation, PartyFailedError
 from vfl.federation.wire import CiphertextBlock
 from vfl.linear import VerticalPoissonRegression
@@ -37,7 +38,7 @@ from vfl.linear.poisson_math import (
     gradient_bound,
     masked_layout,
 )
-from vfl.linear.poisson_protocol import PoissonCoordinatorRole, PoissonDataRole
+from vfl.linear.poisson_protocol import VPR, PoissonCoordinatorRole, PoissonDataRole
 from vfl.linear.poisson_reference import poisson_reference
 from vfl.training.divergence import DivergenceWarning
 
@@ -253,6 +254,21 @@ def test_deviating_parties_are_refused_by_name(table) -> None:  # type: ignore[n
     with pytest.raises(PartyFailedError, match=r"party 'clinic' sent a malformed decryption"):
         _run_with(Greedy, PASSIVE, table)
 
+    class OneSlot(PoissonDataRole):
+        """Packs its gradient one value per ciphertext (a bound of its own choosing, 2**800):
+        whole plaintexts per request, as issue #31's passive asked for."""
+
+        def open_gradient(self, fed, rows, r):  # type: ignore[no-untyped-def]
+            nsq = r.public_key.nsquare
+            products = multiexp_rows(r.ciphertexts, list(self.x_int[rows].T), nsq)
+            encrypted = EncryptedVector(r.public_key, products, r.exponent - FEATURE_BITS)
+            tags = VPR.child("grad")
+            return decrypt_masked(fed, self.spec.coordinator, tags, encrypted, bound=2.0**800)
+
+    # the coordinator pins the layout it derives from the public sizes: 2 ciphertexts of 3
+    with pytest.raises(PartyFailedError, match=r"party 'clinic' .* asks for 5 decryptions"):
+        _run_with(OneSlot, PASSIVE, table)
+
     class Loose(PoissonDataRole):
         """Encrypts exp(u_B) at a finer, data-dependent exponent."""
 
@@ -272,7 +288,6 @@ def test_deviating_parties_are_refused_by_name(table) -> None:  # type: ignore[n
 
         def lead(self, fed, key, schedule, weights):  # type: ignore[no-untyped-def]
             # waits (its widened rows fit no weights) until the coordinator's refusal ends it
-            from vfl.linear.poisson_protocol import VPR
             from vfl.training.control import EpochControl
 
             VPR.recv(fed, self.spec.coordinator, "never", EpochControl)
