@@ -9,10 +9,10 @@ score is linear in the score (:mod:`~vfl.linear.losses`) trains on four protocol
 ==========================  ======================================  ============================
 protocol                    who sees a gradient                     parties
 ==========================  ======================================  ============================
-``"shared"`` (default)      nobody: weights and gradients exist     two data parties, each with
-                            only as additive shares                 its own key
-``"shared_coordinator"``    nobody (the coordinator holds the       two data parties and a
-                            key and decrypts masked shares)         coordinator
+``"shared"`` (default)      nobody: weights and gradients exist     any number of data parties,
+                            only as additive shares                 each with its own key
+``"shared_coordinator"``    nobody (the coordinator holds the       any number of data parties
+                            key and decrypts masked shares)         and a coordinator
 ``"coordinator"``           each data party its own exact           any number of data parties
                             gradient of every mini-batch            and a coordinator
 ``"two_party"``             each data party its own exact gradient  two data parties
@@ -21,21 +21,22 @@ protocol                    who sees a gradient                     parties
 **The secret-shared protocols** (:mod:`~vfl.linear.shared`, in the spirit of FATE's SSHE-LR
 and SecretFlow's HESS-LR). The mini-batches are fixed, drawn once from the agreed seed, and
 visited in a fresh order every epoch. Each batch's joint Gram matrix ``X^T X`` and
-``X^T t(y)`` are split into shares once, at setup. Per batch, each party raises the other's
-encrypted share columns to its share of the weights, and masks and returns the packed
-result. The weights move by momentum SGD (or SGD) on shares, and Adam is refused: its square
+``X^T t(y)`` are split into shares once, at setup. The label party and its partner (the
+first other data party) hold the shares of the weights; per batch, each raises every other
+party's encrypted Gram share columns to its share of the weights, and masks the packed
+result for the other holder. The weights move by momentum SGD (or SGD) on shares, and Adam is refused: its square
 roots are not linear. Each epoch's model is the mean of its iterates, averaged on the shares.
-Its loss over all rows reaches the label party once per epoch. At the end each party
-receives the other's share of its own weights. The model equals
+Its loss over all rows reaches the label party once per epoch, under a key used for nothing
+else and checked against public bounds. At the end each party receives the holders' shares
+of its own weights. The model equals
 :func:`plaintext_reference` to the fixed point (``2**-24`` per step; runs under one seed
 agree to about ``1e-6``, not exactly, since shares are truncated at random points).
 
-**What each role learns under them.** The label party learns the number of the other
-party's columns, the other's curvature bound (one number that sets its default step), the
-loss once per epoch and its own final weights. The other party learns the label party's
-column count and curvature bound, the number of outputs K, the row count, one keep bit and
-one restart bit per epoch (whether the loss diverged or stalled, which says a little about
-the loss curve, nothing about a row) and its own final weights. The coordinator learns
+**What each role learns under them.** The label party learns every other party's number of
+columns and curvature bound (one number that sets its default step), the loss once per epoch
+and its own final weights. Every other party learns the column counts and curvature bounds,
+the number of outputs K, the row count, when the fit restarts or stops (and the epoch it
+goes back to or ends with: no keep bit per epoch) and its own final weights. The coordinator learns
 the public plan. Nobody sees a gradient, residual, partial
 score, label or feature of another party: every value a party decrypts carries a mask of
 ``KAPPA`` (40) bits more than the value, fresh from the other party's OS randomness. The
@@ -46,8 +47,9 @@ one-column passive's scores (correlation about 0). Under the gradient-revealing 
 both audits recover everything.
 
 **The gradient-revealing protocols** (:mod:`~vfl.linear.exchange`,
-:mod:`~vfl.linear.protocol`) are faster per batch on small batches and the only ones for
-three or more data parties.
+:mod:`~vfl.linear.protocol`) are faster per batch on small batches; they reveal each party its
+exact gradient, and a party that deviates can still have ciphertexts of its choosing opened
+within the layout (:mod:`~vfl.linear.exchange`).
 
 * At setup, every data party rounds its features to multiples of ``2**-20``, packs each row
   into as few plaintexts as fit, encrypts them and sends them to every other data party.

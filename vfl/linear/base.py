@@ -40,7 +40,8 @@ __all__ = ["PROTOCOLS", "VerticalLinearModel", "label_dp_of"]
 
 PROTOCOLS = ("shared", "shared_coordinator", "coordinator", "two_party")
 """``shared`` (the default) and ``shared_coordinator`` reveal no gradient (secret-shared
-training, :mod:`vfl.linear.shared`; two data parties); ``coordinator`` and ``two_party``
+training, :mod:`vfl.linear.shared`; any number of data parties); ``coordinator`` and
+``two_party``
 reveal each party its exact gradient, which lets it solve for labels (:mod:`vfl.linear`)."""
 SHARED = ("shared", "shared_coordinator")
 

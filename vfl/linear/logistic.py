@@ -59,8 +59,8 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
     protocol : {"shared", "shared_coordinator", "coordinator", "two_party"}
         ``"shared"`` (default): secret-shared training, in which no party sees a gradient;
         ``"coordinator"`` and ``"two_party"`` reveal each party its exact gradients, from
-        which labels and scores can be solved for (see :mod:`vfl.linear`; ``"coordinator"``
-        is the one for three or more data parties).
+        which labels and scores can be solved for (see :mod:`vfl.linear`). Every protocol
+        but ``"two_party"`` takes any number of data parties.
     key_bits : int
         Paillier modulus size in bits (2048 by default; smaller needs ``insecure=True``).
     random_state : int, optional

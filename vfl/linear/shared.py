@@ -1,79 +1,120 @@
 """The secret-shared protocol of vertical linear models (``protocol="shared"``, the default).
 
-Two data parties: A, the label party, and B. Nobody sees a gradient, a residual, a partial
-score or another party's weights in the clear. Each of these exists only as two additive
-integer shares, one per party. A share is statistically hiding: masks are
+Any number of data parties: A, the label party, its *partner* B (the first other data party
+named), and further parties C, D, ... Nobody sees a gradient, a residual, a partial score or
+another party's weights in the clear. Each of these exists only as two additive integer
+shares, held by A and B. A share is statistically hiding: masks are
 :data:`~vfl.linear.common.KAPPA` bits longer than the value. The construction is that of
-FATE's SSHE-LR and SecretFlow's HESS-LR: Paillier for the cross products, additive shares
-for the rest. What vflink adds:
+FATE's SSHE-LR and SecretFlow's HESS-LR (Paillier for the cross products, additive shares for
+the rest), extended to more parties by keeping the shares with two of them. What vflink adds:
 
 * **Fixed mini-batches.** The batches are drawn once from the agreed seed and visited in a
   fresh order every epoch, as FATE's hetero-LR does. Each batch's Gram matrix is therefore
   shared once, at setup, and an epoch costs no encryption of per-row values: per batch,
-  only one multi-exponentiation per output and column group, and a few packed decryptions.
-* **Shares kept small.** After every product, each party reduces its share of a value with
+  only one multi-exponentiation per output, column group and other party, and a few packed
+  decryptions.
+* **Shares kept small.** After every product, each holder reduces its share of a value with
   a public bound modulo ``2**(bound + RHO)`` (the bit budget: :mod:`vfl.linear.budget`).
-  The label party's share lies in ``[0, M)``, the other's in ``[-M, 0)``. This is exact
-  unless the label party's share (uniform modulo ``M``) falls within the bound of the
-  modulus' edge, which has probability below ``2**-RHO`` per value
-  (:data:`~vfl.linear.budget.RHO`).
+  A's share lies in ``[0, M)``, B's in ``[-M, 0)``. This is exact unless A's share (uniform
+  modulo ``M``) falls within the bound of the modulus' edge, which has probability below
+  ``2**-RHO`` per value (:data:`~vfl.linear.budget.RHO`). Two holders are what keeps this
+  exact: shares among three would wrap.
+* **Sizes from public numbers only.** Every packing and bound follows from the column
+  counts, the outputs, the batch size, the key size and the row count; the feature bound is
+  :func:`~vfl.linear.model.public_feature_bits` of the row count (a standardised column never
+  exceeds ``sqrt(rows)``), so no message says how extreme a party's values are.
 
 The maths. Both losses (:mod:`vfl.linear.losses`) have the gradient numerator
 ``N = X^T (X w - t) = G w - tau`` for a batch, where ``G = X^T X`` is the joint Gram matrix
-(A's columns, its intercept last, then B's) and ``tau = X^T t``.
+(A's columns, its intercept last, then B's, C's, ...) and ``tau = X^T t``.
 
 * **Setup.**
-  * ``G_AA`` and ``G_BB`` stay in plaintext with their owners.
-  * ``G_AB = X_A^T X_B``: B multiplies A's encrypted packed rows by its own columns and
-    returns the result masked. A's share ``H_A`` is the masked value, B's share ``H_B`` is
-    minus the mask.
-  * ``X_B^T t``: A multiplies B's encrypted rows by the targets, the same way.
-  * The result: ``G = S_A + S_B`` with ``S_A = [[G_AA, H_A], [H_A^T, 0]]`` and
-    ``S_B = [[0, H_B], [H_B^T, G_BB]]``. Each party encrypts the columns of its ``S_P`` for
-    every batch, packed, under its key, and sends them to the other party once.
-* **Per batch.** With ``w = v_A + v_B``:
-  ``N = S_A v_A + S_B v_B + S_A v_B + S_B v_A - tau``. For a cross product ``S_P v_Q``,
-  party Q raises P's encrypted columns to its share, masks the packed result and returns
-  it. P's share is the masked value, Q's is minus its mask.
+  * Every party P keeps its ``G_PP`` in plaintext.
+  * For parties P before Q, ``G_PQ = X_P^T X_Q``: Q multiplies P's encrypted packed rows by
+    its own columns and masks the result; P's share is the masked value, Q's minus the mask.
+  * ``X_P^T t`` for every P but A: A multiplies P's encrypted rows by the targets, the same
+    way; P's share goes to B (a further party hands it over; with a coordinator, the
+    coordinator does).
+  * The result: ``G = sum_P S_P``, where ``S_P`` holds ``G_PP`` and P's shares of its cross
+    blocks (P's block row and column; zero elsewhere). Each party encrypts the columns of its
+    ``S_P`` for every batch, packed, and sends them to A and B (to whichever it is not).
+* **Per batch.** With ``w = v_A + v_B``: ``N = sum_P S_P v_A + sum_P S_P v_B - tau``. For each
+  P other than itself, holder H raises P's encrypted columns to its share ``v_H``, masks the
+  packed result and sends it on towards the other holder: P decrypts it and hands the slots
+  over (P is that holder, or a further party), or the coordinator decrypts and hands them
+  over. H's share is minus its mask. With three parties a holder raises two parties'
+  columns per batch instead of one; the further party decrypts two results and forwards
+  them. ``benchmarks/vfl_lr.py`` prints the cost.
   * **Update.** Heavy-ball momentum (or SGD), linear in the gradient:
-    ``velocity = beta velocity + N / (c rows) + alpha w; w -= step_p * velocity``, the label
-    party's block with its step and B's with B's (:func:`~vfl.linear.common.shared_step`).
-    Each party applies it to its own
-    shares, truncating locally, which is exact to 2 units of ``2**-W_BITS``. The label
-    party then re-randomises the shares with a fresh uniform offset and sends that offset
-    to B.
+    ``velocity = beta velocity + N / (c rows) + alpha w; w -= step_p * velocity``, each
+    party's block with its own step (:func:`~vfl.linear.common.shared_step`). A and B apply
+    it to their own shares, truncating locally, which is exact to 2 units of ``2**-W_BITS``.
+    A then re-randomises the shares with a fresh uniform offset and sends that offset to B.
   * **Averaging.** The model of an epoch is the mean of its iterates, which is linear, so
-    each party averages its own shares. SGD goes on from the last iterate. On
+    each holder averages its own shares. SGD goes on from the last iterate. On
     default_credit this keeps the test AUC within 0.007 of scikit-learn for every seed,
     where the last iterate strayed by up to 0.018.
   * **Loss.** ``|X w - t|^2 = <w, N - tau> + |t|^2``, at the epoch's model over all rows.
-    A sends its shares of ``w`` and ``N - tau`` encrypted; B multiplies in its own and keeps
-    the encrypted sum. Once per epoch the label party learns the total.
-* **At the end.** Each party sends the other party its share of the other party's weights,
-  so each learns its own part of the model, and only that.
+    A sends its shares of ``w`` and ``N - tau`` encrypted under its **loss key**, a key pair
+    it makes for this and nothing else; B multiplies in its own and returns the encrypted
+    sum. A decrypts it and refuses a total outside its public bounds
+    (:meth:`~vfl.linear.budget.Sizes.squares_bound`), naming B.
+  * **Control.** Before each epoch A tells every party to go on, restart (the loss
+    diverged or stalled: :class:`~vfl.training.LossCurve`) or stop. There is no keep bit:
+    every party keeps its shares of every epoch's model and is told which one to go back to
+    only at a restart, and which one to end with at the stop.
+* **At the end.** A and B send every party their shares of that party's weights, so each
+  learns its own part of the model, and only that.
 
-Keys: each party owns one and decrypts only values masked by the other party. A share sent
-to the owner of the key is first re-randomised by a uniform ``r**n``, since the owner knows
-the randomness of the ciphertexts it was computed from (:mod:`vfl.crypto.rerandomize`). With
-a coordinator (``protocol="shared_coordinator"``), the coordinator holds the only key and
-decrypts every masked share for the party it belongs to. It checks each request against the
-layout it derives from the public plan.
+Keys: without a coordinator each data party owns one and decrypts only values masked by
+another party. What it encrypts for a peer's computations it encrypts with that peer's base,
+and a result computed from it is re-randomised by a full-length power of that base before it
+comes back (:mod:`vfl.crypto.rerandomize`). With a coordinator (``protocol=
+"shared_coordinator"``), the coordinator holds the only key (A's loss key aside). The party
+that masked a value sends it to the coordinator, which decrypts it and hands the slots to the
+other holder, each request checked against the layout it derives from the public plans. So
+nobody has a decryption of ciphertexts it chose: the party that picks what is decrypted never
+sees the result, and the party that sees it never picked it. Further parties are then idle
+after setup.
 
 **What each role learns.**
 
-* The label party: the number of B's columns, B's curvature bound (one number, from which
-  both derive B's step), the loss once per epoch, and its own final weights.
-* B: the number of the label party's columns and outputs, the row count, the label party's
-  curvature bound, per epoch the keep bit and the restart bit (the loss rose past the
-  divergence rule, or stalled: :class:`~vfl.training.LossCurve`), and its own final weights.
-* The coordinator: the public plans (with both curvature bounds) and nothing else. Every
+* A: the number of every party's columns, every party's curvature bound (one number each,
+  which sets that party's default step), the loss once per epoch, and its own final
+  weights.
+* B and every further party: the number of every party's columns and of outputs, the row
+  count, the curvature bounds, when the fit restarts or stops (and the epoch it goes back to
+  or ends with), and its own final weights.
+* The coordinator: the public plans (with the curvature bounds) and nothing else. Every
   value it decrypts carries a mask ``KAPPA`` bits longer than the value.
 
-Neither data party learns a gradient, a residual, a score or a label. Each party's view is
-made of values masked by the other party's fresh OS randomness, so an attack on it,
-:class:`vfl.audit.LabelSolveAudit` for example, recovers no more than chance. The final
-weights are the model itself. What they reveal about the training data is the model's
-leakage (membership, attribute inference), which no protocol for training removes.
+Nobody learns another party's gradient, residual, score or label. Each party's view is made
+of values masked by another party's fresh OS randomness, so an attack on it,
+:class:`vfl.audit.LabelSolveAudit` for example, recovers no more than chance (tested for
+every party, with two and three). The final weights are the model itself. What they reveal
+about the training data is the model's leakage (membership, attribute inference), which no
+protocol for training removes.
+
+**A party that deviates** (tested message by message in ``tests/vfl/linear/
+test_deviation_shared.py``; the table is in the manual's threat model):
+
+* Every decryption is checked: the count and layout of every request and answer, every slot
+  within its mask's width (:meth:`~vfl.crypto.PaillierPrivateKey.decrypt_packed`), the loss
+  within its public bounds. A failed check stops the job, naming the sender.
+* B cannot steer the loss into a decryption oracle: the loss key encrypts only A's loss
+  terms, so the setup's ciphertexts (A's rows, its Gram columns) multiplied into the loss
+  decrypt to noise, which the bounds refuse. What B can still do is add a small multiple of
+  one of A's loss terms (a fresh uniform share of the epoch's weights or gradient numerator
+  over all rows) and so move the loss within its bounds. Without a keep bit, that moves
+  only when the fit restarts or stops: at most ``1 + 6 + 2`` such events per fit (a stop,
+  the divergence restarts, the stall shrinks), each an epoch index.
+* A deviating party can shift the shares it sends or forwards (an additive attack): that
+  spoils the model (a denial of service) and moves the loss A sees, not a decryption.
+* .. warning:: A label party that sends chosen values instead of its loss terms learns,
+  from the loss, chosen combinations of B's shares, and so the epoch's weights and
+  gradient numerator over all rows (aggregates such as ``X_B^T X`` over the epochs; no
+  row). Closing that takes authenticated shares (SPDZ-style MACs), which vflink does not
+  implement.
 """
 
 from __future__ import annotations
@@ -713,8 +754,9 @@ class SharedDataRole(DataParty):
                 partner,
                 "data",
                 f"makes the loss total {squares:.3g} units, outside its public bounds "
-                f"[0, {float(bound):.3g}]: the epoch's loss terms were not computed as the "
-                "protocol says",
+                f"[0, {float(bound):.3g}]: its loss terms, or a share that reached it, were "
+                "not computed as the protocol says (with more than two data parties, a share "
+                "may have come from another party)",
             )
         scaled = squares / 2.0 ** (2 * (FEATURE_BITS + W_BITS))
         return self.spec.loss.mean_loss(scaled, len(self.x), sizes.outputs)

@@ -21,7 +21,12 @@ from tests.vfl.linear.tables import small_model
 from vfl.crypto import EncryptedVector, SecurityWarning
 from vfl.federation.base import PartyFailedError
 from vfl.linear import VerticalLogisticRegression
-from vfl.linear.shared import SharedDataRole
+from vfl.crypto.messages import Encrypted
+from vfl.crypto.policy import Base, PublicKeyMessage, vector_from
+from vfl.federation import LocalFederation
+from vfl.linear.budget import W_BITS
+from vfl.linear.messages import VLR
+from vfl.linear.shared import SS, SharedDataRole, _Keys
 from vfl.training.control import EpochControl
 
 pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.SecurityWarning")
@@ -184,3 +189,106 @@ def test_the_setup_header_is_the_same_whatever_the_datas_extremes(breast) -> Non
     assert headers[0][0] < 8 and headers[1][0] > 16  # the extremes differ by far
     assert len(headers[0][1]) == 2  # the rows' header and the plan
     assert headers[0][1] == headers[1][1]  # what lab announces does not
+
+
+class OwnPacking(SharedDataRole):
+    """Announce a packing of our own rows other than the one the public sizes give (one
+    column per ciphertext, as if our slots had to be wider)."""
+
+    def _exchange_rows(self, x_int: Any) -> Any:
+        real, me = self.sizes, self.me
+
+        class Chosen(type(real)):  # type: ignore[misc]
+            def row_packing(self, index: int) -> Any:
+                packing = real.row_packing(index)
+                if index != me:
+                    return packing
+                return type(packing)(packing.columns, packing.slot_bits * 2, 1)
+
+        self.sizes = Chosen(**{f: getattr(real, f) for f in real.__dataclass_fields__})
+        try:
+            return super()._exchange_rows(x_int)
+        finally:
+            self.sizes = real
+
+
+def test_a_row_packing_other_than_the_public_ones_is_refused(breast, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    deviate(monkeypatch, "lab", OwnPacking)
+    with pytest.raises(PartyFailedError, match=r"party 'lab' .*packing of its encrypted rows"):
+        fit(parts, y, max_iter=1)
+
+
+def test_a_base_that_is_no_residue_of_the_key_is_refused() -> None:
+    """A peer hands us a base that is not an n-th residue of our key (our encryptions for it
+    would fall outside the group its re-randomisation covers): refused, naming it."""
+    spec = small_model(VerticalLogisticRegression).fit_spec("a", ["a", "b"])
+
+    def deviant(fed):  # type: ignore[no-untyped-def]
+        key, _ = spec.policy.generate()
+        VLR.send(fed, "a", "key", PublicKeyMessage.of(key))
+        VLR.recv(fed, "a", "key", PublicKeyMessage)
+        SS.send(fed, "a", "base", Base(h_s=(2).to_bytes(key.ciphertext_bytes, "big")))
+        SS.recv(fed, "a", "base", Base)
+
+    roles = {"a": lambda fed: _Keys(fed, spec, ["b"]), "b": deviant}
+    with pytest.raises(PartyFailedError, match=r"party 'b' .*field 'h_s'"):
+        LocalFederation(timeout=30).run(roles)
+
+
+class ForwardShift(SharedDataRole):
+    """A third party that shifts the slots it forwards to a holder (an additive attack on the
+    holder's share): the model is spoilt, which the loss's bounds or the final weights' bound
+    catch -- a denial of service, nothing read."""
+
+    def forward(self, tag, index, computer, to, layout):  # type: ignore[no-untyped-def]
+        if self.keys.coordinator is not None:
+            return None
+        slots = [s + 2**110 for s in self.decrypt(tag, index, computer, layout)]
+        from vfl.linear.shared import Integers
+
+        SS.send(self.fed, to, f"{tag}-fwd", Integers(values=slots), index)
+        return slots
+
+
+def test_a_third_party_that_shifts_what_it_forwards_stops_the_fit(breast, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    three = {**parts, "genomics": parts["lab"].iloc[:, :4]}
+    deviate(monkeypatch, "genomics", ForwardShift)
+    with pytest.raises(PartyFailedError, match=r"outside its public bounds|weights beyond"):
+        fit(three, y)
+
+
+class LossProbe(SharedDataRole):
+    """The leak the protocol names: a label party that sends chosen values instead of its
+    loss terms reads the partner's share of a weight from the loss, and so the weight."""
+
+    probed: list[float] = []
+
+    def _epoch_loss(self, shares, v):  # type: ignore[no-untyped-def]
+        span = len(shares["fixed"])
+        self._gradient(shares, span, span, v, span)  # take part as usual
+        j, big = self.sizes.block(1).start, 1 << 600  # lab's first weight
+        terms = [0] * (2 * v.size)
+        terms[v.size + j] = big  # against lab's share of w_j, in place of a share of m
+        key = self.loss_key
+        sent = EncryptedVector(key, key.raw_encrypt(terms), 0, fresh=True)
+        SS.send(self.fed, self.order[1], "loss", Encrypted(data=sent.to_wire()))
+        got = SS.recv(self.fed, self.order[1], "loss-total", Encrypted).data
+        total = vector_from(key, got, self.order[1])
+        n = int(key.n)
+        raw = int(self.loss_secret.raw_decrypt(total.ciphertexts)[0])
+        value = raw - n if raw > n // 2 else raw  # -(big * v_B[j] + <v_B, m_B>)
+        share = (-value + big // 2) // big
+        LossProbe.probed.append((int(v[j, 0]) + share) / 2.0**W_BITS)
+        return 1.0 / len(LossProbe.probed)  # a falling loss: the last epoch is kept
+
+
+def test_a_label_party_that_sends_chosen_loss_terms_reads_the_weights(breast, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    LossProbe.probed = []
+    deviate(monkeypatch, "imaging", LossProbe)
+    est = fit(parts, y, max_iter=2)
+    assert len(LossProbe.probed) == 2 and est.best_epoch_ == 2
+    # the named leak: lab's first weight at the kept epoch, read exactly
+    assert LossProbe.probed[-1] == pytest.approx(est.parts_["lab"].coef[0], abs=1e-6)
