@@ -9,7 +9,7 @@ setup header that carried the magnitude of a party's values."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -19,11 +19,11 @@ from sklearn.datasets import load_breast_cancer
 import vfl.linear.base as base
 from tests.vfl.linear.tables import small_model
 from vfl.crypto import EncryptedVector, SecurityWarning
-from vfl.federation.base import PartyFailedError
-from vfl.linear import VerticalLogisticRegression
 from vfl.crypto.messages import Encrypted
 from vfl.crypto.policy import Base, PublicKeyMessage, vector_from
 from vfl.federation import LocalFederation
+from vfl.federation.base import PartyFailedError
+from vfl.linear import VerticalLogisticRegression
 from vfl.linear.budget import W_BITS
 from vfl.linear.messages import VLR
 from vfl.linear.shared import SS, SharedDataRole, _Keys
@@ -263,7 +263,7 @@ class LossProbe(SharedDataRole):
     """The leak the protocol names: a label party that sends chosen values instead of its
     loss terms reads the partner's share of a weight from the loss, and so the weight."""
 
-    probed: list[float] = []
+    probed: ClassVar[list[float]] = []
 
     def _epoch_loss(self, shares, v):  # type: ignore[no-untyped-def]
         span = len(shares["fixed"])
