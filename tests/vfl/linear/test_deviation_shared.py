@@ -292,3 +292,14 @@ def test_a_label_party_that_sends_chosen_loss_terms_reads_the_weights(breast, mo
     assert len(LossProbe.probed) == 2 and est.best_epoch_ == 2
     # the named leak: lab's first weight at the kept epoch, read exactly
     assert LossProbe.probed[-1] == pytest.approx(est.parts_["lab"].coef[0], abs=1e-6)
+
+
+def test_a_peers_key_below_the_policy_is_refused_naming_it() -> None:
+    """A peer (or the label party, for its loss key) that hands over a 1024-bit key, where
+    the policy wants 2048 bits: refused, naming it, before anything is encrypted under it."""
+    from vfl.crypto.policy import KeyPolicy
+    from vfl.federation.messages import MessageError
+
+    weak, _ = KeyPolicy(1024, insecure=True).generate()
+    with pytest.raises(MessageError, match=r"party 'lab' .*1024-bit key; at least 2048"):
+        KeyPolicy(2048, insecure=False).accept(PublicKeyMessage.of(weak), "lab")
