@@ -432,8 +432,9 @@ def test_bloom_alignment_by_the_coordinator_without_the_secret(tmp_path: Path) -
 @pytest.mark.network
 def test_three_data_parties_align_by_psi_with_the_coordinators_help(tmp_path: Path) -> None:
     """Four processes: the coordinator helps the three-party PSI (each data party learns only
-    the triple intersection) and holds the key of protocol = "coordinator"."""
-    config = write_config(tmp_path, params='protocol = "coordinator"')
+    the triple intersection) and holds the key of the default protocol for three data parties
+    (secret-shared, "shared_coordinator": no party sees a gradient)."""
+    config = write_config(tmp_path)
     (port,) = free_ports(1)
     genomics = (
         '[[party]]\nname = "genomics"\nrole = "passive"\n'
