@@ -14,7 +14,8 @@ Prints, in one run:
   completeness and reduction ratio, and with keyed blocking keys; 1M x 1M stage by stage;
 * three parties linked into clusters, against a star of two-party links;
 * ECDH-PSI time and bytes for 100k x 100k and 1M x 1M, HMAC join for 1M x 1M; unbalanced PSI
-  (10k against 1M, projected to 10M);
+  (10k against 1M, projected to 10M), in process and as the federated protocol
+  (``vfl.align_unbalanced``: seconds and bytes per party, measured in the same run);
 * PSI among 2, 3 and 4 data parties over the in-process federation (``vfl.align``: direct
   for two, the ring with the coordinator's help for more), time and bytes per party.
 
@@ -580,6 +581,54 @@ def unbalanced_psi_bench(quick: bool) -> None:
         f", server {online_server:.2f} s, total {online_client + online_server:.2f} s (goal "
         f"< 10 s); {32 * goal_small / 1e3:.0f} kB each way; false-match probability "
         f"<= {goal_small * goal_large / 2 ** (8 * width):.1e} per query"
+    )
+    federated_unbalanced_bench(ids_small, ids_large, offline_s + client_s + clock["server"])
+
+
+def federated_unbalanced_bench(
+    ids_small: list[str], ids_large: list[str], in_process_s: float
+) -> None:
+    """The same sets aligned by the federated protocol (``vfl.align_unbalanced``, both roles
+    over the in-process federation, probes on): seconds end to end and bytes per party from
+    the transcript, beside the in-process run just measured."""
+    from vfl.align_unbalanced import DEFAULT_PROBES, align_unbalanced_party
+    from vfl.federation import LocalFederation
+
+    frames = {"server": pd.DataFrame({"id": ids_large}), "client": pd.DataFrame({"id": ids_small})}
+    parties = list(frames)
+    cap = len(ids_small) + DEFAULT_PROBES
+    federation = LocalFederation(timeout=3600)
+    started = time.perf_counter()
+    out = federation.run(
+        {
+            name: (
+                lambda fed, name=name: align_unbalanced_party(
+                    fed,
+                    frames[name],
+                    server="server",
+                    parties=parties,
+                    id_column="id",
+                    max_evaluations=cap,
+                )
+            )
+            for name in parties
+        }
+    )
+    seconds = time.perf_counter() - started
+    assert len(out["client"]) == len(out["server"]) == len(ids_small) // 2, len(out["client"])
+    sent: dict[str, dict[str, int]] = {p: {} for p in parties}
+    for record in federation.transcript.records:
+        step = record.tag.split("/")[1]
+        sent[record.sender][step] = sent[record.sender].get(step, 0) + record.nbytes
+    server, client = sent["server"], sent["client"]
+    print(
+        f"  federated (vfl.align_unbalanced, both roles over the in-process federation, "
+        f"{DEFAULT_PROBES} probes, rows aligned at both): {seconds:6.1f} s end to end, against "
+        f"{in_process_s:6.1f} s for the in-process run above (offline + online); server sent "
+        f"{sum(server.values()) / 1e6:.2f} MB (offline set {server['upsi-set'] / 1e6:.2f} MB, "
+        f"answers {server['upsi-answer'] / 1e3:.0f} kB, key {server['upsi-key']} B), client "
+        f"sent {sum(client.values()) / 1e3:.0f} kB (query {client['upsi-query'] / 1e3:.0f} kB,"
+        f" matched positions {client['upsi-rows'] / 1e3:.0f} kB)"
     )
 
 

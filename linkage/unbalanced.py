@@ -53,25 +53,52 @@ probability ``N / 2^(8 * DIGEST_BYTES)``; with 12 bytes (96 bits), 10,000 querie
   Gap-Diffie-Hellman assumption in the random-oracle model). But it can test *any* ID it
   sends online -- a client that queries a guess learns whether the registry holds it -- and
   the values it obtained stay valid while the key does, so it can also check them against
-  later versions of the set made with the same key. The server must therefore bound what one
-  client may ask: ``max_items`` points per query and ``max_queries`` queries per server object
-  (:class:`UnbalancedPsiServer`; the counters live in the process, so a server that restarts
-  must keep its own account), and rotate the key (a fresh key and offline set) when a client's
-  budget is spent;
-* the server learns the number of IDs in each query and when queries happen, nothing about the
-  IDs: every point it receives is ``[a]H(x)`` for a fresh random ``a`` (uniformly random for
-  one point, and unlinkable to candidate IDs across the points of a query under the
+  later versions of the set made with the same key. The server must therefore bound what each
+  client may ask, per client (:meth:`UnbalancedPsiServer.evaluate` takes the client's name):
+  ``max_items`` points per query, ``max_queries`` queries and ``max_evaluations`` points in
+  all. The counts live in the server object (one job, in a federation) unless it is given a
+  ``ledger`` file, which carries them across objects, processes and jobs; rotate the key (a
+  fresh key and offline set) when the values a client obtained must stop being valid;
+* the server learns the number of points in each query and when queries happen, nothing about
+  the IDs: every point it receives is ``[a]H(x)`` for a fresh random ``a`` (uniformly random
+  for one point, and unlinkable to candidate IDs across the points of a query under the
   decisional Diffie-Hellman assumption), in a random order. It does not learn the intersection
   (:func:`unbalanced_psi` pairs the rows in a simulation; in a deployment the client tells the
-  server only what it decides to).
+  server only what it decides to: :mod:`vfl.align_unbalanced` tells it the matches, because
+  vertical training needs both sides to hold the common rows).
 
 The key is the server's long-term secret: it must persist for the offline set to stay valid
 across restarts, as password-encrypted PKCS#8 PEM (:meth:`UnbalancedPsiServer.save_key`,
 :meth:`UnbalancedPsiServer.load_key`), never pickled. Each offline set carries the key's
-fingerprint (a hash of ``[k]G``), and a client refuses a set whose fingerprint is not that of
-the server that answered its query (a stale set would otherwise give an empty intersection in
-silence). Nothing here proves that the server used the same key online and offline
-(a verifiable OPRF would), so the parties are assumed to follow the protocol.
+fingerprint (a hash of the public key ``[k]G``, :attr:`UnbalancedPsiServer.public_key`), and a
+client refuses a set whose fingerprint is not that of the server that answered its query (a
+stale set would otherwise give an empty intersection in silence).
+
+**Checking the server's answers.** A client that knows the server's public key ``Y = [k]G`` can
+mix *probe points* into its query (``blind(..., probes=t)``): ``[r]G`` for fresh secret scalars
+``r``, uniformly random points exactly like the blinded IDs (under decisional Diffie-Hellman
+the server cannot tell them apart), at secret random positions. The honest answer to a probe is
+``[k][r]G = [r]Y``, which the client computes itself; :meth:`UnbalancedPsiClient.unblind`
+refuses the answers when one probe's is wrong (:class:`OprfCheckError`). A server that answers
+a whole query with another key than its public key's -- the way to tag one client's elements --
+is caught with certainty; one that answers ``m`` of the ``n + t`` points it receives with
+another key escapes with probability at most ``(n / (n + t))^m`` (about ``(1 - f)^t`` for a
+fraction ``f`` of the points: ``t = 32`` probes catch a deviation on a tenth of a query 96.6%
+of the time). The probes count against the client's caps and cost each side ``t`` scalar
+multiplications.
+
+.. warning::
+   The OPRF is **not verifiable** in the sense of a VOPRF (RFC 9497): nothing proves that
+   *each* answer is ``[k]P`` under the committed key. A batched DLEQ proof (Chaum-Pedersen)
+   would, but it needs elliptic-curve point addition, which ``cryptography`` does not expose
+   (only scalar multiplication, as ECDH and key derivation); the probes above are a
+   statistical check, not a proof, and a server that deviates on a single point escapes them
+   with probability ``n / (n + t)``. Nor can anyone check that the offline set was made with
+   the committed key (its values hide the IDs); clients that compare the set they downloaded
+   (or its SHA-256) detect a server that gives different clients different sets. A deviating
+   server can make the client miss matches (it can equally leave IDs out of its set) and, with
+   per-point keys, learn at which (secret, random) position of the query a match was; the
+   parties are assumed honest-but-curious.
 
 :func:`unbalanced_psi` runs both sides in one process, for simulations and tests.
 """
@@ -83,9 +110,11 @@ import json
 import logging
 import os
 import secrets
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,10 +133,12 @@ from linkage.workers import map_chunks
 __all__ = [
     "DIGEST_BYTES",
     "OfflineSet",
+    "OprfCheckError",
     "QueryLimitError",
     "UnbalancedPsiClient",
     "UnbalancedPsiServer",
     "hash_to_curve",
+    "key_id_of",
     "unbalanced_psi",
 ]
 
@@ -127,11 +158,19 @@ _PRF_PERSON = b"vflink-upsi-prf"
 _KEY_ID_DOMAIN = b"vflink/unbalanced-psi/p256/key-id/v1"
 _FORMAT = "vflink-unbalanced-psi-offline-set"
 _VERSION = 1
+_LEDGER_FORMAT = "vflink-unbalanced-psi-ledger"
+_PUBLIC_KEY_BYTES = 33  # a compressed point
 _MAX_CHUNK = 50_000  # items per worker task: bounded memory and messages for 10 million IDs
 
 
 class QueryLimitError(PermissionError):
-    """The server refused a query beyond its ``max_queries`` or ``max_items`` limit."""
+    """The server refused a query beyond one of its caps (``max_items``, ``max_queries``,
+    ``max_evaluations``); the message names the client."""
+
+
+class OprfCheckError(ValueError):
+    """The server's answers fail the client's probe check: they were not all computed with the
+    key of the server's public key (see the module docstring)."""
 
 
 def hash_to_curve(identifier: str) -> bytes:
@@ -229,11 +268,105 @@ def _check_points(points: Sequence[bytes], who: str) -> list[bytes]:
     return list(points)
 
 
-def _key_id(key: ec.EllipticCurvePrivateKey) -> str:
-    public = key.public_key().public_bytes(
+def _public_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.public_key().public_bytes(
         serialization.Encoding.X962, serialization.PublicFormat.CompressedPoint
     )
-    return hashlib.sha256(_KEY_ID_DOMAIN + public).hexdigest()[:32]
+
+
+def _key_id(key: ec.EllipticCurvePrivateKey) -> str:
+    return hashlib.sha256(_KEY_ID_DOMAIN + _public_key(key)).hexdigest()[:32]
+
+
+def key_id_of(public_key: bytes) -> str:
+    """The fingerprint (:attr:`UnbalancedPsiServer.key_id`) of a server's public key, given as
+    the 33-byte compressed point :attr:`UnbalancedPsiServer.public_key`.
+
+    Raises
+    ------
+    ValueError
+        Not 33 bytes, or not a compressed point of P-256.
+    """
+    if not isinstance(public_key, bytes) or len(public_key) != _PUBLIC_KEY_BYTES:
+        raise ValueError(
+            f"a server's public key is a compressed P-256 point of {_PUBLIC_KEY_BYTES} bytes"
+        )
+    try:
+        ec.EllipticCurvePublicKey.from_encoded_point(_CURVE, public_key)
+    except ValueError:
+        raise ValueError("the server's public key is not a compressed P-256 point") from None
+    return hashlib.sha256(_KEY_ID_DOMAIN + public_key).hexdigest()[:32]
+
+
+def _base_point(scalar: int) -> bytes:
+    """The x-coordinate of ``[scalar]G``."""
+    return _public_key(_key(scalar.to_bytes(32, "big")))[1:]
+
+
+def _read_ledger(path: Path) -> dict[str, dict[str, int]]:
+    """The per-client counts in a ledger file (none if it does not exist yet)."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: not a query ledger ({error})") from None
+    clients = data.get("clients") if isinstance(data, dict) else None
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != _LEDGER_FORMAT
+        or data.get("version") != 1
+        or not isinstance(clients, dict)
+        or not all(
+            isinstance(counts, dict)
+            and set(counts) == {"queries", "evaluations"}
+            and all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()
+            )
+            for counts in clients.values()
+        )
+    ):
+        raise ValueError(
+            f"{path}: not a query ledger written by UnbalancedPsiServer (format "
+            f"{_LEDGER_FORMAT!r}, version 1); restore it from a backup (a missing ledger would "
+            "reset every client's budget)"
+        )
+    return {str(name): dict(counts) for name, counts in clients.items()}
+
+
+def _write_ledger(path: Path, clients: dict[str, dict[str, int]]) -> None:
+    """Replace the ledger atomically (a crash leaves the old or the new one, never half)."""
+    text = json.dumps(
+        {"format": _LEDGER_FORMAT, "version": 1, "clients": clients}, indent=1, sort_keys=True
+    )
+    staging = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(staging, path)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def _ledger_lock(path: Path | None) -> Iterator[None]:
+    """An exclusive lock on the ledger across processes (a ``.lock`` file beside it, POSIX
+    ``flock``), so that two jobs of one server cannot both spend a client's last points."""
+    if path is None or sys.platform == "win32":  # Windows: the in-process lock only
+        yield
+        return
+    import fcntl
+
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _as_password(password: bytes | str | None) -> bytes | None:
@@ -389,11 +522,20 @@ class UnbalancedPsiServer:
         at least 8). With ``N`` server IDs and ``m`` client IDs, a false match has
         probability at most ``m * N / 2^(8 * digest_bytes)``.
     max_queries : int, optional
-        Queries this object answers before refusing (:class:`QueryLimitError`); no limit if
-        omitted. Each query lets the client test every ID in it, so a deployment should set
-        this and ``max_items``, and rotate the key when a client's budget is spent.
+        Queries one client may have answered (each client named in :meth:`evaluate` has its
+        own count) before it is refused (:class:`QueryLimitError`); no limit if omitted.
+        Each query lets the client test every ID in it, so a deployment should set this or
+        ``max_evaluations``, and rotate the key when a client's values must stop being valid.
     max_items : int, optional
         Points one query may hold (e.g. the clinic's size); no limit if omitted.
+    max_evaluations : int, optional
+        Points one client may have evaluated in all, over all its queries: the number of IDs
+        it can test against the set; no limit if omitted.
+    ledger : path, optional
+        A JSON file of each client's counts (queries, evaluations), read and rewritten
+        (atomically, under a file lock) at every query, so that the caps hold across server
+        objects, processes and jobs; created if missing. Without it the counts live in this
+        object only. Keep it with the key: deleting it resets every client's budget.
     workers : int or executor, optional
         Processes for large batches (default: all cores); 1 keeps everything in this process;
         or the party's own executor (:mod:`linkage.workers`).
@@ -406,6 +548,8 @@ class UnbalancedPsiServer:
         digest_bytes: int = DIGEST_BYTES,
         max_queries: int | None = None,
         max_items: int | None = None,
+        max_evaluations: int | None = None,
+        ledger: str | os.PathLike[str] | None = None,
         workers: Workers = None,
     ) -> None:
         if key is None:
@@ -419,8 +563,14 @@ class UnbalancedPsiServer:
                 f"digest_bytes must be {_MIN_DIGEST_BYTES} to 32 (default {DIGEST_BYTES}), not "
                 f"{digest_bytes!r}"
             )
-        for name, limit in (("max_queries", max_queries), ("max_items", max_items)):
-            if limit is not None and (not isinstance(limit, int) or limit < 1):
+        for name, limit in (
+            ("max_queries", max_queries),
+            ("max_items", max_items),
+            ("max_evaluations", max_evaluations),
+        ):
+            if limit is not None and (
+                isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+            ):
                 raise ValueError(f"{name} must be a positive integer or None, not {limit!r}")
         self._key = key
         self._scalar = key.private_numbers().private_value
@@ -429,14 +579,27 @@ class UnbalancedPsiServer:
         self.digest_bytes = digest_bytes
         self.max_queries = max_queries
         self.max_items = max_items
+        self.max_evaluations = max_evaluations
+        self.ledger = None if ledger is None else Path(ledger)
         self.workers = _workers(workers)
         self.queries_answered = 0
+        """Queries this object answered, every client together."""
         self.items_answered = 0
+        """Points this object evaluated, every client together."""
+        self._clients: dict[str, dict[str, int]] = {}
+        if self.ledger is not None:
+            _read_ledger(self.ledger)  # a damaged ledger fails here, not at the first query
         self._rows: npt.NDArray[np.intp] | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:  # never the key
         return f"UnbalancedPsiServer(key_id={self.key_id!r})"
+
+    @property
+    def public_key(self) -> bytes:
+        """The public key ``[k]G`` as a 33-byte compressed point: what the server commits to
+        (:attr:`key_id` is its hash) and what a client's probe points are checked against."""
+        return _public_key(self._key)
 
     # -- the key ------------------------------------------------------------------------------
 
@@ -538,34 +701,69 @@ class UnbalancedPsiServer:
 
     # -- online -------------------------------------------------------------------------------
 
-    def evaluate(self, points: Sequence[bytes]) -> list[bytes]:
+    def answered(self, client: str = "client") -> tuple[int, int]:
+        """``(queries, evaluations)`` answered to ``client`` so far (from the ledger, if any)."""
+        with self._lock:
+            clients = _read_ledger(self.ledger) if self.ledger is not None else self._clients
+        counts = clients.get(client, {})
+        return counts.get("queries", 0), counts.get("evaluations", 0)
+
+    def evaluate(self, points: Sequence[bytes], *, client: str = "client") -> list[bytes]:
         """``[k]P`` for each of the client's blinded points, as 32-byte x-coordinates, in the
         order received. The server learns the number of points, nothing about the IDs.
+
+        Parameters
+        ----------
+        points : sequence of bytes
+            The client's blinded points (:meth:`UnbalancedPsiClient.blind`).
+        client : str
+            Who asks: its caps are counted under this name (in a federation, the peer's name,
+            which its certificate proves).
 
         Raises
         ------
         QueryLimitError
-            The query has more than ``max_items`` points, or ``max_queries`` queries have been
-            answered (a malformed query counts as answered; one refused for its size does
-            not).
+            The query has more than ``max_items`` points, the client has had ``max_queries``
+            queries answered, or this query would take it past ``max_evaluations`` points;
+            the message names the client. A malformed query counts as answered; a refused one
+            does not.
         ValueError
-            A point is not 32 bytes or not the x-coordinate of a P-256 point (its position).
+            A point is not 32 bytes or not the x-coordinate of a P-256 point (the client and
+            the point's position).
         """
-        with self._lock:  # reserve before any work: concurrent queries cannot pass the limit
-            if self.max_items is not None and len(points) > self.max_items:
+        who = f"client {client!r}"
+        count = len(points)
+        with self._lock, _ledger_lock(self.ledger):  # reserve before any work
+            clients = _read_ledger(self.ledger) if self.ledger is not None else self._clients
+            counts = clients.setdefault(client, {"queries": 0, "evaluations": 0})
+            if self.max_items is not None and count > self.max_items:
                 raise QueryLimitError(
-                    f"the query has {len(points):,} points, more than this server's max_items="
+                    f"{who}: the query has {count:,} points, more than this server's max_items="
                     f"{self.max_items:,}; refused (the client must ask for fewer IDs)"
                 )
-            if self.max_queries is not None and self.queries_answered >= self.max_queries:
+            if self.max_queries is not None and counts["queries"] >= self.max_queries:
                 raise QueryLimitError(
-                    f"this server has answered its max_queries={self.max_queries:,} queries; "
-                    "refused (a new key and offline set start a new budget)"
+                    f"{who}: this server has answered its max_queries={self.max_queries:,} "
+                    "queries to this client; refused (the server's operator may grant more, "
+                    "or start a new key and offline set)"
                 )
+            spent = counts["evaluations"]
+            if self.max_evaluations is not None and spent + count > self.max_evaluations:
+                raise QueryLimitError(
+                    f"{who} asked for {count:,} OPRF evaluations, with {spent:,} answered "
+                    f"before: more than its cap max_evaluations={self.max_evaluations:,} "
+                    f"({max(self.max_evaluations - spent, 0):,} left); refused (each evaluation "
+                    "tests one ID against the server's set: the client must ask for fewer IDs, "
+                    "or the server's operator raise the cap)"
+                )
+            counts["queries"] += 1
+            counts["evaluations"] += count
+            if self.ledger is not None:
+                _write_ledger(self.ledger, clients)
             self.queries_answered += 1
-            self.items_answered += len(points)
-        checked = _check_points(points, "the client's query")
-        parts = _run(_evaluate_chunk, self._scalar, checked, self.workers, "the client's query")
+            self.items_answered += count
+        checked = _check_points(points, f"{who}'s query")
+        parts = _run(_evaluate_chunk, self._scalar, checked, self.workers, f"{who}'s query")
         return [point for part in parts for point in part]
 
 
@@ -587,13 +785,15 @@ class UnbalancedPsiClient:
         self._scalar: int | None = None
         self._ids: list[str] = []
         self._order: npt.NDArray[np.intp] = np.zeros(0, dtype=np.intp)
+        self._probe_slots: list[int] = []
+        self._probe_scalars: list[int] = []
         self._values: npt.NDArray[np.bytes_] | None = None
         self._key_id: str | None = None
 
     def __repr__(self) -> str:
         return f"UnbalancedPsiClient({len(self._ids):,} IDs in the current query)"
 
-    def blind(self, ids: Iterable[Any], *, normalize: bool = True) -> list[bytes]:
+    def blind(self, ids: Iterable[Any], *, normalize: bool = True, probes: int = 0) -> list[bytes]:
         """``[a]H(x)`` for each ID with a fresh secret ``a``, as 32-byte x-coordinates, in a
         secret random order; send them to the server. The server learns their number only.
 
@@ -604,43 +804,98 @@ class UnbalancedPsiClient:
         normalize : bool
             Apply :func:`linkage.psi.normalize_ids` first (default); ``False`` for IDs already
             normalised the same way as the server's.
+        probes : int
+            Probe points ``[r]G`` to mix in at secret random positions (default none), whose
+            answers :meth:`unblind` checks against the server's public key (module
+            docstring, "Checking the server's answers"); they are sent and counted as points.
         """
+        if isinstance(probes, bool) or not isinstance(probes, int) or probes < 0:
+            raise ValueError(f"probes must be a non-negative integer, not {probes!r}")
         values = normalize_ids(ids, what="client ids") if normalize else [str(i) for i in ids]
         order = list(range(len(values)))
-        secrets.SystemRandom().shuffle(order)
+        draw = secrets.SystemRandom()
+        draw.shuffle(order)
         self._order = np.asarray(order, dtype=np.intp)
         self._ids = [values[i] for i in order]
         self._scalar = secrets.randbelow(_N - 1) + 1
         self._values = None
         self._key_id = None
         parts = _run(_blind_chunk, self._scalar, self._ids, self.workers)
-        return [point for part in parts for point in part]
+        points: list[bytes] = [point for part in parts for point in part]
+        self._probe_slots = sorted(draw.sample(range(len(points) + probes), probes))
+        self._probe_scalars = [secrets.randbelow(_N - 1) + 1 for _ in range(probes)]
+        for slot, scalar in zip(self._probe_slots, self._probe_scalars, strict=True):
+            points.insert(slot, _base_point(scalar))  # ascending slots: each lands in place
+        return points
 
-    def unblind(self, responses: Sequence[bytes], *, key_id: str) -> None:
-        """Remove ``a`` from the server's answers and compute ``F_k(x)`` for each ID.
+    def unblind(
+        self,
+        responses: Sequence[bytes],
+        *,
+        key_id: str | None = None,
+        public_key: bytes | None = None,
+    ) -> None:
+        """Check the probes, remove ``a`` from the server's answers and compute ``F_k(x)`` for
+        each ID.
 
         Parameters
         ----------
         responses : sequence of bytes
             :meth:`UnbalancedPsiServer.evaluate`'s answer to the points from :meth:`blind`.
-        key_id : str
+        key_id : str, optional
             The answering server's :attr:`UnbalancedPsiServer.key_id`: :meth:`intersect`
             refuses an offline set made with another key.
+        public_key : bytes, optional
+            The server's :attr:`UnbalancedPsiServer.public_key` (instead of ``key_id``, which
+            is its hash): needed when the query carries probes, whose answers must be
+            ``[r]public_key``.
 
         Raises
         ------
+        OprfCheckError
+            A probe's answer was not computed with the public key's secret key (the server
+            answered with another key).
         ValueError
-            No query pending, a different number of answers than points sent, or an answer
-            that is not a P-256 x-coordinate (its position).
+            No query pending, a different number of answers than points sent, an answer
+            that is not a P-256 x-coordinate (its position), no key given, or a ``key_id``
+            that is not the public key's.
         """
         if self._scalar is None:
             raise ValueError("no query pending: call blind() and send its points first")
-        if len(responses) != len(self._ids):
+        sent = len(self._ids) + len(self._probe_slots)
+        if len(responses) != sent:
             raise ValueError(
-                f"the server answered {len(responses):,} points to the {len(self._ids):,} "
-                "sent; refused"
+                f"the server answered {len(responses):,} points to the {sent:,} sent; refused"
             )
         checked = _check_points(responses, "the server's answer")
+        if public_key is not None:
+            derived = key_id_of(public_key)
+            if key_id is not None and key_id != derived:
+                raise ValueError(
+                    f"key_id {key_id!r} is not the fingerprint of the public key given "
+                    f"({derived!r})"
+                )
+            key_id = derived
+        if key_id is None:
+            raise ValueError("unblind needs the server's key_id or public_key")
+        if self._probe_slots:
+            if public_key is None:
+                raise ValueError(
+                    "this query carries probe points: pass the server's public_key to check them"
+                )
+            wrong = sum(
+                _multiply(_key(scalar.to_bytes(32, "big")), public_key[1:]) != checked[slot]
+                for slot, scalar in zip(self._probe_slots, self._probe_scalars, strict=True)
+            )
+            if wrong:
+                self._scalar = None  # the query is spent either way
+                raise OprfCheckError(
+                    f"the server answered {wrong} of the {len(self._probe_slots)} probe points "
+                    f"with another key than that of its public key (key_id {key_id}): its "
+                    "answers are not the OPRF under the key it committed to; refused"
+                )
+            probe = set(self._probe_slots)
+            checked = [point for slot, point in enumerate(checked) if slot not in probe]
         inverse = pow(self._scalar, -1, _N)
         parts = _run(_evaluate_chunk, inverse, checked, self.workers, "the server's answer")
         unblinded = [point for part in parts for point in part]

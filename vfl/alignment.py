@@ -16,6 +16,9 @@ Two ways, each written once as the code every role runs:
   in the common order and how many of them were linked by a tie (see ``max_ambiguous``) -- no
   scores, nothing of the other parties.
 
+A third way, for a small party against a very large one, is unbalanced PSI
+(:mod:`vfl.align_unbalanced`: an OPRF whose online cost grows with the small set only).
+
 Each party ends with its own frame reordered to the common patients, indexed
 ``0 .. n_common - 1`` (``common_row``), its original row labels in
 ``frame.attrs["source_rows"]`` (with Bloom linkage, also its own count of identity values
@@ -74,7 +77,17 @@ from vfl.federation.base import Federation
 from vfl.federation.local import LocalFederation
 from vfl.federation.messages import Message, Namespace
 
-__all__ = ["ALIGN", "EncodingsMessage", "PsiPoints", "RowPositions", "align", "align_party"]
+__all__ = [
+    "ALIGN",
+    "EncodingsMessage",
+    "PsiPoints",
+    "RowPositions",
+    "align",
+    "align_party",
+    "aligned_frame",
+    "check_positions",
+    "common_order",
+]
 
 ALIGN = Namespace("align")
 """The tags of alignment (``align/psi-blinded``, ``align/encodings``, ...)."""
@@ -131,7 +144,10 @@ def align(
     if not isinstance(frames, dict) or len(frames) < 2:
         raise ValueError("align needs a dict of at least two parties' frames")
     if method not in ("psi", "bloom"):
-        raise ValueError(f"method must be 'psi' or 'bloom', got {method!r}")
+        raise ValueError(
+            f"method must be 'psi' or 'bloom', got {method!r} (unbalanced PSI, a small set "
+            "against a large one, has its own roles: vfl.align_unbalanced)"
+        )
     _check_fraction(max_ambiguous)
     for name, frame in frames.items():  # checked at the door, before any party starts
         if not isinstance(frame, pd.DataFrame):
@@ -244,7 +260,10 @@ def align_party(
     """
     me = federation.name
     if method not in ("psi", "bloom"):
-        raise ValueError(f"method must be 'psi' or 'bloom', got {method!r}")
+        raise ValueError(
+            f"method must be 'psi' or 'bloom', got {method!r} (unbalanced PSI, a small set "
+            "against a large one, has its own roles: vfl.align_unbalanced)"
+        )
     _check_fraction(max_ambiguous)
     if method == "psi":
         if frame is None:
@@ -260,13 +279,7 @@ def align_party(
             rows = _psi_direct(federation, party, ids, next(p for p in parties if p != me))
         else:
             rows = _psi_ring(federation, party, ids, parties, linkage_unit)
-        # both now hold the common IDs, which both sort by a keyed hash of the ID itself (the
-        # same order at every party, run after run)
-        key = _key_bytes(order_key)
-        rows.sort(
-            key=lambda r: hashlib.sha256(b"vflink/order\x00" + key + ids[r].encode()).digest()
-        )
-        return _reorder(frame, rows, me)
+        return aligned_frame(frame, common_order(ids, rows, order_key), me)
     if frame is None:  # the linkage unit
         if me != linkage_unit:
             raise ValueError(f"party {me!r} has no frame but is not the linkage unit")
@@ -291,8 +304,8 @@ def align_party(
     message = EncodingsMessage(encodings.words[shuffle], encodings.fingerprint)
     ALIGN.send(federation, linkage_unit, "encodings", message)
     answer = ALIGN.recv(federation, linkage_unit, "rows", RowPositions)
-    _check_positions(answer.rows, len(frame), linkage_unit)
-    out = _reorder(frame, [shuffle[r] for r in answer.rows.tolist()], me)
+    check_positions(answer.rows, len(frame), linkage_unit)
+    out = aligned_frame(frame, [shuffle[r] for r in answer.rows.tolist()], me)
     out.attrs["ambiguous_links"] = answer.ambiguous
     # this party's own count of dates and numbers that did not parse (never sent)
     out.attrs["invalid_values"] = dict(encodings.invalid)
@@ -340,7 +353,7 @@ def _psi_ring(
         else:
             ALIGN.send(federation, helper, "psi-full", onward, origin)
     positions = ALIGN.recv(federation, helper, "rows", RowPositions).rows
-    _check_positions(positions, len(ids), helper)
+    check_positions(positions, len(ids), helper)
     return party.own_rows(positions.tolist())
 
 
@@ -367,7 +380,19 @@ def _check_fraction(max_ambiguous: Any) -> None:
         raise ValueError(f"max_ambiguous must be a fraction in [0, 1], got {max_ambiguous!r}")
 
 
-def _check_positions(positions: np.ndarray[Any, Any], rows: int, sender: str) -> None:
+def common_order(ids: list[str], rows: list[int], order_key: bytes | str | None) -> list[int]:
+    """``rows`` (positions in ``ids``, this party's normalised IDs) in the common order of PSI:
+    sorted by ``SHA-256(order_key || id)``. Every party that holds the common IDs computes the
+    same order from them alone, run after run (module docstring)."""
+    key = _key_bytes(order_key)
+    return sorted(
+        rows, key=lambda r: hashlib.sha256(b"vflink/order\x00" + key + ids[r].encode()).digest()
+    )
+
+
+def check_positions(positions: np.ndarray[Any, Any], rows: int, sender: str) -> None:
+    """Refuse (a :class:`~vfl.federation.messages.MessageError` naming ``sender``) positions
+    that are not distinct integers in ``[0, rows)``."""
     if positions.ndim != 1 or (positions.size and positions.dtype.kind not in "iu"):
         RowPositions.refuse(sender, "rows", "are not integer positions")
     if len(positions) and (positions.min() < 0 or positions.max() >= rows):
@@ -376,7 +401,9 @@ def _check_positions(positions: np.ndarray[Any, Any], rows: int, sender: str) ->
         RowPositions.refuse(sender, "rows", "repeat a position")
 
 
-def _reorder(frame: pd.DataFrame, rows: list[int], party: str) -> pd.DataFrame:
+def aligned_frame(frame: pd.DataFrame, rows: list[int], party: str) -> pd.DataFrame:
+    """``frame``'s ``rows`` in that order, indexed ``common_row``, with the original labels in
+    ``attrs["source_rows"]``; a ValueError naming ``party`` when there are none."""
     if not rows:
         raise ValueError(f"party {party!r}: no common rows with the other parties")
     out: pd.DataFrame = frame.iloc[rows].copy()

@@ -238,3 +238,86 @@ def test_altered_headers_and_foreign_keys_are_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="not a P-256"):
         UnbalancedPsiServer.from_pem(other_curve)
+
+
+def test_caps_are_counted_per_client_and_name_it() -> None:
+    server = UnbalancedPsiServer(max_evaluations=5, max_queries=3, workers=1)
+    client = UnbalancedPsiClient(workers=1)
+    server.evaluate(client.blind(["A", "B", "C"]), client="clinic")
+    with pytest.raises(
+        QueryLimitError,
+        match=r"client 'clinic' asked for 3 OPRF evaluations, with 3 answered before: more "
+        r"than its cap max_evaluations=5 \(2 left\)",
+    ):
+        server.evaluate(client.blind(["D", "E", "F"]), client="clinic")
+    # a refused query is not charged; another client has its own budget
+    assert server.answered("clinic") == (1, 3)
+    server.evaluate(client.blind(["D", "E", "F", "G", "H"]), client="hospital")
+    assert server.answered("hospital") == (1, 5) and server.answered("nobody") == (0, 0)
+    assert (server.queries_answered, server.items_answered) == (2, 8)
+    with pytest.raises(QueryLimitError, match="client 'clinic': the query has 6 points"):
+        UnbalancedPsiServer(max_items=5, workers=1).evaluate(
+            client.blind(list("ABCDEF")), client="clinic"
+        )
+    with pytest.raises(ValueError, match="client 'clinic''s query: the point at position 1"):
+        server.evaluate([client.blind(["A"])[0], b"\xff" * 32], client="clinic")
+    with pytest.raises(ValueError, match="max_evaluations must be a positive integer"):
+        UnbalancedPsiServer(max_evaluations=True)
+
+
+def test_a_ledger_keeps_each_clients_caps_across_servers_and_restarts(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.json"
+    client = UnbalancedPsiClient(workers=1)
+    first = UnbalancedPsiServer(max_evaluations=4, ledger=ledger, workers=1)
+    first.evaluate(client.blind(["A", "B", "C"]), client="clinic")
+    assert json.loads(ledger.read_text())["clients"] == {"clinic": {"queries": 1, "evaluations": 3}}
+    assert ledger.stat().st_mode & 0o777 == 0o600
+    # another process, another key: the same client's budget goes on
+    restarted = UnbalancedPsiServer(max_evaluations=4, ledger=ledger, workers=1)
+    assert restarted.answered("clinic") == (1, 3)
+    with pytest.raises(QueryLimitError, match=r"client 'clinic' asked for 2 .* 3 answered"):
+        restarted.evaluate(client.blind(["D", "E"]), client="clinic")
+    restarted.evaluate(client.blind(["D"]), client="clinic")
+    assert first.answered("clinic") == (2, 4)  # both objects read the one ledger
+    ledger.write_text('{"format": "something else"}')
+    with pytest.raises(ValueError, match="not a query ledger written by UnbalancedPsiServer"):
+        UnbalancedPsiServer(ledger=ledger)
+    ledger.write_text("{not json")
+    with pytest.raises(ValueError, match=r"ledger\.json: not a query ledger"):
+        UnbalancedPsiServer(ledger=ledger)
+
+
+def test_probes_check_the_answers_against_the_servers_public_key() -> None:
+    from linkage.unbalanced import OprfCheckError, key_id_of
+
+    server = UnbalancedPsiServer(workers=1)
+    offline = server.prepare([f"ID{i}" for i in range(30)])
+    assert key_id_of(server.public_key) == server.key_id and len(server.public_key) == 33
+    ids = [f"ID{i}" for i in range(20, 40)]
+    client = UnbalancedPsiClient(workers=1)
+    points = client.blind(ids, probes=8)
+    assert len(points) == 28 and len(set(points)) == 28
+    client.unblind(server.evaluate(points), public_key=server.public_key)
+    assert sorted(ids[r] for r in client.intersect(offline)) == sorted(ids[:10])
+    # a server that answers with another key than the one it committed to
+    other = UnbalancedPsiServer(workers=1)
+    points = client.blind(ids, probes=8)
+    with pytest.raises(OprfCheckError, match="answered 8 of the 8 probe points with another"):
+        client.unblind(other.evaluate(points), public_key=server.public_key)
+    # ... or with another key on a few points only: each probe among them is caught (the
+    # server cannot tell probes from IDs; here the test forges exactly three probes' answers)
+    points = client.blind(ids, probes=8)
+    mixed, forged = server.evaluate(points), other.evaluate(points)
+    for slot in client._probe_slots[:3]:
+        mixed[slot] = forged[slot]
+    with pytest.raises(OprfCheckError, match="answered 3 of the 8 probe points"):
+        client.unblind(mixed, public_key=server.public_key)
+    points = client.blind(ids, probes=2)
+    with pytest.raises(ValueError, match="carries probe points: pass the server's public_key"):
+        client.unblind(server.evaluate(points), key_id=server.key_id)
+    with pytest.raises(ValueError, match="is not the fingerprint of the public key"):
+        client.unblind(server.evaluate(points), key_id=other.key_id, public_key=server.public_key)
+    with pytest.raises(ValueError, match="not a compressed P-256 point"):
+        key_id_of(b"\x02" + b"\xff" * 32)
+    with pytest.raises(ValueError, match="probes must be a non-negative integer"):
+        client.blind(ids, probes=-1)

@@ -6,13 +6,21 @@ with its own data file::
     [job]
     id_column = "patient_id"      # exact ID column for the alignment (ECDH PSI)
     label_column = "diagnosis"    # in the active party's file
-    align = "psi"                 # or "bloom": fuzzy identity linkage by the coordinator
+    align = "psi"                 # or "bloom": fuzzy identity linkage by the coordinator;
+                                  # or "unbalanced": a small party against a very large one
     # schema = "identity_schema.json"   # "bloom": the linkage.Schema (Schema.to_json)
     # threshold = 0.8                   # "bloom": match threshold (else chosen from the scores)
     # max_ambiguous = 0.01              # "bloom": refuse when more of the common patients
                                         # were linked by a tie (vfl.align_party)
     test_fraction = 0.3           # common rows held out for the test AUC
     split_seed = 0                # the same split at every party (no message needed)
+
+    # [job.unbalanced]            # align = "unbalanced" (vfl.align_unbalanced): an OPRF
+    # server = "registry"         # the data party with the large set (and the OPRF key)
+    # max_evaluations = 12000     # the IDs the other party may test, probes included
+    # max_queries = 1             # optional: alignments it may run (across jobs: ledger)
+    # ledger = "upsi_ledger.json" # optional, the server's: counts kept across jobs
+    # probes = 32                 # the client's check of the server's key (0: none)
 
     model = "logistic"            # the learner, from the registry the families fill
                                   # (vfl.registry; vfl.jobs, transfer.jobs):
@@ -38,7 +46,12 @@ the ``VFLINK_LINKAGE_SECRET`` environment variable: it must not be in the shared
 with ``"bloom"`` the ``id_column`` is only each party's own row ID in the outputs, the common
 order is reproducible when the coordinator has a key of its own in ``VFLINK_ORDER_KEY``
 (random otherwise), and the coordinator refuses to go on when more than ``max_ambiguous`` of
-the common patients were linked by a tie. Then the label party draws the test rows from
+the common patients were linked by a tie. With ``align = "unbalanced"`` (two data parties)
+the party named ``server`` in ``[job.unbalanced]`` draws a fresh OPRF key for the job, sends
+its prepared set and answers the other party's blinded IDs within ``max_evaluations`` (a
+client past it is refused by name), and the client tells it the matches: both end with the
+common rows in PSI's reproducible order, each learning the intersection and the other's set
+size, as with ECDH PSI (:mod:`vfl.align_unbalanced`). Then the label party draws the test rows from
 ``split_seed`` (stratified by class for a classifier) and sends the other
 parties their aligned positions; with PSI's reproducible common order, one config gives the
 same split run after run. Train the job's estimator (by default the
@@ -115,6 +128,7 @@ __all__ = [
     "CohortSize",
     "HeldOutRows",
     "align_rows",
+    "align_unbalanced_rows",
     "draw_test_rows",
     "job_runner",
     "outputs",
@@ -209,6 +223,9 @@ def align_rows(run: PartyRun, fed: Federation) -> None:
             order_key=os.environ.get("VFLINK_ORDER_KEY") if run.frame is None else None,
             max_ambiguous=job["max_ambiguous"],
         )
+    elif job["align"] == "unbalanced":  # two data parties; the coordinator takes no part
+        if run.frame is not None:
+            run.aligned = align_unbalanced_rows(run, fed)
     elif run.frame is not None or len(run.data_parties) > 2:  # 3+: the coordinator helps
         if run.frame is not None:
             logger.info(
@@ -242,6 +259,36 @@ def align_rows(run: PartyRun, fed: Federation) -> None:
         raise ValueError(f"party {name!r}: no common rows to train on")
     run.rows = n
     run.seconds["align"] = time.perf_counter() - began
+
+
+def align_unbalanced_rows(run: PartyRun, fed: Federation) -> pd.DataFrame:
+    """A data party's side of ``align = "unbalanced"`` (:mod:`vfl.align_unbalanced`): the
+    server, named in ``[job.unbalanced]``, with a fresh OPRF key for the job and the client's
+    caps (and its ledger, if any); the other data party as the client, with its probes."""
+    from vfl.align_unbalanced import align_unbalanced_party
+
+    options, name = run.job["unbalanced"], run.name
+    serving = name == options["server"]
+    logger.info(
+        "party %r: aligning %d rows by unbalanced PSI on %r, as the %s",
+        name,
+        len(run.frame),  # type: ignore[arg-type]
+        run.job["id_column"],
+        "server (the large set)" if serving else "client (the small set)",
+    )
+    aligned: pd.DataFrame = align_unbalanced_party(
+        fed,
+        run.frame,  # type: ignore[arg-type]
+        server=options["server"],
+        parties=run.data_parties,
+        id_column=run.job["id_column"],
+        max_evaluations=options["max_evaluations"] if serving else None,
+        max_queries=options["max_queries"] if serving else None,
+        ledger=options["ledger"] if serving else None,
+        probes=options["probes"],
+        workers=run.workers,
+    )
+    return aligned
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,11 @@ from vfl.federation.config import FederationConfig
 from vfl.registry import Job
 
 __all__ = [
+    "ALIGN_METHODS",
     "JOB_KEYS",
+    "UNBALANCED_KEYS",
     "PartyRun",
+    "check_ledger",
     "check_saved_part",
     "check_trained_columns",
     "feature_columns",
@@ -34,6 +37,7 @@ __all__ = [
     "plan",
     "read_csv",
     "read_data",
+    "unbalanced_table",
 ]
 
 logger = logging.getLogger("vflink.party")
@@ -50,7 +54,11 @@ JOB_KEYS = {
     "schema",
     "threshold",
     "max_ambiguous",
+    "unbalanced",
 }
+
+ALIGN_METHODS = ("psi", "bloom", "unbalanced")
+UNBALANCED_KEYS = {"server", "max_evaluations", "max_queries", "ledger", "probes"}
 
 
 def job_table(config: FederationConfig) -> dict[str, Any]:
@@ -71,8 +79,11 @@ def job_table(config: FederationConfig) -> dict[str, Any]:
     if not isinstance(job.setdefault("split_seed", 0), int):
         raise ValueError(f"{where} split_seed must be an integer")
     method = job.setdefault("align", "psi")
-    if method not in ("psi", "bloom"):
-        raise ValueError(f'{where} align must be "psi" or "bloom", got {method!r}')
+    if method not in ALIGN_METHODS:
+        raise ValueError(
+            f"{where} align must be one of {', '.join(repr(m) for m in ALIGN_METHODS)}, got "
+            f"{method!r}"
+        )
     if method == "bloom":
         if config.coordinator is None:
             raise ValueError(f'{where} align = "bloom" needs a coordinator (the linkage unit)')
@@ -106,7 +117,78 @@ def job_table(config: FederationConfig) -> dict[str, Any]:
         raise ValueError(f"{where}: {exc}") from None
     if not isinstance(job.setdefault("params", {}), dict):
         raise ValueError(f"{where}.params must be a table of the learner's arguments")
+    if method == "unbalanced":
+        job["unbalanced"] = unbalanced_table(config, job)
+    elif "unbalanced" in job:
+        raise ValueError(
+            f'{where}.unbalanced is read only with align = "unbalanced" (align is {method!r})'
+        )
     return job
+
+
+def unbalanced_table(config: FederationConfig, job: dict[str, Any]) -> dict[str, Any]:
+    """The ``[job.unbalanced]`` table of ``align = "unbalanced"`` (:mod:`vfl.align_unbalanced`),
+    checked, with its defaults: ``server`` (the data party with the large set), ``max_evaluations``
+    (required: the OPRF evaluations the client may have), ``max_queries``, ``ledger`` (a path
+    relative to the config) and ``probes``."""
+    from vfl.align_unbalanced import DEFAULT_PROBES
+
+    where = f"{config.path}: [job.unbalanced]"
+    table = job.get("unbalanced")
+    if not isinstance(table, dict):
+        raise ValueError(
+            f'{config.path}: [job] align = "unbalanced" needs a [job.unbalanced] table with '
+            'server = "<the data party with the large set>" and max_evaluations = <the most '
+            "IDs the other party may test>"
+        )
+    options = dict(table)
+    unknown = sorted(set(options) - UNBALANCED_KEYS)
+    if unknown:
+        raise ValueError(f"{where} has unknown keys {unknown}; known: {sorted(UNBALANCED_KEYS)}")
+    parties = config.data_parties
+    if len(parties) != 2:
+        raise ValueError(
+            f"{where}: unbalanced PSI aligns exactly two data parties; the config has "
+            f'{parties} (use align = "psi" for three or more)'
+        )
+    if job["learner"].runner == "transfer":
+        raise ValueError(
+            f'{where}: a transfer job aligns by align = "psi" or "bloom", not "unbalanced"'
+        )
+    server = options.get("server")
+    if server not in parties:
+        raise ValueError(
+            f"{where} server must name the data party that holds the large set, one of "
+            f"{parties}; got {server!r}"
+        )
+    for key, required in (("max_evaluations", True), ("max_queries", False)):
+        value = options.get(key)
+        if value is None and not required:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                f"{where} {key} must be a positive integer"
+                + (" (the most IDs the client may test, its probes included)" if required else "")
+                + f", got {value!r}"
+            )
+    probes = options.setdefault("probes", DEFAULT_PROBES)
+    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 0:
+        raise ValueError(f"{where} probes must be a non-negative integer, got {probes!r}")
+    if probes == 0:
+        logger.warning(
+            "%s: probes = 0: the client will not check that the server answers with the key "
+            "it committed to",
+            where,
+        )
+    ledger = options.get("ledger")
+    if ledger is not None:
+        if not isinstance(ledger, str):
+            raise ValueError(f'{where} ledger must be a file name, "<ledger>.json"')
+        path = Path(ledger)
+        options["ledger"] = path if path.is_absolute() else config.path.parent / path
+    options.setdefault("max_queries", None)
+    options.setdefault("ledger", None)
+    return options
 
 
 def make_estimator(config: FederationConfig, job: dict[str, Any]) -> Any:
@@ -119,8 +201,7 @@ def make_estimator(config: FederationConfig, job: dict[str, Any]) -> Any:
     }
     coordinator = config.coordinator
     if job["learner"].protocols:
-        # secure by default: the secret-shared protocol; three or more data parties must name
-        # protocol = "coordinator" (which reveals gradients) themselves
+        # secure by default: the secret-shared protocol, for any number of data parties
         params.setdefault("protocol", "shared_coordinator" if coordinator else "shared")
         if coordinator:
             params.setdefault("coordinator", coordinator)
@@ -278,6 +359,8 @@ def plan(config: FederationConfig, name: str, secret: str | None) -> PartyRun:
             raise ValueError(
                 f"party {name!r}: cannot use the schema {job['schema']}: {exc}"
             ) from None
+    if job["align"] == "unbalanced" and name == job["unbalanced"]["server"]:
+        check_ledger(run)
     if me.role == "coordinator" and secret is not None:
         raise ValueError(
             f"party {name!r} is the coordinator: it must never have the data parties' linkage "
@@ -293,6 +376,26 @@ def plan(config: FederationConfig, name: str, secret: str | None) -> PartyRun:
             )
         run.secret = secret
     return run
+
+
+def check_ledger(run: PartyRun) -> None:
+    """The unbalanced PSI server's ledger (``[job.unbalanced] ledger``), if any: its folder
+    exists and the file, if it exists, is a ledger (read as the alignment will read it)."""
+    import linkage
+
+    options = run.job["unbalanced"]
+    ledger = options["ledger"]
+    if ledger is None:
+        return
+    if not ledger.parent.is_dir():
+        raise ValueError(
+            f"party {run.name!r}: the folder of its unbalanced PSI ledger {ledger} does not "
+            "exist; create it, or fix [job.unbalanced] ledger"
+        )
+    try:
+        linkage.UnbalancedPsiServer(ledger=ledger, workers=1)
+    except ValueError as exc:
+        raise ValueError(f"party {run.name!r}: {exc}") from None
 
 
 def read_data(run: PartyRun, data: str | Path | None) -> None:
