@@ -85,6 +85,7 @@ FAMILIES = {
     "split-label-norm": "split",
     "split-label-direction": "split",
     "embedding-inversion": "split",
+    "embedding-geometry": "split",
     "bloom-frequency": "linkage",
     "overlap-label": "transfer",
     "gradient-inversion": "horizontal",
@@ -207,6 +208,13 @@ def _embedding_inversion() -> tuple[tuple[Any, ...], dict[str, Any]]:
     return (features @ rng.normal(size=(3, 5)), features), {"aux_fraction": 0.5}
 
 
+def _embedding_geometry() -> tuple[tuple[Any, ...], dict[str, Any]]:
+    rng = np.random.default_rng(5)
+    truth = [(np.arange(k, k + 10), rng.normal(size=(10, 3))) for k in (0, 10)]
+    rotation = np.linalg.qr(rng.normal(size=(3, 3)))[0]
+    return ([(rows, h @ rotation) for rows, h in truth], truth), {}
+
+
 def _bloom_frequency() -> tuple[tuple[Any, ...], dict[str, Any]]:
     from linkage import Field, Schema, encode
 
@@ -287,6 +295,7 @@ SETTINGS: dict[str, Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]] = {
     "split-label-norm": _split_norm,
     "split-label-direction": _split_norm,
     "embedding-inversion": _embedding_inversion,
+    "embedding-geometry": _embedding_geometry,
     "bloom-frequency": _bloom_frequency,
     "overlap-label": _overlap_label,
     "gradient-inversion": _gradient_inversion,

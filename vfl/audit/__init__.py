@@ -24,8 +24,9 @@ The audits, by family (the bare functions they call stay public, as kernels):
   (:class:`~vfl.audit.scores.ScoreSolveAudit`): a one-column passive party's column (and so
   its scores) from the label party's view accumulated over the epochs;
 * split learning -- ``"split-label-norm"``, ``"split-label-direction"`` (labels from the
-  returned gradients' norms and directions, Li et al. 2021) and ``"embedding-inversion"``
-  (features from embeddings), in :mod:`vfl.audit.split`;
+  returned gradients' norms and directions, Li et al. 2021), ``"embedding-inversion"``
+  (features from embeddings) and ``"embedding-geometry"`` (the embeddings' pairwise geometry
+  from what the label party sees under the protected layer), in :mod:`vfl.audit.split`;
 * linkage -- ``"bloom-frequency"`` (:class:`~vfl.audit.linkage.BloomFrequencyAudit`, over
   :func:`linkage.frequency_attack`): names re-identified from Bloom-filter encodings;
 * transfer -- ``"overlap-label"`` (:mod:`transfer.audit`): the source's labels of the shared
@@ -59,6 +60,7 @@ _EXPORTS = {
     "SplitLabelNormAudit": "vfl.audit.split",
     "SplitLabelDirectionAudit": "vfl.audit.split",
     "EmbeddingInversionAudit": "vfl.audit.split",
+    "EmbeddingGeometryAudit": "vfl.audit.split",
     "BloomFrequencyAudit": "vfl.audit.linkage",
     "Leak": "vfl.audit.transcript",
     "PlaintextAudit": "vfl.audit.transcript",
@@ -71,6 +73,7 @@ __all__ = [
     "Audit",
     "AuditResult",
     "BloomFrequencyAudit",
+    "EmbeddingGeometryAudit",
     "EmbeddingInversionAudit",
     "LabelDirectionAudit",
     "LabelSolveAudit",
@@ -98,6 +101,7 @@ if TYPE_CHECKING:
     )
     from vfl.audit.scores import ScoreSolveAudit
     from vfl.audit.split import (
+        EmbeddingGeometryAudit,
         EmbeddingInversionAudit,
         SplitLabelDirectionAudit,
         SplitLabelNormAudit,

@@ -27,6 +27,18 @@ The same attacks as registered audits (one :class:`~vfl.audit.AuditResult` each)
 spread; :class:`EmbeddingInversionAudit` (``"embedding-inversion"``) reports the share of the
 features' variance the decoder explains on the rows it was not fitted on (``1 -`` the
 inversion error; chance 0, the mean), with its spread over rows.
+
+* **Embedding geometry**: what the label party receives of a batch's rows -- the embeddings
+  ``h``, or with a protected layer the layer's output ``z = h W`` -- gives away how the rows
+  lie to one another, with no auxiliary rows. ``W W^T`` is close to a multiple of the
+  identity (``W`` starts uniform and moves little), so ``z z^T`` follows ``h h^T``
+  (:func:`gram_correlation`), pairwise distances keep their order
+  (:func:`distance_rank_correlation`) and so do nearest neighbours
+  (:func:`neighbour_overlap`). :class:`EmbeddingGeometryAudit` (``"embedding-geometry"``)
+  reports the correlation of the off-diagonal entries of the two Gram matrices per training
+  batch (chance 0: the rows of ``h`` shuffled give about 0, measured alongside), from a fit
+  with ``keep_views=True`` (``label_views_`` against the sender's own ``embeddings_``).
+  :class:`vfl.split.EmbeddingNoise` lowers it (noise on ``h`` before the layer).
 """
 
 from __future__ import annotations
@@ -48,13 +60,17 @@ else:
     torch = optional("torch", for_=__name__)
 
 __all__ = [
+    "EmbeddingGeometryAudit",
     "EmbeddingInversionAudit",
     "SplitLabelDirectionAudit",
     "SplitLabelNormAudit",
     "direction_scores",
+    "distance_rank_correlation",
+    "gram_correlation",
     "inversion_error",
     "label_leakage",
     "leakage_auc",
+    "neighbour_overlap",
     "norm_scores",
     "protected_layer_block",
     "row_inversion_errors",
@@ -387,4 +403,196 @@ class EmbeddingInversionAudit(Audit):
             rate=float(np.mean(explained)),
             spread=float(np.std(explained)),
             metric="explained variance",
+        )
+
+
+# -- the geometry of what the label party sees ---------------------------------------------------
+
+
+def _pairs(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The entries above the diagonal of a square matrix, flat."""
+    upper: np.ndarray[Any, Any] = values[np.triu_indices(len(values), 1)]
+    return upper
+
+
+def _pearson(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> float:
+    """Pearson's correlation; 0 where either side is constant (no geometry to match)."""
+    a, b = a - a.mean(), b - b.mean()
+    scale = float(np.sqrt((a @ a) * (b @ b)))
+    return float(a @ b) / scale if scale > 0 else 0.0
+
+
+def gram_correlation(seen: np.ndarray[Any, Any], truth: np.ndarray[Any, Any]) -> float:
+    """The correlation of the off-diagonal entries of ``seen seen^T`` and ``truth truth^T``
+    (rows are the same rows in both; 1: the inner products are one affine map of the
+    other's, 0: unrelated). Needs 3 rows or more."""
+    seen, truth = np.asarray(seen, np.float64), np.asarray(truth, np.float64)
+    if len(seen) != len(truth) or len(seen) < 3:
+        raise ValueError(
+            f"need the same 3 or more rows on both sides, got {len(seen)}, {len(truth)}"
+        )
+    return _pearson(_pairs(seen @ seen.T), _pairs(truth @ truth.T))
+
+
+def _distances(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    squares = np.sum(values**2, axis=1)
+    out: np.ndarray[Any, Any] = np.sqrt(
+        np.maximum(squares[:, None] + squares[None, :] - 2 * values @ values.T, 0.0)
+    )
+    return out
+
+
+def distance_rank_correlation(seen: np.ndarray[Any, Any], truth: np.ndarray[Any, Any]) -> float:
+    """Spearman's correlation of the pairwise Euclidean distances of the rows of ``seen``
+    and of ``truth`` (1: every pair of rows is as far apart, in rank, on both sides)."""
+    from scipy.stats import rankdata
+
+    seen, truth = np.asarray(seen, np.float64), np.asarray(truth, np.float64)
+    a, b = _pairs(_distances(seen)), _pairs(_distances(truth))
+    return _pearson(rankdata(a), rankdata(b))
+
+
+def neighbour_overlap(
+    seen: np.ndarray[Any, Any], truth: np.ndarray[Any, Any], neighbours: int = 5
+) -> float:
+    """The mean share of each row's ``neighbours`` nearest rows in ``seen`` that are among
+    its ``neighbours`` nearest in ``truth`` (chance ``neighbours / (rows - 1)``; ties broken
+    by row order)."""
+    seen, truth = np.asarray(seen, np.float64), np.asarray(truth, np.float64)
+    k = min(neighbours, len(seen) - 1)
+    if k < 1:
+        raise ValueError(f"need 2 or more rows to find neighbours, got {len(seen)}")
+    found = []
+    for values in (seen, truth):
+        distances = _distances(values)
+        np.fill_diagonal(distances, np.inf)
+        found.append(np.argsort(distances, axis=1, kind="stable")[:, :k])
+    shared = [len(np.intersect1d(a, b)) for a, b in zip(found[0], found[1], strict=True)]
+    return float(np.mean(shared)) / k
+
+
+def _aligned(view: View, truth: Any) -> list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
+    """``[(seen, truth)]`` per batch: ``truth`` a view of the same batches (checked row by
+    row) or an array indexed by row."""
+    if not view:
+        raise ValueError("the label party's view is empty: fit with keep_views=True")
+    if isinstance(truth, np.ndarray):
+        return [(np.asarray(seen), truth[rows]) for rows, seen in view]
+    if len(truth) != len(view):
+        raise ValueError(f"the view holds {len(view)} batches, the truth {len(truth)}")
+    out = []
+    for b, ((rows, seen), (true_rows, values)) in enumerate(zip(view, truth, strict=True)):
+        if not np.array_equal(rows, true_rows):
+            raise ValueError(
+                f"batch {b} of the view holds other rows than batch {b} of the truth: pass "
+                "the sender's embeddings_ of the same fit"
+            )
+        out.append((np.asarray(seen), np.asarray(values)))
+    return out
+
+
+def _row_means(view: View, rows: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``(rows seen, each one's mean value)`` over every batch of ``view``."""
+    width = np.asarray(view[0][1]).shape[1]
+    total, count = np.zeros((rows, width)), np.zeros(rows)
+    for index, values in view:
+        np.add.at(total, index, values)
+        np.add.at(count, index, 1)
+    seen = np.flatnonzero(count)
+    return seen, total[seen] / count[seen, None]
+
+
+@register_audit
+class EmbeddingGeometryAudit(Audit):
+    """The geometry of a sender's embeddings from what the label party receives of them:
+    the correlation of the off-diagonal entries of ``z z^T`` and ``h h^T`` per training batch
+    (:func:`gram_correlation`), where ``z`` is the label party's view (with a protected layer
+    the layer's output ``h W``, which :class:`vfl.split.ProtectedLayer` hides ``h`` behind;
+    without one the embeddings as sent) and ``h`` the sender's own embeddings of the same
+    rows before its defences. No auxiliary rows: the label party learns which rows are alike.
+
+    Run it on ``model.label_views_[party]`` and ``model.embeddings_[party]`` of a split model
+    fitted with ``keep_views=True`` (``truth`` may also be an array of the sender's
+    embeddings indexed by row). Reports the mean correlation over batches (chance 0; the
+    spread over batches) and in ``details``: the same for ``h`` with its rows shuffled within
+    each batch (``"shuffled correlation"``, the measured chance), the rank correlation of
+    pairwise distances, the share of ``neighbours`` nearest rows kept (and its chance), and
+    the correlation after averaging each row's view over the epochs (an attacker that
+    averages the noise away; on at most ``max_rows`` rows).
+
+    Parameters
+    ----------
+    view : list of (rows, values)
+        The label party's view per batch (``label_views_[party]``).
+    truth : list of (rows, values) or ndarray
+        The sender's embeddings of the same batches (``embeddings_[party]``), or of every
+        row, indexed by row.
+    neighbours : int
+        How many nearest rows :func:`neighbour_overlap` compares.
+    max_rows : int
+        The rows the averaged correlation is computed on (drawn from ``random_state``).
+    random_state : int
+        Draws the shuffles of the chance baseline and the averaged correlation's rows.
+
+    Returns
+    -------
+    AuditResult
+        ``rate``: the mean Gram correlation over batches of 3 rows or more; ``spread``: its
+        deviation over them; ``chance`` 0.
+
+    Raises
+    ------
+    ValueError
+        An empty view, a truth of other batches or rows, or no batch of 3 rows.
+
+    .. warning::
+        The audit scores the training batches the label party decrypted. Scoring through
+        the protected layer sends the exact ``z`` of every scored row, embedding noise or
+        not: its geometry is the undefended one.
+    """
+
+    name = "embedding-geometry"
+    family = "split"
+
+    def run(
+        self,
+        view: View,
+        truth: Any,
+        *,
+        neighbours: int = 5,
+        max_rows: int = 1000,
+        random_state: int = 0,
+    ) -> AuditResult:
+        batches = [(s, t) for s, t in _aligned(view, truth) if len(s) >= 3]
+        if not batches:
+            raise ValueError("no batch of 3 rows or more to compare")
+        rng = np.random.default_rng(random_state)
+        grams = np.array([gram_correlation(s, t) for s, t in batches])
+        shuffled = np.array([gram_correlation(s, t[rng.permutation(len(t))]) for s, t in batches])
+        ranks = [distance_rank_correlation(s, t) for s, t in batches]
+        kept = [neighbour_overlap(s, t, neighbours) for s, t in batches]
+        chance = float(np.mean([min(neighbours, len(s) - 1) / (len(s) - 1) for s, _ in batches]))
+        details: dict[str, Any] = {
+            "shuffled correlation": float(np.mean(shuffled)),
+            "distance rank correlation": float(np.mean(ranks)),
+            "neighbour overlap": float(np.mean(kept)),
+            "neighbour chance": chance,
+            "batches": len(batches),
+        }
+        if not isinstance(truth, np.ndarray):
+            rows = 1 + max(int(np.max(r)) for r, _ in view)
+            seen_rows, seen = _row_means(view, rows)
+            _, values = _row_means(truth, rows)
+            pick = rng.permutation(len(seen_rows))[:max_rows]
+            details["averaged correlation"] = gram_correlation(seen[pick], values[pick])
+        return AuditResult(
+            self.name,
+            "the pairwise geometry of a sender's embeddings from the label party's view",
+            trials=len(batches),
+            successes=0,
+            chance=0.0,
+            details=details,
+            rate=float(np.mean(grams)),
+            spread=float(np.std(grams)),
+            metric="Gram correlation",
         )

@@ -5,8 +5,13 @@ ledger):
 * :class:`EmbeddingNoise` -- a data party clips each row's embedding to L2 norm ``clip`` and
   adds Gaussian noise before sending it (Gaussian mechanism per row and epoch: the ledger
   records ``epochs`` releases for changing one row's features, L2 sensitivity ``2 clip``).
-  It covers training only: ``predict_proba`` sends exact embeddings of the rows it scores,
-  outside the ledger's account (scoring the training rows would release them again);
+  Under the protected layer (:mod:`vfl.split.interactive`) it applies as well, before the
+  layer: the label party decrypts ``z = (clip(h) + noise) W``, which is what blurs the
+  pairwise geometry ``z`` otherwise keeps of ``h`` (the ``"embedding-geometry"`` audit,
+  :class:`vfl.audit.split.EmbeddingGeometryAudit`). It covers training only:
+  ``predict_proba`` sends exact embeddings (or, protected, the exact ``z``) of the rows it
+  scores, outside the ledger's account (scoring the training rows would release them
+  again);
 * :func:`match_norms` (``gradient_protection="norm"``) -- the label party adds noise to the
   gradients it returns so that every row's gradient has, in expectation, the batch's largest
   norm: the norm-scoring attack of Li et al. 2021 then sees equal norms (a heuristic: no
@@ -45,7 +50,26 @@ __all__ = [
 @dataclass(frozen=True)
 class EmbeddingNoise:
     """Clip each row's embedding to ``clip`` and add ``N(0, (noise_multiplier * 2 clip)^2)``
-    per coordinate (noise from the OS)."""
+    per coordinate (noise from the OS), at the data party, on every training batch and the
+    validation rows, before the embedding leaves it -- in plain split learning as sent, under
+    the protected layer before the layer, so that the label party's ``z = h W`` becomes
+    ``(clip(h) + noise) W``.
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        The noise's standard deviation over the L2 sensitivity ``2 clip`` (unitless; the
+        ledger's epsilon follows from it and the epochs).
+    clip : float
+        The largest L2 norm of a row's embedding (in the embedding's units).
+
+    .. warning::
+        The ledger's epsilon counts each row's own embedding, released once per epoch, with
+        the bottom module held fixed. A row's features also move the bottom's weights, and
+        through them the later embeddings of every row: that path is not bounded (the bottom
+        trains without per-row gradient clipping and noise), so the epsilon understates what
+        a long fit spends.
+    """
 
     noise_multiplier: float = 1.0
     clip: float = 1.0

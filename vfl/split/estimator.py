@@ -293,8 +293,11 @@ class _SplitNN(FederatedEstimator):
         """Train with every party simulated in this process. ``parts``: ``{party: DataFrame}``
         (or :class:`~vfl.validation.VerticalFrames`) of the aligned rows; ``y`` the labels,
         held by ``label_party`` (one of ``parts``, or a party without features).
-        ``keep_views`` keeps what each sender received (``views_``: ``{party: [(rows,
-        gradients), ...]}``) for :mod:`vfl.audit.split`."""
+        ``keep_views`` keeps, for :mod:`vfl.audit.split`, what each sender received
+        (``views_``: ``{party: [(rows, gradients), ...]}``), what the label party received of
+        each sender's rows (``label_views_``: ``{party: [(rows, values), ...]}``, the
+        embeddings, or with a protected layer its output ``z``) and each sender's own
+        embeddings of the same batches before its defences (``embeddings_``, the truth)."""
         require("torch", for_=type(self).__name__)
         self._forget()
         label_party = label_party_of(parts, label_party)
@@ -321,7 +324,14 @@ class _SplitNN(FederatedEstimator):
 
     def _forget(self) -> None:
         """Nothing of an earlier fit survives a new one."""
-        for stale in ("views_", "privacy_ledger_", "parts_", "initial_"):
+        for stale in (
+            "views_",
+            "label_views_",
+            "embeddings_",
+            "privacy_ledger_",
+            "parts_",
+            "initial_",
+        ):
             if hasattr(self, stale):
                 delattr(self, stale)
         self.shares_: dict[str, dict[str, Any]] = {}
@@ -421,6 +431,11 @@ class _SplitNN(FederatedEstimator):
         views = {p: results[p].view for p in spec.senders if results[p].view is not None}
         if views:
             self.views_ = views
+        if label.seen is not None:
+            self.label_views_ = label.seen
+            self.embeddings_ = {
+                p: results[p].embeddings for p in spec.senders if results[p].embeddings is not None
+            }
         self.shares_ = {
             p: results[p].shares for p in spec.data_parties if results[p].shares is not None
         }
@@ -744,6 +759,10 @@ class SplitNNClassifier(_SplitNN):
     modules_, top_, classes_, n_iter_, best_epoch_, loss_curve_, views_
         Each party's bottom, the top, the classes, epochs run, the epoch kept, the loss per
         epoch, what each sender received (``keep_views``).
+    label_views_, embeddings_ : dict
+        With ``keep_views``: what the label party received of each sender's rows per
+        training batch (the embeddings, or the protected layer's output ``z``), and each
+        sender's embeddings of those batches before its defences.
     columns_, standardisers_ : dict
         Each held party's columns and their scaling (its own means and deviations,
         :class:`~vfl.training.Standardiser`).

@@ -24,7 +24,10 @@ which labels can leak: :mod:`vfl.audit.split` measures it); the label party, eve
 party's embeddings of every row (from which features can be reconstructed; measured there
 too). Neither sees another's raw features, labels or modules. With a protected layer
 (:mod:`vfl.split.interactive`) steps 1 and 2 run under encryption and the label party sees the
-first top layer's outputs instead of the embeddings.
+first top layer's outputs instead of the embeddings (which keep the embeddings' pairwise
+geometry: :class:`vfl.audit.split.EmbeddingGeometryAudit`). With ``keep_views`` each role
+keeps what it saw for the audits (:attr:`SplitResult.view`, :attr:`SplitResult.seen`) and a
+sender its own embeddings of the same batches (:attr:`SplitResult.embeddings`).
 """
 
 from __future__ import annotations
@@ -147,6 +150,12 @@ class SplitResult:
     loss_curve: list[float] = field(default_factory=list)
     epoch_seconds: list[float] = field(default_factory=list)
     view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None
+    seen: dict[str, list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]] | None = None
+    """The label party's view (``keep_views``): what it received of each sender's rows per
+    training batch -- the embeddings, or with a protected layer the layer's output ``z``."""
+    embeddings: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None
+    """A sender's own embeddings of each training batch before its defences (``keep_views``):
+    the truth an audit of the label party's view scores against."""
     shares: dict[str, np.ndarray[Any, Any]] | None = None  # the protected layer's, by peer
     initial: np.ndarray[Any, Any] | None = None  # a sender's initial layer block (its own)
     random_state: int | None = None  # the seed the parties agreed on (SeededRole)
@@ -216,6 +225,7 @@ class DataRole:
             side.connect(fed, training=True)
         kept = (copy.deepcopy(self.module.state_dict()), _copy(side))
         view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+        embeddings: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
         epoch = 0
         while True:
             control = SPLIT.recv(fed, label, "control", EpochControl)
@@ -226,7 +236,8 @@ class DataRole:
             self.module.train()
             for b, batch in enumerate(next(epochs)):
                 rows = train[batch]
-                h = self.release(self.module(self.x[rows]))
+                exact = self.module(self.x[rows])
+                h = self.release(exact)
                 if side is not None:
                     side.forward(fed, h.detach().numpy(), epoch, b, training=True)
                     g = side.backward(fed, epoch, b)
@@ -236,6 +247,7 @@ class DataRole:
                     g = _recv(fed, label, "grad", EmbeddingGrad, (len(rows), width), epoch, b)
                 if spec.keep_views:
                     view.append((rows.copy(), g.copy()))
+                    embeddings.append((rows.copy(), exact.detach().numpy().copy()))
                 train_step(optimizer, h, torch.as_tensor(g, dtype=torch.float32))
             if len(val):
                 self.module.eval()  # dropout off, no statistics updated on validation rows
@@ -249,9 +261,9 @@ class DataRole:
         self.module.load_state_dict(kept[0])
         if spec.embedding_noise is not None and spec.ledger is not None:
             spec.embedding_noise.record(spec.ledger, fed.name, epoch)
-        result = SplitResult(
-            module=self.module, n_iter=epoch, view=view if spec.keep_views else None
-        )
+        result = SplitResult(module=self.module, n_iter=epoch)
+        if spec.keep_views:
+            result.view, result.embeddings = view, embeddings
         if side is not None:
             result.shares = {label: kept[1]}
             result.initial = side.initial if spec.keep_views else None
@@ -277,6 +289,7 @@ class LabelRole:
         self.x = None if x is None else torch.as_tensor(x, dtype=torch.float32)
         self.targets = targets
         self.dims: dict[str, int | None] = dict.fromkeys(spec.senders)
+        self.seen: dict[str, list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]] = {}
 
     def _widths(self, fed: Federation) -> dict[str, int]:
         """Every party's embedding width (the senders say theirs), in the parties' order."""
@@ -389,6 +402,7 @@ class LabelRole:
         if self.sides:
             result.shares = kept[2]
         result.loss_curve, result.n_iter = curve.values, len(curve.values)
+        result.seen = self.seen if spec.keep_views else None
         result.best_epoch = curve.best_epoch
         return result
 
@@ -403,18 +417,32 @@ class LabelRole:
         """The senders' embeddings of ``rows`` (each a leaf that will hold its gradient), or
         with a protected layer the sum of their layer outputs (``"layer"``)."""
         if self.sides:
-            total = sum(
-                side.forward(fed, len(rows), *index, training=train) for side in self.sides.values()
-            )
-            layer = torch.as_tensor(np.asarray(total), dtype=torch.float32)
+            outputs = {
+                p: side.forward(fed, len(rows), *index, training=train)
+                for p, side in self.sides.items()
+            }
+            self._keep(rows, outputs, train)
+            layer = torch.as_tensor(np.asarray(sum(outputs.values())), dtype=torch.float32)
             return {"layer": layer.requires_grad_(train)}
         step = "emb" if train else "val"
+        got = {
+            p: _recv(fed, p, step, Embedding, (len(rows), self.dims[p]), *index)
+            for p in self.spec.senders
+        }
+        self._keep(rows, got, train)
         received = {}
-        for p in self.spec.senders:
-            got = _recv(fed, p, step, Embedding, (len(rows), self.dims[p]), *index)
-            self.dims[p] = got.shape[1]
-            received[p] = torch.as_tensor(got).requires_grad_(train)
+        for p, values in got.items():
+            self.dims[p] = values.shape[1]
+            received[p] = torch.as_tensor(values).requires_grad_(train)
         return received
+
+    def _keep(
+        self, rows: np.ndarray[Any, Any], got: dict[str, np.ndarray[Any, Any]], train: bool
+    ) -> None:
+        """Keep what a training batch brought from each sender (``keep_views``)."""
+        if train and self.spec.keep_views:
+            for p, values in got.items():
+                self.seen.setdefault(p, []).append((rows.copy(), np.array(values, copy=True)))
 
     def forward(
         self, rows: np.ndarray[Any, Any], received: dict[str, torch.Tensor]

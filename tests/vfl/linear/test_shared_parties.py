@@ -42,10 +42,10 @@ def assert_twin(est, parts, y, label: str) -> None:  # type: ignore[no-untyped-d
 def test_three_parties_train_the_plaintext_twins_model(three, protocol: str) -> None:  # type: ignore[no-untyped-def]
     parts, y = three
     est = small_model(
-        VerticalLogisticRegression, protocol=protocol, max_iter=3, batch_size=64, tol=None
+        VerticalLogisticRegression, protocol=protocol, max_iter=2, batch_size=64, tol=None
     )
     est.fit(parts, y, label_party="imaging", keep_payloads=True)
-    assert est.n_iter_ == 3 and est.loss_curve_[-1] < est.loss_curve_[0]
+    assert est.n_iter_ == 2 and est.loss_curve_[-1] < est.loss_curve_[0]
     assert_twin(est, parts, y, "imaging")
     assert est.score(parts, y) > 0.9
     records = est.transcript_.records
@@ -80,26 +80,18 @@ def test_three_party_regression_with_a_warm_start_and_the_label_party_last() -> 
         )
 
 
-@pytest.mark.parametrize("protocol", ["shared", "shared_coordinator"])
-def test_no_third_party_view_gives_the_label_solver_anything(three, protocol: str) -> None:  # type: ignore[no-untyped-def]
+def test_no_third_party_view_gives_the_label_solver_anything(three) -> None:  # type: ignore[no-untyped-def]
     parts, y = three
-    est = small_model(
-        VerticalLogisticRegression, protocol=protocol, batch_size=64, max_iter=1, tol=None
-    )
+    est = small_model(VerticalLogisticRegression, batch_size=64, max_iter=1, tol=None)
     est.fit(parts, y, label_party="imaging", keep_views=True)
-    audited = 0
-    for name in ("lab", "genomics"):
-        view = est.views_.get(name) or []
-        if not view:  # under the coordinator the third party sees nothing per batch
-            assert protocol == "shared_coordinator" and name == "genomics"
-            continue
+    for name in ("lab", "genomics"):  # the partner's shares; what the third party decrypts
         design = est.parts_[name].design(parts[name])
-        result = LabelSolveAudit().run(view, design, y, time_limit=5)
+        result = LabelSolveAudit().run(est.views_[name], design, y, time_limit=5)
         assert result.trials == 64
         assert not result.details["solved"], name
         assert not result.significant(), name  # no better than the majority-class guess
-        audited += 1
-    assert audited == (2 if protocol == "shared" else 1)
+    # under the coordinator the third party sees nothing per batch (the coordinator hands the
+    # slots to the holders): test_three_parties_train_the_plaintext_twins_model
 
 
 def test_the_label_partys_view_gives_no_column_of_a_one_column_third_party(three) -> None:  # type: ignore[no-untyped-def]
