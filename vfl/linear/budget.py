@@ -145,8 +145,15 @@ class Sizes:
     def product_packing(self, span: int = 1) -> RowPacking:
         """The packed columns of ``S_P`` (summed over ``span`` batches), ``joint`` rows each,
         whose products ``S_P e`` carry shares of the weights (negated at B) under a mask."""
+        # a holder raises the sum of the other parties' shares: one bit more per doubling of
+        # their number beyond one
+        summed = (len(self.blocks) - 1).bit_length() - 1
         value_bits = (
-            self.share_bits(span) + self.weight_modulus.bit_length() + self.joint.bit_length() + 2
+            self.share_bits(span)
+            + summed
+            + self.weight_modulus.bit_length()
+            + self.joint.bit_length()
+            + 2
         )
         slot_bits = value_bits + KAPPA + 1
         per_ct = (self.key_bits - 2) // slot_bits

@@ -37,14 +37,18 @@ The maths. Both losses (:mod:`vfl.linear.losses`) have the gradient numerator
     coordinator does).
   * The result: ``G = sum_P S_P``, where ``S_P`` holds ``G_PP`` and P's shares of its cross
     blocks (P's block row and column; zero elsewhere). Each party encrypts the columns of its
-    ``S_P`` for every batch, packed, and sends them to A and B (to whichever it is not).
+    ``S_P`` for every batch, packed, and sends them to A and B (to whichever it is not):
+    under the key of the holder that does not receive them.
 * **Per batch.** With ``w = v_A + v_B``: ``N = sum_P S_P v_A + sum_P S_P v_B - tau``. For each
   P other than itself, holder H raises P's encrypted columns to its share ``v_H``, masks the
-  packed result and sends it on towards the other holder: P decrypts it and hands the slots
-  over (P is that holder, or a further party), or the coordinator decrypts and hands them
-  over. H's share is minus its mask. With three parties a holder raises two parties'
-  columns per batch instead of one; the further party decrypts two results and forwards
-  them. ``benchmarks/vfl_lr.py`` prints the cost.
+  packed result and sends it to the other holder, which decrypts it: every ``S_P`` a holder
+  gets is encrypted under the other holder's key (a further party encrypts its ``S_P`` once
+  under each holder's key, for the other holder), or under the coordinator's, which then
+  decrypts and hands the slots over. So a holder sums the columns it gets once, at setup,
+  and raises ``sum_{P != H} S_P`` per batch: one multi-exponentiation and one decryption per
+  holder, whatever the number of parties (slots one bit wider from three parties on). H's
+  share is minus its mask. A further party takes no part after setup
+  (``benchmarks/vfl_lr.py`` prints the cost).
   * **Update.** Heavy-ball momentum (or SGD), linear in the gradient:
     ``velocity = beta velocity + N / (c rows) + alpha w; w -= step_p * velocity``, each
     party's block with its own step (:func:`~vfl.linear.common.shared_step`). A and B apply
@@ -74,8 +78,7 @@ comes back (:mod:`vfl.crypto.rerandomize`). With a coordinator (``protocol=
 that masked a value sends it to the coordinator, which decrypts it and hands the slots to the
 other holder, each request checked against the layout it derives from the public plans. So
 nobody has a decryption of ciphertexts it chose: the party that picks what is decrypted never
-sees the result, and the party that sees it never picked it. Further parties are then idle
-after setup.
+sees the result, and the party that sees it never picked it.
 
 **What each role learns.**
 
@@ -323,8 +326,10 @@ class SharedDataRole(DataParty):
         """Mask ``vector`` (packed signed slots under ``owner``'s key, or the coordinator's)
         and send it on its way to the party the other share is for: to ``owner`` to decrypt,
         or, with a coordinator, to the coordinator, which hands the slots to that party.
-        Returns the masks (our share is minus each)."""
-        if self.keys.coordinator is None:  # owner knows its inputs' randomness: our base
+        Without a coordinator the owner encrypted (some of) the inputs, with our base, so the
+        result gets a full-length power of our base. Returns the masks (our share is minus
+        each)."""
+        if self.keys.coordinator is None:
             vector = rerandomize(vector, for_key_owner="base")
         masked, masks = mask_slots(vector, layout)
         if self.keys.coordinator is None:
@@ -447,45 +452,58 @@ class SharedDataRole(DataParty):
         zero = np.ones((sizes.joint, sizes.joint), dtype=bool)  # S_P's structural zeros
         zero[mine, :] = False
         zero[:, mine] = False
-        holders = [self.order[c] for c in (0, 1) if c != me]
-        n = int(self.keys.key.n)
-        plains: list[int | None] = []
-        for b, s in enumerate(s_mats):
-            plains += pack_columns(s, sizes.product_packing(span if b == span else 1), n, zero)
-        live = [p for p in plains if p is not None]
-        shared_cts = None
-        for holder in holders:
+        shared_cts: list[Any] | None = None
+        for c in (0, 1):  # S_P for each holder: under the other holder's key (or K's)
+            if c == me:
+                continue
+            holder = self.order[c]
+            key = self.keys.key if self.core else self.keys.peer_keys[self.order[1 - c]]
             if shared_cts is None or self.keys.coordinator is None:
-                encrypted = iter(self.keys.encrypt(live, holder, spec.workers))
+                plains: list[int | None] = []
+                for b, s in enumerate(s_mats):
+                    packing = sizes.product_packing(span if b == span else 1)
+                    plains += pack_columns(s, packing, int(key.n), zero)
+                live = [p for p in plains if p is not None]
+                if self.core:  # our own key, with the other holder's base
+                    encrypted = iter(self.keys.encrypt(live, holder, spec.workers))
+                else:
+                    encrypted = iter(key.raw_encrypt(live, workers=spec.workers))
                 shared_cts = [mpz(1) if p is None else next(encrypted) for p in plains]
             sent = 0
             for b in range(span + 1):
                 size = sizes.joint * sizes.groups(span if b == span else 1)
-                block = EncryptedVector(
-                    self.keys.key, shared_cts[sent : sent + size], 0, fresh=True
-                )
+                block = EncryptedVector(key, shared_cts[sent : sent + size], 0, fresh=True)
                 SS.send(fed, holder, "s", Encrypted(data=block.to_wire()), b)
                 sent += size
         peer_s: dict[int, list[list[Any]]] = {}
-        if self.core:
+        if self.core:  # every S_P we get is under the other holder's key (or K's)
+            under = self.keys.peer_keys[self.order[1 - me]]
             for p, owner in enumerate(self.order):
                 if p == me:
                     continue
                 blocks = []
                 for b in range(span + 1):
                     data = SS.recv(fed, owner, "s", Encrypted, b).data
-                    block = vector_from(self.keys.peer_keys[owner], data, owner)
+                    block = vector_from(under, data, owner)
                     size = sizes.joint * sizes.groups(span if b == span else 1)
                     if block.shape != (size,) or block.exponent != 0:
                         Encrypted.refuse(owner, "data", f"holds {block.shape} encrypted columns")
                     blocks.append(block.ciphertexts)
                 peer_s[p] = blocks
+        # they are all under one key: their sum, column by column, is the sum of the other
+        # parties' Gram shares, raised once per batch whatever the number of parties
+        combined: list[list[Any]] = []
+        if self.core:
+            nsq = self.keys.peer_keys[self.order[1 - me]].nsquare
+            for b in range(span + 1):
+                columns = [blocks[b] for blocks in peer_s.values()]
+                combined.append([_product(cts, nsq) for cts in zip(*columns, strict=True)])
         return {
             "fixed": fixed,
             "s": s_mats,
             "tau": taus,
             "t_squares": sum(t_squares),
-            "peer_s": peer_s,
+            "peer_s": combined,
             "setup_seconds": time.perf_counter() - began,
         }
 
@@ -668,45 +686,35 @@ class SharedDataRole(DataParty):
     ) -> np.ndarray[Any, Any]:
         """Our reduced share of ``N = G w - tau`` of batch ``b`` (or of all batches, ``span``
         of them; ``index``: the step's position in the epoch, which tags its messages): each
-        share holder raises every other party's encrypted ``S_P`` columns to
-        its share and masks the result for the other holder; the holders open what is masked
-        for them (a party outside the two decrypts and forwards). Returns zeros at a party
-        outside the two, which holds no share."""
+        share holder raises every other party's encrypted ``S_P`` columns (all under the other
+        holder's key, or the coordinator's) to its share and masks the result for the other
+        holder, which decrypts it (or the coordinator does and hands the slots over). Returns
+        zeros at a further party, which holds no share and takes no part after setup."""
         sizes, me, order = self.sizes, self.me, self.order
         layout, packing = sizes.product_layout(span), sizes.product_packing(span)
         tag = "prod" if span == 1 else "prod-all"
-        if not self.core:  # our S, raised by each holder: decrypt and forward to the other
-            for c in (0, 1):
-                slots = self.forward(f"{tag}-{me}", index, order[c], order[1 - c], layout)
-                if slots is not None and c == 0 and span == 1 and self.spec.keep_views:
-                    seen = by_rows(slots, packing, sizes.outputs)[sizes.block(me)]
-                    self.views.append(
-                        (shares["fixed"][b].copy(), floats(seen, 2 * FEATURE_BITS + W_BITS))
-                    )
+        if not self.core:  # a further party takes no part after setup
             return np.zeros((sizes.joint, sizes.outputs), dtype=object)
         sign = 1 if me == 0 else -1
         e = v * sign  # non-negative at both holders
         groups = packing.groups
         share = np.zeros((sizes.joint, sizes.outputs), dtype=object)
-        for p, columns in shares["peer_s"].items():
-            owner = order[p]
-            nsq = self.keys.peer_keys[owner].nsquare
-            jobs = []
-            for k in range(sizes.outputs):
-                for g in range(groups):
-                    live = [c for c in range(sizes.joint) if columns[b][c * groups + g] != 1]
-                    bases = [columns[b][c * groups + g] for c in live]
-                    jobs.append((bases, [int(e[c, k]) for c in live], nsq))
-            products = map_processes(multiexp_big_worker, jobs, self.spec.workers)
-            vector = EncryptedVector(self.keys.peer_keys[owner], products, 0)
-            masks = self.send_masked(f"{tag}-{p}", index, owner, vector, layout)
-            share = share - sign * by_rows(masks, packing, sizes.outputs)
         other = order[1 - me]
-        for p in range(len(order)):  # what the other holder masked for us, on S_p (p != it)
-            if p == 1 - me:
-                continue
-            got = self.receive_opened(f"{tag}-{p}", index, other, order[p], layout)
-            share = share - sign * by_rows(got, packing, sizes.outputs)
+        under = self.keys.peer_keys[other]  # the others' S, summed, under the other's key
+        columns = shares["peer_s"][b]
+        jobs = []
+        for k in range(sizes.outputs):
+            for g in range(groups):
+                live = [c for c in range(sizes.joint) if columns[c * groups + g] != 1]
+                bases = [columns[c * groups + g] for c in live]
+                jobs.append((bases, [int(e[c, k]) for c in live], under.nsquare))
+        products = map_processes(multiexp_big_worker, jobs, self.spec.workers)
+        vector = EncryptedVector(under, products, 0)
+        # the other holder encrypted its own S with our base: a full-length power of it
+        masks = self.send_masked(tag, index, other, vector, layout)
+        share = share - sign * by_rows(masks, packing, sizes.outputs)
+        got = self.receive_opened(tag, index, other, self.fed.name, layout)
+        share = share - sign * by_rows(got, packing, sizes.outputs)
         s, tau = shares["s"][b], shares["tau"][b]
         return reduce_share(s @ v + share - tau, sizes.n_modulus(span), self.is_label)
 
@@ -801,6 +809,15 @@ class SharedDataRole(DataParty):
         self.part.set_weights(w, with_intercept=self.is_label)
 
 
+def _product(ciphertexts: tuple[Any, ...], nsquare: Any) -> Any:
+    """The homomorphic sum of ciphertexts under one key (the trivial 1 stays 1)."""
+    out = ciphertexts[0]
+    for c in ciphertexts[1:]:
+        if c != 1:
+            out = c if out == 1 else out * c % nsquare
+    return out
+
+
 def _count(values: list[int], layout: PackingLayout, sender: str) -> list[int]:
     if len(values) != layout.count:
         DecryptedSlots.refuse(sender, "slots", f"holds {len(values)} values, not {layout.count}")
@@ -874,9 +891,7 @@ class SharedCoordinatorRole:
             for index, span in [*((b, 1) for b in range(batches)), (batches, batches)]:
                 tag = "prod" if span == 1 else "prod-all"
                 for c in (0, 1):
-                    for j in range(m):
-                        if j != c:
-                            relay(f"{tag}-{j}", index, c, 1 - c, sizes.product_layout(span))
+                    relay(tag, index, c, 1 - c, sizes.product_layout(span))
             epochs += 1
         return FitResult(part=None, n_iter=epochs)
 

@@ -69,7 +69,7 @@ class KeepBitOracle(SharedDataRole):
 
     def _setup(self, x_int: Any, seed: int) -> dict[str, Any]:
         shares = super()._setup(x_int, seed)
-        columns = shares["peer_s"][0][0]  # the label party's S columns, batch 0
+        columns = shares["peer_s"][0]  # the label party's S columns, batch 0
         self.stolen = next(c for c in columns if c != 1)
         return shares
 
@@ -111,15 +111,15 @@ class GramRequest(SharedDataRole):
     from setup) to be decrypted in place of the product we should send. Before, the
     coordinator answered the requester, which read the label party's Gram 11 entries of 11."""
 
-    def send_masked(self, tag, index, owner, vector, layout):  # type: ignore[no-untyped-def]
-        if tag.startswith("prod-0") and hasattr(self, "columns"):
+    def send_masked(self, tag, index, owner, vector, layout, **how):  # type: ignore[no-untyped-def]
+        if tag == "prod" and hasattr(self, "columns"):
             stolen = [c for c in self.columns if c != 1][: layout.n_ciphertexts]
             vector = EncryptedVector(vector.public_key, stolen, 0)
-        return super().send_masked(tag, index, owner, vector, layout)
+        return super().send_masked(tag, index, owner, vector, layout, **how)
 
     def _setup(self, x_int: Any, seed: int) -> dict[str, Any]:
         shares = super()._setup(x_int, seed)
-        self.columns = shares["peer_s"][0][0]
+        self.columns = shares["peer_s"][0]
         return shares
 
 
@@ -237,7 +237,8 @@ def test_a_base_that_is_no_residue_of_the_key_is_refused() -> None:
 
 
 class ForwardShift(SharedDataRole):
-    """A third party that shifts the slots it forwards to a holder (an additive attack on the
+    """A third party that shifts the slots it forwards to the partner at setup (its share of
+    ``X_C^T t``: an additive attack on the
     holder's share): the model is spoilt, which the loss's bounds or the final weights' bound
     catch -- a denial of service, nothing read."""
 
