@@ -25,8 +25,8 @@ visited in a fresh order every epoch. Each batch's joint Gram matrix ``X^T X`` a
 first other data party) hold the shares of the weights; per batch, each raises the sum of
 the other parties' encrypted Gram share columns to its share of the weights, and masks the
 packed result for the other holder. The weights move by momentum SGD (or SGD) on shares,
-and Adam is refused: its square roots are not linear. Each epoch's model is the mean of its iterates, averaged on the shares.
-Its loss over all rows reaches the label party once per epoch, under a key used for nothing
+and Adam is refused: its square roots are not linear. Each epoch's model is the mean of its
+iterates, averaged on the shares. Its loss over all rows reaches the label party once per epoch, under a key used for nothing
 else and checked against public bounds. At the end each party receives the holders' shares
 of its own weights. The model equals
 :func:`plaintext_reference` to the fixed point (``2**-24`` per step; runs under one seed
