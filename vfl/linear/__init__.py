@@ -26,9 +26,9 @@ first other data party) hold the shares of the weights; per batch, each raises t
 the other parties' encrypted Gram share columns to its share of the weights, and masks the
 packed result for the other holder. The weights move by momentum SGD (or SGD) on shares,
 and Adam is refused: its square roots are not linear. Each epoch's model is the mean of its
-iterates, averaged on the shares. Its loss over all rows reaches the label party once per epoch, under a key used for nothing
-else and checked against public bounds. At the end each party receives the holders' shares
-of its own weights. The model equals
+iterates, averaged on the shares. Its loss over all rows reaches the label party once per
+epoch, under a key used for nothing else and checked against public bounds. At the end each
+party receives the holders' shares of its own weights. The model equals
 :func:`plaintext_reference` to the fixed point (``2**-24`` per step; runs under one seed
 agree to about ``1e-6``, not exactly, since shares are truncated at random points).
 
@@ -36,8 +36,8 @@ agree to about ``1e-6``, not exactly, since shares are truncated at random point
 columns and curvature bound (one number that sets its default step), the loss once per epoch
 and its own final weights. Every other party learns the column counts and curvature bounds,
 the number of outputs K, the row count, when the fit restarts or stops (and the epoch it
-goes back to or ends with: no keep bit per epoch) and its own final weights. The coordinator learns
-the public plan. Nobody sees a gradient, residual, partial
+goes back to or ends with: no keep bit per epoch) and its own final weights. The
+coordinator learns the public plan. Nobody sees a gradient, residual, partial
 score, label or feature of another party: every value a party decrypts carries a mask of
 ``KAPPA`` (40) bits more than the value, fresh from the other party's OS randomness. The
 audits confirm it. From the passive party's view,
