@@ -13,10 +13,17 @@ group (5.1 GB for 10,000,000 rows and one group with 2048-bit keys), plus a part
 Per batch (:meth:`GradientExchange.remote`): every party ``p`` turns its vectors ``z_p`` (one per
 output) into ``[[X_t^T z_p]]`` for every other party ``t`` by one Pippenger multi-exponentiation
 over ``t``'s encrypted rows per output and column group (in chunks of rows on the party's
-``workers`` for a large batch; :meth:`~vfl.crypto.slots.PeerRows.combine`), re-randomised, and
-sends them to ``t``;
-``t`` multiplies together what it receives, has the sum decrypted -- by itself, or by the
-coordinator under slot masks (:mod:`vfl.crypto.masked`) -- and adds ``X_t^T z_t`` of its own.
+``workers`` for a large batch; :meth:`~vfl.crypto.slots.PeerRows.combine`), re-randomised.
+Under ``two_party`` it sends them to ``t``, which decrypts their sum with its own key. Under
+``coordinator`` the sum is decrypted by the coordinator, routed so that nobody reads the
+decryption of ciphertexts it chose (:mod:`vfl.linear.routing`): the shares go to ``t``'s
+*assembler* -- the label party for a passive party, the first passive party for the label
+party -- to which ``t`` sends only its masks, in the clear; the assembler multiplies the
+shares and a fresh encryption of the masks and sends the request to the coordinator, which
+answers ``t``. Either way ``t`` adds ``X_t^T z_t`` of its own. The routing costs what the
+request did before: one encryption of the masks (by the assembler instead of ``t``) and one
+decryption per party and batch, and as many messages (masks in place of the shares that
+went to ``t``).
 
 The packings are public. Every row packing is derived from numbers every party knows
 (:class:`PublicSizes`: the rows, the batch size, the contributing parties, the key's bits,
@@ -29,14 +36,18 @@ it derives itself. A packing chosen by its owner -- one 1020-bit slot per cipher
 would have the coordinator open whole plaintexts of the owner's choosing per request.
 
 .. warning::
-   What the checks do not stop: the contents of ciphertexts. Under ``coordinator`` a party
-   deviating from the protocol can still put other ciphertexts under the coordinator's key
-   in a request of the agreed layout -- e.g. its peers' encrypted rows, which share its
-   slot width -- and have that many (outputs times its column groups per batch) opened;
-   under ``two_party`` a party can encrypt crafted rows (one power of two per row of a
-   batch) and read a peer's ``z`` of those rows from the share computed on them. Against
-   parties that follow the protocol nothing beyond the exact gradients leaks; malicious
-   parties are out of scope.
+   What the checks do not stop: the contents of ciphertexts. A party's own encrypted rows
+   are ciphertexts of its choosing: crafted rows (one power of two per slot) make the shares
+   computed on them reveal a peer's ``z`` of as many rows per batch as its request has
+   slots, under either protocol, much as a design of indicator columns does; under
+   ``coordinator``, a peer's encrypted rows passed off as its own reveal ``X_peer^T z``.
+   Under ``coordinator`` a party no longer chooses the ciphertexts of its own decryption,
+   so it cannot have its peers' encrypted rows opened for itself; but its assembler, and
+   every party whose share the assembler multiplies in, chooses what it receives: a
+   deviating one can have another party's encrypted rows opened for it, while seeing
+   nothing itself -- a leak only to two parties pooling what they see
+   (:mod:`vfl.linear.routing`). Against parties that follow the protocol nothing beyond the
+   exact gradients leaks; malicious parties are out of scope.
 """
 
 from __future__ import annotations
@@ -50,7 +61,6 @@ import numpy as np
 
 from vfl.crypto import EncryptedVector, slots
 from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
-from vfl.crypto.masked import mask_slots, request_decryption
 from vfl.crypto.messages import Encrypted
 from vfl.crypto.packing import RowPacking, pack_rows
 from vfl.crypto.parallel import Workers
@@ -62,6 +72,7 @@ from vfl.federation.messages import Message
 from vfl.linear.common import KAPPA
 from vfl.linear.messages import VLR, RowsHeader, RowsPart, SetupCounts
 from vfl.linear.model import FEATURE_BITS, check_feature_bound, public_feature_bits
+from vfl.linear.routing import assemble, assembler_of, receive_opened, send_masks, slot_masks
 from vfl.training.schedule import check_batch_size
 
 __all__ = [
@@ -82,6 +93,8 @@ Z_BITS = SCORE_BITS + 17
 """Bits of ``|z| * 2**SCORE_BITS`` (``|z| < 2**17``: scores and targets within ``2**16``)."""
 ROWS_MESSAGE_BYTES = 32 * 2**20
 """Bytes of encrypted feature rows per setup message."""
+GRAD = VLR.child("grad")
+"""The tags of the routed gradient decryptions (``vlr/grad/masks``, ``req``, ``plain``)."""
 
 
 def plan_packing(
@@ -347,6 +360,10 @@ class GradientExchange:
         The party's design matrix (rounded features, the intercept column at the label party).
     data_parties : list of str
         Every data party, this one included.
+    label_party : str
+        The data party with the labels (under ``coordinator``, it assembles every passive
+        party's gradient requests, the first passive party its own:
+        :func:`~vfl.linear.routing.assembler_of`).
     outputs : int
         Outputs trained at once (K one-vs-rest models share the encrypted rows).
     batch_size : int
@@ -372,6 +389,7 @@ class GradientExchange:
         x: np.ndarray[Any, Any],
         data_parties: list[str],
         *,
+        label_party: str,
         outputs: int,
         batch_size: int,
         coordinator: str | None,
@@ -382,6 +400,7 @@ class GradientExchange:
     ) -> None:
         check_feature_bound(fed.name, x, len(x))  # the packings are sized for it
         self.fed, self.x, self.outputs, self.coordinator = fed, x, outputs, coordinator
+        self.data_parties, self.label_party = list(data_parties), label_party
         self.others = [p for p in data_parties if p != fed.name]
         self.view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = (
             [] if keep_view else None
@@ -449,6 +468,7 @@ class GradientExchange:
         numerator for the batch."""
         z_int = np.round(z * 2.0**SCORE_BITS).astype(np.int64)
         owner = self.coordinator is None  # two_party: the shares go to the key's owner
+        shares = {}
         for p, peer in self.peers.items():
             share = peer.combine(rows, z_int, to_key_owner=owner, workers=self.workers)
             if self.noise.get(p):  # label DP: fresh noise per batch, before it leaves
@@ -457,16 +477,8 @@ class GradientExchange:
                 )
                 share = share + noise
                 share.fresh = True  # the noise's fresh encryption re-randomises the product
-            VLR.send(self.fed, p, "share", Encrypted(data=share.to_wire()))
-        total: EncryptedVector | None = None
-        for p in self.others:
-            part = vector_from(self.key, VLR.recv(self.fed, p, "share", Encrypted).data, p)
-            if part.shape != (self.share_ciphertexts,) or part.exponent != 0:
-                Encrypted.refuse(p, "data", f"is a gradient share of shape {part.shape}")
-            total = part if total is None else total + part
-        if total is None:
-            raise RuntimeError("a gradient exchange needs at least one other data party")
-        values = self._open(total)  # (outputs, columns) exact integers
+            shares[p] = share
+        values = self._own_key(shares) if owner else self._routed(shares)
         scale = -(FEATURE_BITS + SCORE_BITS)
         out = np.array([[math.ldexp(v, scale) for v in row] for row in values.T.tolist()])
         out = out.reshape(self.x.shape[1], self.outputs)
@@ -474,34 +486,89 @@ class GradientExchange:
             self.view.append((rows.copy(), out.copy()))
         return out
 
-    def _open(self, total: EncryptedVector) -> np.ndarray[Any, Any]:
-        """The exact signed values of ``total``, ``(outputs, columns)``: decrypted by this
-        party's own key, or by the coordinator under masks of ``KAPPA`` bits of statistical
-        hiding. What comes back is checked as far as the requester can: as many slots as
-        asked for (:func:`~vfl.crypto.masked.request_slots`), each value within the public
-        bound of its slot and every padding slot 0 (else an OverflowError naming the key
-        holder)."""
-        packing, outputs = self.packing, self.outputs
-        if self.secret is not None:
-            plain = [int(v) for v in self.secret.raw_decrypt(total.ciphertexts)]
-            try:
-                return slots.unpack_rows(
-                    plain, outputs, packing, packing.value_bits(None), int(self.key.n), "a share"
-                )
-            except OverflowError:
-                raise self._overflow(self.fed.name) from None
-        if self.coordinator is None:
+    def _own_key(self, shares: dict[str, EncryptedVector]) -> np.ndarray[Any, Any]:
+        """``two_party``: each share goes to the party whose rows it was computed on, which
+        decrypts the sum of those it receives with its own key, ``(outputs, columns)``."""
+        for p, share in shares.items():
+            VLR.send(self.fed, p, "share", Encrypted(data=share.to_wire()))
+        me = self.fed.name
+        total = self._sum([self._received(p, me, self.packing) for p in self.others])
+        if self.secret is None:
             raise RuntimeError("no key to open the gradient share with")
-        layout = packing.masked_layout(outputs)
-        masked, masks = mask_slots(total, layout)
+        packing = self.packing
+        plain = [int(v) for v in self.secret.raw_decrypt(total.ciphertexts)]
         try:
-            values = request_decryption(
-                self.fed, self.coordinator, VLR.child("grad"), masked, masks
+            return slots.unpack_rows(
+                plain, self.outputs, packing, packing.value_bits(None), int(self.key.n), "a share"
             )
-            bound = packing.value_bits(KAPPA)
-            return slots.from_slots(values, outputs, packing, value_bits=bound)
         except OverflowError:
-            raise self._overflow(self.coordinator) from None
+            raise self._overflow(self.fed.name) from None
+
+    def _routed(self, shares: dict[str, EncryptedVector]) -> np.ndarray[Any, Any]:
+        """``coordinator``: the sum is decrypted for us by the coordinator from a request
+        another data party assembles (:mod:`vfl.linear.routing`), ``(outputs, columns)``.
+
+        We send our masks to our assembler and each share to its receiver's assembler (or
+        keep it, being that assembler); we assemble the request of every party we are the
+        assembler of (its share from us, the others', its masks); then the coordinator's
+        answer gives our values, checked as far as we can: as many slots as our layout has,
+        each value within the public bound of its slot and every padding slot 0 (else an
+        OverflowError naming the coordinator)."""
+        coordinator, me = self.coordinator, self.fed.name
+        if coordinator is None:
+            raise RuntimeError("no coordinator to open the gradient share")
+        masks = slot_masks(self.packing.masked_layout(self.outputs))
+        send_masks(self.fed, self.assembler(me), GRAD, masks)
+        for p, share in shares.items():
+            if self.assembler(p) != me:
+                VLR.send(self.fed, self.assembler(p), "share", Encrypted(data=share.to_wire()))
+        for t in self.others:  # in the data parties' order, as every sender sends
+            if self.assembler(t) == me:
+                self.assemble_for(t, shares[t])
+        try:
+            values = receive_opened(self.fed, coordinator, GRAD, masks)
+            bound = self.packing.value_bits(KAPPA)
+            return slots.from_slots(values, self.outputs, self.packing, value_bits=bound)
+        except OverflowError:
+            raise self._overflow(coordinator) from None
+
+    def assemble_for(self, receiver: str, share: EncryptedVector) -> None:
+        """Assemble ``receiver``'s gradient request: our share for it times the share of
+        every other party but it, times its masks, to the coordinator, which answers it."""
+        if self.coordinator is None:
+            raise RuntimeError("only the coordinator protocol assembles requests")
+        packing = self.peers[receiver].packing
+        senders = [q for q in self.others if q != receiver]
+        total = self._sum([share, *(self._received(q, receiver, packing) for q in senders)])
+        layout = packing.masked_layout(self.outputs)
+        assemble(self.fed, receiver, self.coordinator, GRAD, total, layout)
+
+    def assembler(self, party: str) -> str:
+        """The data party that assembles ``party``'s gradient requests
+        (:func:`~vfl.linear.routing.assembler_of`)."""
+        return assembler_of(party, self.label_party, self.data_parties)
+
+    def _received(self, sender: str, receiver: str, packing: RowPacking) -> EncryptedVector:
+        """A share ``sender`` computed for ``receiver`` (rows packed as ``packing``)."""
+        data = VLR.recv(self.fed, sender, "share", Encrypted).data
+        part = vector_from(self.key, data, sender)
+        expected = self.outputs * packing.groups
+        if part.shape != (expected,) or part.exponent != 0:
+            Encrypted.refuse(
+                sender,
+                "data",
+                f"is a gradient share for {receiver!r} of shape {part.shape}, not ({expected},)",
+            )
+        return part
+
+    @staticmethod
+    def _sum(parts: list[EncryptedVector]) -> EncryptedVector:
+        if not parts:
+            raise RuntimeError("a gradient exchange needs at least one other data party")
+        total = parts[0]
+        for part in parts[1:]:
+            total = total + part
+        return total
 
     def _overflow(self, holder: str) -> OverflowError:
         return OverflowError(

@@ -113,10 +113,11 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
            The guarantee is for neighbouring label vectors with the same set of classes (the
            passives learn K, and a class with one member is visible), against parties that
            follow the protocol: every party clips its rows to the norm the label party names,
-           and the label party refuses a peer whose announced packing is wider than clipped
-           rows allow, but cannot check every row. The noise comes from numpy's PCG64 seeded
-           with 128 bits of OS randomness per draw, rounded to the features' grid; it is not a
-           discrete-Gaussian sampler.
+           and nobody can check a peer's clipping (its rows travel encrypted, in a packing
+           derived from public sizes whatever their norm), and a peer that does not clip
+           reads gradients noised for a smaller sensitivity than its rows have. The noise
+           comes from numpy's PCG64 seeded with 128 bits of OS randomness per draw, rounded
+           to the features' grid; it is not a discrete-Gaussian sampler.
     verbose : int
         0 (default): nothing shown beyond long stages' progress (the label party's epoch
         lines still go to the ``vflink.progress`` logger at INFO, as in a ``vflink party``

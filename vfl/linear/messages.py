@@ -13,7 +13,6 @@ from vfl.federation.wire import CiphertextBlock
 __all__ = [
     "SCORE",
     "VLR",
-    "CrossScores",
     "Outputs",
     "RowsHeader",
     "RowsPart",
@@ -26,10 +25,11 @@ SCORE = Namespace("vlr-score")
 
 @dataclass(frozen=True)
 class SetupCounts(Message):
-    """To the coordinator at setup: the outputs K, the row packing a data party uses and the
-    packings its peers announced to it (so that the coordinator can check every party's
-    gradient requests against what the others saw), and from the label party the number of
-    rows (for the batch count)."""
+    """To the coordinator at setup, from every data party: the outputs K, the row packing it
+    uses, the packings its peers announced to it, and its number of rows. The coordinator
+    checks each against what the others saw and against the packing it derives from the
+    public sizes (:func:`~vfl.linear.protocol.check_setup`), and counts the batches from
+    the rows."""
 
     KIND = "setup counts"
     outputs: int
@@ -53,14 +53,6 @@ class RowsPart(Message):
 
     KIND = "encrypted rows"
     blocks: list[CiphertextBlock]
-
-
-@dataclass(frozen=True)
-class CrossScores(Message):
-    """The label party forwards earlier passives' encrypted scores (cross terms of the loss)."""
-
-    KIND = "cross-term scores"
-    scores: list[CiphertextBlock]
 
 
 @dataclass(frozen=True)

@@ -100,11 +100,19 @@ class VerticalPoissonRegression(RegressorMixin, FederatedEstimator):  # type: ig
     party boundary in the clear (``tests/vfl/linear/test_poisson.py`` searches every message).
 
     .. warning::
-       Against a party that deviates, the coordinator is a decryption oracle for whatever
-       ciphertexts the requester holds under its key, packed into a request of the agreed
-       layout: the passive party could have its batch's ``[[mu - y]]`` opened, the label
-       party the ``[[exp(u_B)]]`` it receives. Honest-but-curious parties learn only what is
-       listed above.
+       Against a party that deviates, the coordinator opens whatever ciphertexts the
+       requester holds under its key, packed into a request of the agreed layout, one value
+       per column and batch: the passive party could have its batch's ``[[mu - y]]``
+       opened, the label party the passive's ``[[exp(u_B)]]``, or its ``[[u_B]]`` at the
+       epoch's model for any rows (and one more value per epoch in the loss request). A
+       design of indicator columns gets each party as much through the honest protocol --
+       the passive its batch's residuals, the label party ``exp(u_B)`` from its ``r``, its
+       ``e exp(u_A)`` and ``y`` -- so deviating adds little beyond the choice of rows
+       (``tests/vfl/linear/test_poisson.py`` plays the passive both ways). Unlike
+       ``protocol="coordinator"`` of the linear models, the requests are not routed through
+       the other party: each is computed from its receiver's own columns, which nobody else
+       holds, so a forwarder could not check it; and no party holds the other's encrypted
+       features. Honest-but-curious parties learn only what is listed above.
 
     .. warning::
        As under ``protocol="coordinator"`` of :class:`VerticalLogisticRegression`, each data

@@ -17,8 +17,12 @@ Setup.
    of the public :func:`~vfl.linear.poisson_math.gradient_bound`): a request packed as
    its sender chose (one value per ciphertext, whole plaintexts) is refused, naming it.
    Past the layout C cannot check: a party that deviates can still fill a request with
-   other ciphertexts under C's key (see the warning of
-   :class:`~vfl.linear.VerticalPoissonRegression`).
+   other ciphertexts under C's key, which gets it what a design of indicator columns gets
+   it honestly (see the warning of :class:`~vfl.linear.VerticalPoissonRegression`). The
+   requests are not routed through the other data party as the linear models' are
+   (:mod:`vfl.linear.routing`): each is computed from its receiver's own plaintext columns
+   (the label party's loss from its rates and counts), which no other party holds, so a
+   forwarder could not check what it forwards.
 3. Nothing of the targets leaves A, not even encrypted: a party holding ciphertexts under
    C's key could slip them into its masked requests and have C decrypt them (the loss's
    ``sum y u_B`` is formed by A from B's encrypted scores instead).

@@ -11,29 +11,46 @@ party, ``u_k`` at a passive party -- and the gradient exchange (:mod:`vfl.linear
 gives each party ``X_p^T sum_q z_q``, its gradient numerator. The loss needs
 ``|sum_q z_q|^2``, which splits into the label party's ``|z_A|^2``, each passive's
 ``2 w_k^T G_k + |u_k|^2`` (``G_k`` the share it decrypted, so ``w_k^T G_k`` is the inner product
-of its scores with the others') and, with two or more passives, cross terms ``-2 u_k . u_l``
-from one encrypted score vector per batch of all passives but the last. The passives send
-their epoch sums encrypted; the label party learns the total once per epoch.
+of its scores with the others') and, with two or more passives, cross terms ``-2 u_k . u_l``:
+each passive but the last sends its encrypted scores to every later one, which returns the
+inner products encrypted. Every encrypted piece of the loss is a multiple of
+``2**LOSS_EXPONENT``. The label party learns the total once per epoch.
+
+Under ``coordinator`` no party reads the decryption of ciphertexts it chose
+(:mod:`vfl.linear.routing`). A passive party's gradient request is assembled by the label
+party, the label party's by the first passive party: the receiver sends its assembler only
+its masks, in the clear, and the coordinator answers the receiver. The loss goes the same
+way: the passives' pieces and cross terms go to the first passive party, not to the label
+party, which sends it its masks and adds its own ``|z_A|^2`` to what the coordinator
+returns. What each role sees: a data party, its own exact gradient of each batch (the
+label party also the loss of each epoch) and, as an assembler, ciphertexts and the masks
+of the party it assembles for, never the masked value; the coordinator, values masked
+``KAPPA`` (40) bits beyond their bound. The cost is the same: one decryption per data party
+and batch and one per epoch, the masks encrypted once by the assembler instead of the
+receiver, as many messages.
 
 What the coordinator checks (:func:`check_setup`, then every request): every party trains the
 label party's outputs and has its rows; each party's packing is the one the public sizes
 give (rows, batch size, contributing parties, key bits, its column count:
-:class:`~vfl.linear.exchange.PublicSizes`) and the one its peers received; and each gradient
-request has exactly the masked layout of that packing, each loss request one value. Nothing
-a party announces sizes what the coordinator decrypts for it: a packing chosen by the
-requester (one 1020-bit slot per ciphertext) would have it open one whole plaintext of the
-requester's choosing per column and batch, e.g. rows of the label party's encrypted
-features.
+:class:`~vfl.linear.exchange.PublicSizes`) and the one its peers received; each gradient
+request comes from the receiver's assembler with exactly the masked layout of the
+receiver's packing, and each loss request from the first passive party with the layout of
+one value within :data:`~vfl.linear.losses.LOSS_BOUND` (:func:`loss_layout`). Nothing a
+party announces sizes what the coordinator decrypts: a packing chosen by the requester (one
+1020-bit slot per ciphertext) would have it open one whole plaintext per column and batch.
 
 .. warning::
-   The coordinator cannot see past the masks: a party that deviates can still fill a
-   request of the agreed layout with other ciphertexts under the coordinator's key (its
-   peers' encrypted rows, cut to its slots, which are as wide as theirs) and have as many
-   opened per batch as its honest share has (outputs times its column groups). It can also
-   send values of its own within their public bounds that the protocol did not compute:
-   under label DP, rows not clipped to the agreed norm get less noise than their gradients
-   need, and no peer can tell (a packing is the same whatever the rows). Malicious parties
-   are out of scope (:mod:`vfl.crypto.masked`).
+   The coordinator cannot see past the masks, nor an assembler into the ciphertexts it
+   multiplies: a deviating assembler (or a party whose share it multiplies in) can put
+   other ciphertexts under the coordinator's key into a request of the agreed layout --
+   e.g. a third party's encrypted rows -- and have them opened for the receiver, behind
+   nothing but the receiver's own masks. The deviating party itself sees nothing, so this
+   leaks only to two data parties pooling what they see. A party's own encrypted rows are
+   ciphertexts of its choosing too (see :mod:`vfl.linear.exchange`). A party can also send
+   values of its own within their public bounds that the protocol did not compute: under
+   label DP, rows not clipped to the agreed norm get less noise than their gradients need,
+   and no peer can tell (a packing is the same whatever the rows). Malicious parties are
+   out of scope.
 """
 
 from __future__ import annotations
@@ -47,7 +64,8 @@ import numpy as np
 
 from vfl.crypto import EncryptedVector
 from vfl.crypto.kernels import multiexp_rows
-from vfl.crypto.masked import decrypt_masked, serve_decryption
+from vfl.crypto.keys import PaillierPublicKey
+from vfl.crypto.masked import serve_decryption
 from vfl.crypto.messages import Encrypted
 from vfl.crypto.packing import PackingLayout
 from vfl.crypto.policy import PublicKeyMessage, vector_from
@@ -62,10 +80,12 @@ from vfl.linear.common import (
     penalty_weight,
     show_epoch,
 )
-from vfl.linear.exchange import SCORE_BITS, GradientExchange, PublicSizes
+from vfl.linear.exchange import GRAD, SCORE_BITS, GradientExchange, PublicSizes
 from vfl.linear.losses import LOSS_BOUND, MAX_OUTPUTS, SCORE_BOUND, check_scores, penalty
-from vfl.linear.messages import VLR, CrossScores, SetupCounts
+from vfl.linear.messages import VLR, SetupCounts
 from vfl.linear.model import FEATURE_BITS
+from vfl.linear.poisson_math import masked_layout
+from vfl.linear.routing import assemble, assembler_of, receive_opened, send_masks, slot_masks
 from vfl.privacy.mechanisms import gaussian_noise
 from vfl.progress import EpochProgress
 from vfl.training.control import EpochControl
@@ -74,16 +94,26 @@ from vfl.training.optimizers import make_optimizer
 from vfl.training.schedule import Schedule, agree_seed, auto_batch_size
 
 __all__ = [
+    "LOSS_EXPONENT",
     "CoordinatorRole",
     "DataRole",
     "check_setup",
     "label_sensitivity",
+    "loss_layout",
+    "loss_piece",
     "project",
     "record_label_dp",
     "weight_radius",
 ]
 
 logger = logging.getLogger(__name__)
+
+LOSS = VLR.child("loss")
+"""The tags of the label party's routed loss decryption (``vlr/loss/masks``, ``req``,
+``plain``)."""
+LOSS_EXPONENT = -2 * SCORE_BITS
+"""Every encrypted piece of the loss is a multiple of ``2**LOSS_EXPONENT`` (the cross terms,
+products of two scores at ``2**-SCORE_BITS``, are exactly that)."""
 
 
 class DataRole(DataParty):
@@ -100,6 +130,7 @@ class DataRole(DataParty):
             fed,
             self.x,
             list(spec.data_parties),
+            label_party=spec.label_party,
             outputs=outputs,
             batch_size=spec.batch_size,
             coordinator=spec.coordinator,
@@ -202,7 +233,6 @@ class _LabelTrainer(_Trainer):
         super().__init__(fed, spec, x, w, exchange)
         self.t = targets
         self.own = 0.0
-        self.cross: EncryptedVector | None = None
         self.followers = [*spec.passives, *([spec.coordinator] if spec.coordinator else [])]
 
     def run(self, schedule: Schedule) -> FitResult:
@@ -248,59 +278,39 @@ class _LabelTrainer(_Trainer):
             noise = gaussian_noise(grad.shape, sigma=sigma * self.spec.label_noise)
             grad = grad + np.round(noise * 2.0**FEATURE_BITS) / 2.0**FEATURE_BITS
         self.own += float(np.sum(z * z))
-        self.add_cross_terms(len(rows))
         self.step(grad, len(rows), epoch, intercept=True)
 
-    def add_cross_terms(self, rows: int) -> None:
-        """With two or more passives: forward each earlier passive's encrypted scores to the
-        later ones and collect ``-2 u_k . u_l`` under encryption."""
-        passives = self.spec.passives
-        if len(passives) < 2:
-            return
-        key = self.exchange.key
-        scores = {}
-        outputs = self.w.shape[1]
-        for q in passives[:-1]:
-            scores[q] = vector_from(key, VLR.recv(self.fed, q, "u", Encrypted).data, q)
-            if scores[q].shape != (rows * outputs,):
-                Encrypted.refuse(q, "data", f"holds {scores[q].shape} scores for {rows} rows")
-        for k, p in enumerate(passives[1:], start=1):
-            message = CrossScores(scores=[scores[q].to_wire() for q in passives[:k]])
-            VLR.send(self.fed, p, "cross", message)
-            total = vector_from(key, VLR.recv(self.fed, p, "cross-sum", Encrypted).data, p)
-            if total.size != 1:
-                Encrypted.refuse(p, "data", "is not one cross-term sum")
-            total = total * -2
-            self.cross = total if self.cross is None else self.cross + total
-
     def epoch_loss(self, n: int) -> float:
-        """The epoch's mean training loss: the encrypted pieces plus its own, decrypted once."""
-        pieces = []
-        for p in self.spec.passives:
-            piece = vector_from(
-                self.exchange.key, VLR.recv(self.fed, p, "loss-piece", Encrypted).data, p
-            )
-            if piece.size != 1:
-                Encrypted.refuse(p, "data", "is not one loss piece")
-            pieces.append(piece)
-        total = pieces[0] + self.own
-        for piece in [*pieces[1:], *([self.cross] if self.cross is not None else [])]:
-            total = total + piece
-        self.own, self.cross = 0.0, None
-        if self.exchange.secret is not None:
-            value = float(self.exchange.secret.decrypt(total))
+        """The epoch's mean training loss: the passive parties' part of ``|sum_q z_q|^2``
+        (their pieces and cross terms), decrypted once, plus its own ``|z_A|^2`` and penalty.
+
+        Under ``coordinator`` it chooses no ciphertext of that decryption: the first passive
+        party assembles the request from the pieces and the masks this party sends it, and
+        the coordinator answers this party (:mod:`vfl.linear.routing`)."""
+        own, self.own = self.own, 0.0
+        if self.exchange.secret is not None:  # two_party: the one passive's piece, our key
+            (passive,) = self.spec.passives
+            piece = loss_piece(self.exchange.key, self.fed, passive)
+            rest = float(self.exchange.secret.decrypt(piece)[0])
         else:
             holder = self.spec.coordinator
             if holder is None:
                 raise RuntimeError("no key holder to decrypt the loss")
-            value = float(
-                decrypt_masked(self.fed, holder, VLR.child("loss"), total, bound=LOSS_BOUND)[0]
-            )
-        return self.spec.loss.mean_loss(value, n, self.t.shape[1])
+            masks = slot_masks(loss_layout(self.exchange.key.n_length), LOSS_EXPONENT)
+            send_masks(self.fed, self.exchange.assembler(self.fed.name), LOSS, masks)
+            (value,) = receive_opened(self.fed, holder, LOSS, masks)
+            rest = math.ldexp(value, LOSS_EXPONENT)
+        return self.spec.loss.mean_loss(rest + own, n, self.t.shape[1])
 
 
 class _PassiveTrainer(_Trainer):
-    """A passive party: ``z = u_k``, its partial scores; it sends its loss piece per epoch."""
+    """A passive party: ``z = u_k``, its partial scores; it sends its loss piece per epoch.
+
+    With two or more passives, the cross terms ``-2 u_k . u_l`` of the loss: each passive
+    but the last sends its encrypted scores to every later one, which returns ``u_k . u_l``
+    under encryption to the first passive party, the assembler of the label party's loss
+    request (:func:`~vfl.linear.routing.assembler_of`), never to the label party, which
+    must not choose what is decrypted for it."""
 
     def __init__(
         self,
@@ -313,6 +323,8 @@ class _PassiveTrainer(_Trainer):
         super().__init__(fed, spec, x, w, exchange)
         self.position = spec.passives.index(fed.name)
         self.piece = 0.0
+        self.cross: EncryptedVector | None = None  # at the loss's assembler: the cross terms
+        self.assembler = exchange.assembler(spec.label_party)
 
     def run(self, schedule: Schedule) -> FitResult:
         label = self.spec.label_party
@@ -324,9 +336,7 @@ class _PassiveTrainer(_Trainer):
                 self.train_batch(rows, epoch)
             self.end_epoch()
             self.piece += self.penalty_term(intercept=False)
-            key = self.exchange.keys[label]
-            piece = Encrypted(data=key.encrypt(np.array(self.piece)).to_wire())
-            VLR.send(self.fed, label, "loss-piece", piece)
+            self.send_loss_piece()
             self.piece = 0.0
             epoch += 1
         return FitResult(part=None, n_iter=epoch)
@@ -335,38 +345,95 @@ class _PassiveTrainer(_Trainer):
         x = self.x[rows]
         u = x @ self.w
         check_scores(u, self.fed.name)
-        label = self.spec.label_party
-        last = self.position == len(self.spec.passives) - 1
-        if not last:  # for the cross terms of the later passives
+        later = self.spec.passives[self.position + 1 :]
+        if later:  # for the cross terms of the later passives
             scores = self.exchange.key.encrypt(u.ravel(), precision=2.0**-SCORE_BITS)
-            VLR.send(self.fed, label, "u", Encrypted(data=scores.to_wire()))
+            for p in later:
+                VLR.send(self.fed, p, "u", Encrypted(data=scores.to_wire()))
         remote = self.exchange.remote(rows, u)
         grad = x.T @ u + remote
         self.piece += float(2 * np.sum(self.w * remote) + np.sum(u * u))
         if self.position:
             self.send_cross_sum(u)
+        elif len(self.spec.passives) > 1:
+            self.add_cross_sums()
         self.step(grad, len(rows), epoch, intercept=False)
 
     def send_cross_sum(self, u: np.ndarray[Any, Any]) -> None:
-        """``sum over earlier passives l of u . u_l``, under encryption, to the label party."""
-        label = self.spec.label_party
-        received = VLR.recv(self.fed, label, "cross", CrossScores)
-        if len(received.scores) != self.position:
-            CrossScores.refuse(label, "scores", f"has {len(received.scores)} score vectors")
-        others = [vector_from(self.exchange.key, c, label) for c in received.scores]
-        if any(o.shape != (u.size,) or o.exponent != -SCORE_BITS for o in others):
-            CrossScores.refuse(
-                label, "scores", f"are not {u.size} scores at exponent {-SCORE_BITS}"
-            )
+        """``sum over earlier passives l of u . u_l``, under encryption, to the assembler of
+        the label party's loss."""
+        key = self.exchange.key
+        others = []
+        for q in self.spec.passives[: self.position]:
+            other = vector_from(key, VLR.recv(self.fed, q, "u", Encrypted).data, q)
+            if other.shape != (u.size,) or other.exponent != -SCORE_BITS:
+                Encrypted.refuse(q, "data", f"are not {u.size} scores at exponent {-SCORE_BITS}")
+            others.append(other)
         # exact fixed-point integers, so the result's exponent is the same public constant in
         # every batch (a data-dependent exponent would tell the label party |u|'s magnitude)
         flat = np.round(u.ravel() * 2.0**SCORE_BITS).astype(np.int64)
-        nsq = self.exchange.key.nsquare
-        products = [multiexp_rows(o.ciphertexts, [flat], nsq)[0] for o in others]
-        total = EncryptedVector(self.exchange.key, products[:1], others[0].exponent - SCORE_BITS)
+        products = [multiexp_rows(o.ciphertexts, [flat], key.nsquare)[0] for o in others]
+        total = EncryptedVector(key, products[:1], LOSS_EXPONENT)
         for c in products[1:]:
-            total = total + EncryptedVector(self.exchange.key, [c], total.exponent)
-        VLR.send(self.fed, label, "cross-sum", Encrypted(data=total.to_wire()))
+            total = total + EncryptedVector(key, [c], LOSS_EXPONENT)
+        VLR.send(self.fed, self.assembler, "cross-sum", Encrypted(data=total.to_wire()))
+
+    def add_cross_sums(self) -> None:
+        """The loss's assembler: ``-2 u_k . u_l`` from every later passive, kept encrypted."""
+        for p in self.spec.passives[1:]:
+            total = loss_piece(self.exchange.key, self.fed, p, "cross-sum") * -2
+            self.cross = total if self.cross is None else self.cross + total
+
+    def send_loss_piece(self) -> None:
+        """The epoch's piece ``2 w^T G + |u|^2`` (and penalty), encrypted: to the label party
+        (``two_party``, under its key) or to the assembler of its loss request; the
+        assembler itself assembles the request (:meth:`assemble_loss`)."""
+        fed, label, coordinator = self.fed, self.spec.label_party, self.exchange.coordinator
+        if coordinator is not None and self.assembler == fed.name:
+            self.assemble_loss(coordinator)
+            return
+        piece = self.exchange.keys[label].encrypt(
+            np.array([self.piece]), precision=2.0**LOSS_EXPONENT
+        )
+        to = label if coordinator is None else self.assembler
+        VLR.send(fed, to, "loss-piece", Encrypted(data=piece.to_wire()))
+
+    def assemble_loss(self, coordinator: str) -> None:
+        """The label party's loss request: our piece, the other passives' encrypted pieces
+        and the epoch's cross terms, masked by the label party's masks, to ``coordinator``,
+        which answers the label party (:func:`~vfl.linear.routing.assemble`)."""
+        key, fed = self.exchange.key, self.fed
+        # our piece added to the ciphertext 1 (of 0) costs no encryption: the fresh
+        # encryption of the masks re-randomises the request
+        total = EncryptedVector(key, [1], LOSS_EXPONENT) + self.piece
+        for p in self.spec.passives[1:]:
+            total = total + loss_piece(key, fed, p)
+        if self.cross is not None:
+            total, self.cross = total + self.cross, None
+        layout = loss_layout(key.n_length)
+        assemble(fed, self.spec.label_party, coordinator, LOSS, total, layout)
+
+
+def loss_piece(
+    key: PaillierPublicKey, fed: Federation, sender: str, step: str = "loss-piece"
+) -> EncryptedVector:
+    """One encrypted value of the loss at :data:`LOSS_EXPONENT` from ``sender`` (its epoch's
+    piece, or a batch's cross term with ``step="cross-sum"``), or a refusal naming it."""
+    piece = vector_from(key, VLR.recv(fed, sender, step, Encrypted).data, sender)
+    if piece.shape != (1,) or piece.exponent != LOSS_EXPONENT:
+        Encrypted.refuse(
+            sender,
+            "data",
+            f"holds {piece.shape} values at exponent {piece.exponent}, not one at {LOSS_EXPONENT}",
+        )
+    return piece
+
+
+def loss_layout(key_bits: int) -> PackingLayout:
+    """The layout of the label party's loss request under ``coordinator``: one value within
+    :data:`~vfl.linear.losses.LOSS_BOUND` at :data:`LOSS_EXPONENT`, derived from public
+    numbers only (the coordinator pins the request to it)."""
+    return masked_layout(1, LOSS_BOUND, LOSS_EXPONENT, key_bits)
 
 
 def weight_radius(x: np.ndarray[Any, Any], parties: int) -> float:
@@ -388,7 +455,8 @@ class CoordinatorRole:
     """The key holder: sends its public key, checks every data party's setup against the
     packings it derives from the public sizes (:func:`check_setup`), then decrypts masked
     gradient shares (one per data party and batch, each of its party's derived layout) and
-    the loss once per epoch."""
+    the loss once per epoch, each request from the receiver's assembler and each answer to
+    the receiver (:mod:`vfl.linear.routing`)."""
 
     def __init__(self, spec: FitSpec) -> None:
         self.spec = spec
@@ -404,19 +472,30 @@ class CoordinatorRole:
         rows = counts[label].rows or 0  # checked by check_setup
         batch = spec.batch_size or auto_batch_size(rows)  # 0: derived from the rows
         per_epoch = Schedule(rows, batch, 0).batches_per_epoch()
+        by = {p: assembler_of(p, label, spec.data_parties) for p in parties}
+        loss = loss_layout(public_key.n_length)
         epochs = 0
         while not VLR.recv(fed, label, "epoch", EpochControl).stop:
             for _ in range(per_epoch):
-                for p in parties:
+                for p in parties:  # each assembler sends its requests in this order
                     serve_decryption(
                         fed,
-                        p,
-                        VLR.child("grad"),
+                        by[p],
+                        GRAD,
                         private_key,
                         expected=layouts[p].n_ciphertexts,
                         layout=layouts[p],
+                        answer_to=p,
                     )
-            serve_decryption(fed, label, VLR.child("loss"), private_key, expected=1, count=1)
+            serve_decryption(
+                fed,
+                by[label],
+                LOSS,
+                private_key,
+                expected=loss.n_ciphertexts,
+                layout=loss,
+                answer_to=label,
+            )
             epochs += 1
         return FitResult(part=None, n_iter=epochs)
 

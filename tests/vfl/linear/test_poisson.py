@@ -5,6 +5,7 @@ gradient), deviating parties refused by name, bad input, deployment and persiste
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -294,6 +295,68 @@ def test_deviating_parties_are_refused_by_name(table) -> None:  # type: ignore[n
 
     with pytest.raises(PartyFailedError, match=r"party 'insurer' .* received"):
         _run_with(Wide, LABEL, table)
+
+
+def _views_with(role_class: type[PoissonDataRole], party: str, table: Any) -> list[Any]:
+    """``party``'s decrypted views of a one-epoch fit in which it runs ``role_class``."""
+    parts, y = table
+    est = small(max_iter=1)
+    spec = replace(est.fit_spec(LABEL, [LABEL, PASSIVE]), keep_views=True)
+    roles: dict[str, Any] = {"coordinator": PoissonCoordinatorRole(spec)}
+    for name, (part, x, targets, exposure) in est.fit_parts(spec, parts, y, "periods").items():
+        role = role_class if name == party else PoissonDataRole
+        roles[name] = role(spec, part, x, targets, exposure)
+    LocalFederation(timeout=60).run(roles)
+    view: list[Any] = roles[party].view
+    return view
+
+
+def test_a_request_of_other_ciphertexts_opens_what_a_chosen_design_does(table) -> None:  # type: ignore[no-untyped-def]
+    """Why the Poisson requests are not routed as the linear coordinator's are (issue #31):
+    each is computed from its receiver's own columns, which no other party holds, so another
+    party could forward it but not check it; and the ciphertexts a party holds under the
+    coordinator's key are the other's residuals or scores, never its features. A passive
+    that has its batch's ``[[r]]`` opened instead of ``X_B^T [[r]]`` reads, batch for batch,
+    what a passive whose columns are indicators of those rows decrypts through the honest
+    code (the residuals of the first batch, ``mu_0 - y`` at the public start)."""
+    parts, y = table
+    columns = parts[PASSIVE].shape[1]
+
+    class Opening(PoissonDataRole):
+        """Puts its batch's first residuals, one per column, into its gradient request."""
+
+        def open_gradient(self, fed, rows, r):  # type: ignore[no-untyped-def]
+            first = EncryptedVector(r.public_key, r.ciphertexts[:columns], r.exponent)
+            picked = first.rescale(r.exponent - FEATURE_BITS)  # at the gradient's exponent
+            bound = gradient_bound(len(self.x))
+            values = decrypt_masked(
+                fed, self.spec.coordinator, VPR.child("grad"), picked, bound=bound
+            )
+            out = np.asarray(values, dtype=float)
+            self.view.append((rows.copy(), out.copy()))
+            return out
+
+    class Indicators(PoissonDataRole):
+        """Honest, on a design whose column j is 1 in the j-th row of each batch of the
+        epoch (the batches partition the rows, so one design serves them all)."""
+
+        def open_gradient(self, fed, rows, r):  # type: ignore[no-untyped-def]
+            self.x_int = np.zeros_like(self.x_int)
+            self.x_int[rows[:columns], np.arange(columns)] = 1 << FEATURE_BITS
+            return super().open_gradient(fed, rows, r)
+
+    opened = _views_with(Opening, PASSIVE, table)
+    crafted = _views_with(Indicators, PASSIVE, table)
+    assert len(opened) == len(crafted) > 1
+    for (rows, got), (same_rows, designed) in zip(opened, crafted, strict=True):
+        np.testing.assert_array_equal(rows, same_rows)
+        np.testing.assert_array_equal(got, designed)
+    rows, first = opened[0]
+    e = parts[LABEL]["periods"].to_numpy()
+    start = np.log(y.sum() / e.sum())
+    picked = rows[:columns]
+    residuals = e[picked] * np.exp(start) - y.to_numpy(float)[picked]
+    np.testing.assert_allclose(first, residuals, atol=1e-6)
 
 
 def test_scores_beyond_the_public_bound_fail_naming_the_party(table) -> None:  # type: ignore[no-untyped-def]
