@@ -35,6 +35,7 @@ pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.S
 @pytest.fixture(scope="module")
 def breast() -> tuple[dict[str, pd.DataFrame], pd.Series]:
     x, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    x, y = x.iloc[:256], y.iloc[:256]  # small and quick: the deviations do not need more
     cols = list(x.columns)
     return {"imaging": x[cols[:10]], "lab": x[cols[10:]]}, y
 
@@ -175,7 +176,7 @@ def test_the_partner_learns_no_keep_bit_only_where_to_go_back_to(breast) -> None
 def test_the_setup_header_is_the_same_whatever_the_datas_extremes(breast) -> None:  # type: ignore[no-untyped-def]
     parts, y = breast
     wild = {name: frame.copy() for name, frame in parts.items()}
-    wild["lab"].iloc[0, 0] = float(wild["lab"].iloc[:, 0].max() * 50)  # z-score near 23
+    wild["lab"].iloc[0, 0] = float(wild["lab"].iloc[:, 0].max() * 50)  # z-score near 16
     headers = []
     for frames, clip in ((parts, True), (wild, False)):
         est = fit(frames, y, clip_outliers=clip, max_iter=1)
@@ -186,7 +187,7 @@ def test_the_setup_header_is_the_same_whatever_the_datas_extremes(breast) -> Non
             if r.sender == "lab" and r.tag in ("vlr/rows", "vlr/ss/plan")
         ]
         headers.append((peak, [(t, p.get("packing"), p.get("columns")) for t, p in sent]))
-    assert headers[0][0] < 8 and headers[1][0] > 16  # the extremes differ by far
+    assert headers[0][0] < 8 and headers[1][0] > 12  # the extremes differ by far
     assert len(headers[0][1]) == 2  # the rows' header and the plan
     assert headers[0][1] == headers[1][1]  # what lab announces does not
 

@@ -255,10 +255,11 @@ def test_scikit_learn_model_selection_splits_vertical_frames(breast) -> None:  #
     from vfl import VerticalFrames
 
     parts, y = breast
+    parts, y = {name: frame.iloc[:300] for name, frame in parts.items()}, y.iloc[:300]
     frames = VerticalFrames(parts, label_party="imaging")
-    assert len(frames) == 569 and frames.shape == (569, 30)
+    assert len(frames) == 300 and frames.shape == (300, 30)
     x_train, x_test, y_train, y_test = train_test_split(frames, y, test_size=0.3, random_state=0)
-    assert isinstance(x_train, VerticalFrames) and len(x_test) == len(y_test) == 171
+    assert isinstance(x_train, VerticalFrames) and len(x_test) == len(y_test) == 90
     assert x_train.parts["lab"].index.equals(y_train.index)  # every party, the same rows
     est = small_model(VerticalLogisticRegression, max_iter=2, batch_size=128, tol=None)
     scores = cross_val_score(est, frames, y, cv=3)

@@ -4,6 +4,8 @@ twin's and every party's view gives the attacks nothing."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -30,6 +32,10 @@ def three() -> tuple[dict[str, pd.DataFrame], pd.Series]:
     return parts, y
 
 
+def first(rows: int, parts: dict[str, pd.DataFrame], y: pd.Series) -> tuple[Any, pd.Series]:
+    return {name: frame.iloc[:rows] for name, frame in parts.items()}, y.iloc[:rows]
+
+
 def assert_twin(est, parts, y, label: str) -> None:  # type: ignore[no-untyped-def]
     weights, curve = plaintext_reference(est, parts, y, label_party=label)
     for name, part in est.parts_.items():
@@ -40,7 +46,7 @@ def assert_twin(est, parts, y, label: str) -> None:  # type: ignore[no-untyped-d
 
 @pytest.mark.parametrize("protocol", ["shared", "shared_coordinator"])
 def test_three_parties_train_the_plaintext_twins_model(three, protocol: str) -> None:  # type: ignore[no-untyped-def]
-    parts, y = three
+    parts, y = first(320, *three)
     est = small_model(
         VerticalLogisticRegression, protocol=protocol, max_iter=2, batch_size=64, tol=None
     )
@@ -80,7 +86,7 @@ def test_three_party_regression_with_a_warm_start_and_the_label_party_last() -> 
 
 
 def test_no_third_party_view_gives_the_label_solver_anything(three) -> None:  # type: ignore[no-untyped-def]
-    parts, y = three
+    parts, y = first(320, *three)
     est = small_model(VerticalLogisticRegression, batch_size=64, max_iter=1, tol=None)
     est.fit(parts, y, label_party="imaging", keep_views=True)
     design = est.parts_["lab"].design(parts["lab"])  # the partner's shares of its gradient
