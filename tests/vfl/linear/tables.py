@@ -33,3 +33,21 @@ def small_model(cls: type[T], **params: Any) -> T:
     base: dict[str, Any] = {"key_bits": 1024, "insecure": True, "random_state": 0}
     base.update(params)
     return cls(**base)
+
+
+SHARES_ATOL = 1e-5
+"""Truncating random shares costs at most a few units of ``2**-24`` per step and weight."""
+
+
+def assert_equals_twin(est: Any, parts: dict[str, pd.DataFrame], y: Any, label: str) -> None:
+    """Every party's weights and the loss curve of an encrypted fit equal the plaintext
+    twin's (:func:`vfl.linear.plaintext_reference`), to the shares' truncation."""
+    import numpy as np
+
+    from vfl.linear.reference import plaintext_reference
+
+    weights, curve = plaintext_reference(est, parts, y, label_party=label)
+    for name, part in est.parts_.items():
+        w = part.weights(with_intercept=name == label)
+        np.testing.assert_allclose(w, weights[name].reshape(w.shape), atol=SHARES_ATOL)
+    np.testing.assert_allclose(est.loss_curve_, curve, rtol=SHARES_ATOL)

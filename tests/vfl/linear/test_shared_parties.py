@@ -11,17 +11,14 @@ import pandas as pd
 import pytest
 from sklearn.datasets import load_breast_cancer
 
-from tests.vfl.linear.tables import small_model
+from tests.vfl.linear.tables import SHARES_ATOL, assert_equals_twin, small_model
 from tests.vfl.linear.test_logistic import step_of
 from vfl.audit import LabelSolveAudit, ScoreSolveAudit
 from vfl.crypto import SecurityWarning
 from vfl.federation.wire import CiphertextBlock
 from vfl.linear import VerticalLinearRegression, VerticalLogisticRegression
-from vfl.linear.reference import plaintext_reference
 
 pytestmark = pytest.mark.filterwarnings(f"ignore::{SecurityWarning.__module__}.SecurityWarning")
-
-ATOL = 1e-5  # truncating random shares: at most a few units of 2**-24 per step and weight
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +33,6 @@ def first(rows: int, parts: dict[str, pd.DataFrame], y: pd.Series) -> tuple[Any,
     return {name: frame.iloc[:rows] for name, frame in parts.items()}, y.iloc[:rows]
 
 
-def assert_twin(est, parts, y, label: str) -> None:  # type: ignore[no-untyped-def]
-    weights, curve = plaintext_reference(est, parts, y, label_party=label)
-    for name, part in est.parts_.items():
-        w = part.weights(with_intercept=name == label)
-        np.testing.assert_allclose(w, weights[name].reshape(w.shape), atol=ATOL)
-    np.testing.assert_allclose(est.loss_curve_, curve, rtol=ATOL)
-
-
 @pytest.mark.parametrize("protocol", ["shared", "shared_coordinator"])
 def test_three_parties_train_the_plaintext_twins_model(three, protocol: str) -> None:  # type: ignore[no-untyped-def]
     parts, y = first(320, *three)
@@ -52,7 +41,7 @@ def test_three_parties_train_the_plaintext_twins_model(three, protocol: str) -> 
     )
     est.fit(parts, y, label_party="imaging", keep_payloads=True)
     assert est.n_iter_ == 2 and est.loss_curve_[-1] < est.loss_curve_[0]
-    assert_twin(est, parts, y, "imaging")
+    assert_equals_twin(est, parts, y, "imaging")
     assert est.score(parts, y) > 0.9
     records = est.transcript_.records
     late = [r for r in records if "genomics" in (r.sender, r.receiver)]  # setup, control, end
@@ -75,13 +64,13 @@ def test_three_party_regression_with_a_warm_start_and_the_label_party_last() -> 
     parts = {"a": frame[["c0", "c1"]], "b": frame[["c2", "c3"]], "label": frame[["c4", "c5"]]}
     reg = small_model(VerticalLinearRegression, max_iter=2, batch_size=64, tol=None)
     reg.fit(parts, t, label_party="label")
-    assert_twin(reg, parts, t, "label")
+    assert_equals_twin(reg, parts, t, "label")
     before = {n: p.weights(with_intercept=n == "label") for n, p in reg.parts_.items()}
     reg.set_params(warm_start=True, learning_rate=1e-9, max_iter=1)
     reg.fit(parts, t, label_party="label")
     for name, part in reg.parts_.items():  # fresh shares of the fitted weights, at 3 parties
         np.testing.assert_allclose(
-            part.weights(with_intercept=name == "label"), before[name], atol=ATOL
+            part.weights(with_intercept=name == "label"), before[name], atol=SHARES_ATOL
         )
 
 
