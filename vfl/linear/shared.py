@@ -315,9 +315,6 @@ class SharedDataRole(DataParty):
         """Whether this party holds shares (the label party and its partner)."""
         return self.me < 2
 
-    def other_core(self, index: int) -> int:
-        return 1 - index
-
     # -- the two moves: send a masked value, receive one -------------------------------------
 
     def send_masked(
