@@ -53,7 +53,9 @@ if TYPE_CHECKING:
 __all__ = [
     "DecryptedSlots",
     "DecryptionRequest",
+    "add_slot_masks",
     "decrypt_masked",
+    "draw_slot_masks",
     "mask_slots",
     "pack_masked",
     "request_decryption",
@@ -147,23 +149,48 @@ def mask_slots(
             f"expected {layout.n_ciphertexts} packed integer ciphertexts, got {vector.shape} at "
             f"exponent {vector.exponent}"
         )
+    masks = draw_slot_masks(layout)
+    if for_key_owner:
+        pk = vector.public_key
+        n, nsq = pk.n, pk.nsquare
+        packed = _pack_masks(layout, masks)
+        plain = [c * (1 + n * m) % nsq for c, m in zip(vector.ciphertexts, packed, strict=True)]
+        masked = rerandomize(EncryptedVector(pk, plain, 0), for_key_owner="base")
+    else:
+        masked = add_slot_masks(vector, layout, masks, workers=workers)
+    return masked, PackingMasks(layout, 0, masks)
+
+
+def draw_slot_masks(layout: PackingLayout) -> tuple[int, ...]:
+    """A fresh mask per slot of ``layout``, from the OS: the public offset ``2**(b-1)`` plus
+    ``b + kappa`` random bits (``b = layout.value_bits``)."""
     offset = 1 << (layout.value_bits - 1)
     width = layout.value_bits + layout.kappa
-    masks = tuple(offset + secrets.randbits(width) for _ in range(layout.count))
+    return tuple(offset + secrets.randbits(width) for _ in range(layout.count))
+
+
+def _pack_masks(layout: PackingLayout, masks: tuple[int, ...] | list[int]) -> list[int]:
     packed = []
     for c in range(layout.n_ciphertexts):
         chunk = masks[c * layout.slots : (c + 1) * layout.slots]
         packed.append(sum(m << (layout.slot_bits * j) for j, m in enumerate(chunk)))
+    return packed
+
+
+def add_slot_masks(
+    vector: EncryptedVector,
+    layout: PackingLayout,
+    masks: tuple[int, ...] | list[int],
+    *,
+    workers: Any = None,
+) -> EncryptedVector:
+    """``vector`` (packed slots, ``layout.slots`` per ciphertext) times a fresh encryption of
+    ``masks`` packed the same way: masked and re-randomised (the fresh DJN obfuscators), at
+    ``vector``'s exponent."""
     pk = vector.public_key
-    n, nsq = pk.n, pk.nsquare
-    if for_key_owner:
-        plain = [c * (1 + n * m) % nsq for c, m in zip(vector.ciphertexts, packed, strict=True)]
-        masked = rerandomize(EncryptedVector(pk, plain, 0), for_key_owner="base")
-    else:
-        encrypted = pk.raw_encrypt(packed, workers=workers)
-        out = [c * e % nsq for c, e in zip(vector.ciphertexts, encrypted, strict=True)]
-        masked = EncryptedVector(pk, out, 0, fresh=True)
-    return masked, PackingMasks(layout, 0, masks)
+    encrypted = pk.raw_encrypt(_pack_masks(layout, masks), workers=workers)
+    out = [c * e % pk.nsquare for c, e in zip(vector.ciphertexts, encrypted, strict=True)]
+    return EncryptedVector(pk, out, vector.exponent, fresh=True)
 
 
 def request_decryption(

@@ -42,12 +42,16 @@ decryption is added.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vfl.crypto import EncryptedVector
-from vfl.crypto.masked import DecryptedSlots, DecryptionRequest
+from vfl.crypto.masked import (
+    DecryptedSlots,
+    DecryptionRequest,
+    add_slot_masks,
+    draw_slot_masks,
+)
 from vfl.crypto.packing import PackingLayout, PackingMasks
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
@@ -94,10 +98,7 @@ def slot_masks(layout: PackingLayout, exponent: int = 0) -> PackingMasks:
     ``b + kappa`` random bits (``b = layout.value_bits``), as
     :func:`~vfl.crypto.masked.mask_slots` draws them; ``exponent`` is the values'
     fixed-point exponent (for :meth:`~vfl.crypto.packing.PackingMasks.unmask_integers`)."""
-    offset = 1 << (layout.value_bits - 1)
-    width = layout.value_bits + layout.kappa
-    masks = tuple(offset + secrets.randbits(width) for _ in range(layout.count))
-    return PackingMasks(layout, exponent, masks)
+    return PackingMasks(layout, exponent, draw_slot_masks(layout))
 
 
 def send_masks(fed: Federation, assembler: str, tags: Namespace, masks: PackingMasks) -> None:
@@ -146,15 +147,7 @@ def assemble(
                 f"item {i} is {m}, not a mask of this layout (2**{layout.value_bits - 1} plus "
                 f"{layout.value_bits + layout.kappa} random bits)",
             )
-    packed = []
-    for c in range(layout.n_ciphertexts):
-        chunk = masks[c * layout.slots : (c + 1) * layout.slots]
-        packed.append(sum(m << (layout.slot_bits * j) for j, m in enumerate(chunk)))
-    key = total.public_key
-    nsq = key.nsquare
-    encrypted = key.raw_encrypt(packed)  # a few ciphertexts: no workers
-    masked = [c * e % nsq for c, e in zip(total.ciphertexts, encrypted, strict=True)]
-    request = EncryptedVector(key, masked, total.exponent, fresh=True)
+    request = add_slot_masks(total, layout, masks)  # a few ciphertexts: no workers
     tags.send(
         fed,
         coordinator,

@@ -359,24 +359,22 @@ class SharedDataRole(DataParty):
         vector = vector_from(self.keys.key, data, computer)
         if vector.shape != (layout.n_ciphertexts,) or vector.exponent != 0:
             Encrypted.refuse(computer, "data", f"has shape {vector.shape}, not this step's")
-        assert self.keys.secret is not None
+        if self.keys.secret is None:
+            raise RuntimeError(f"party {self.fed.name!r} holds no key to decrypt {tag!r} with")
         try:
             slots = self.keys.secret.decrypt_packed(vector, layout, workers=self.spec.workers)
         except ValueError as exc:
             Encrypted.refuse(computer, "data", f"does not decrypt as this step's values: {exc}")
         return [int(v) for v in slots]
 
-    def forward(
-        self, tag: str, index: int, computer: str, to: str, layout: PackingLayout
-    ) -> list[int] | None:
+    def forward(self, tag: str, index: int, computer: str, to: str, layout: PackingLayout) -> None:
         """A party outside the two share holders: decrypt what ``computer`` masked under our
         key and forward the slots to ``to``, the other share holder (no coordinator; with
-        one, the coordinator hands them over and we see nothing: None)."""
+        one, the coordinator hands them over and we see nothing)."""
         if self.keys.coordinator is not None:
-            return None
+            return
         slots = self.decrypt(tag, index, computer, layout)
         SS.send(self.fed, to, f"{tag}-fwd", Integers(values=slots), index)
-        return slots
 
     # -- setup -------------------------------------------------------------------------------
 
