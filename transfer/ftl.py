@@ -31,7 +31,18 @@ Per iteration (the whole objective, full batch; both parties run Adam on their o
    ``Q`` are its own plaintexts (``s = -sum y_r u_B(r) / 2|L|`` over its own labelled rows,
    ``Q = sum_r u_B(r) u_B(r)^T / 4|L|``), re-randomises it and sends it; the source decrypts
    its own gradient. ``v`` reaches the source's encoder through ``Phi``. Only the source holds
-   a key.
+   keys: two, one per step. ``[-y_r]`` and ``[Phi_l]`` are under a *gradient key* that the
+   source decrypts only for itself, step 1's terms under the key it decrypts on the target's
+   request.
+
+**Deviating parties** (docs/deviation.md, ``tests/transfer/test_deviation.py``). With one key,
+a target could put the encrypted labels ``[-y_r]`` into step 1's request (the count and layout
+the source checks) and read every overlap label; under the gradient key they decrypt to noise
+under step 1's, which the slot check refuses, naming the target. A ``v`` beyond the bits its
+terms can give is refused, naming the target. Not closed: a source that sends chosen values
+in place of ``[-y_r]`` (say 1 for one overlap row, 0 elsewhere, and 0 for ``Phi``) reads
+that row's representation ``u_B(r) / 2`` (plus the target's own labelled sum) as its
+gradient; closing it takes a proof that each ciphertext holds +-1.
 
 **The alignment trains the target only** (the source is the teacher): the paper also pulls the
 source's representations towards the target's, but the source's gradient of that term,
@@ -193,7 +204,7 @@ class SourceTerms(Message):
     """Step 1, source to target, each times ``|L|``: ``c`` of the overlap rows, ``Phi / 2``
     (packed at each block), ``M`` (its columns, packed at each block) and ``Phi`` (one
     ciphertext per coordinate): plain arrays with ``protocol="plain"``, else under the
-    source's key."""
+    source's key (``Phi``'s coordinates under its gradient key)."""
 
     KIND = "transfer source terms"
     c: CiphertextBlock | np.ndarray
@@ -204,7 +215,8 @@ class SourceTerms(Message):
 
 @dataclass(frozen=True)
 class Labels(Message):
-    """At the start, source to target: ``[-y_r]`` of the overlap rows under the source's key
+    """At the start, source to target: ``[-y_r]`` of the overlap rows under the source's
+    gradient key
     (nothing with ``protocol="plain"``: the plaintext simulation sends the terms instead)."""
 
     KIND = "transfer encrypted labels"
@@ -213,7 +225,7 @@ class Labels(Message):
 
 @dataclass(frozen=True)
 class TargetTerms(Message):
-    """Step 2, target to source: ``[v]`` times ``|L|`` under the source's key (with
+    """Step 2, target to source: ``[v]`` times ``|L|`` under the source's gradient key (with
     ``protocol="plain"``: the overlap rows' ``u / 2``, ``s`` and ``Q`` in the clear)."""
 
     KIND = "transfer target terms"
@@ -298,21 +310,26 @@ def _blocks(vector: np.ndarray[Any, Any], per: int) -> np.ndarray[Any, Any]:
     return out
 
 
-def _source_key(fed: Federation, peer: str, policy: KeyPolicy) -> tuple[Any, Any]:
-    """The source's key pair, encrypting with the target's base (so that the target's
-    re-randomisation covers every ciphertext it computes from)."""
+def _source_key(
+    fed: Federation, peer: str, policy: KeyPolicy, name: str = "key"
+) -> tuple[Any, Any]:
+    """A key pair of the source's, encrypting with the target's base (so that the target's
+    re-randomisation covers every ciphertext it computes from); ``name`` tags the key's
+    message (``"key"``: step 1's, ``"gkey"``: the gradient key)."""
     public, secret = policy.generate()
-    FTL.send(fed, peer, "key", PublicKeyMessage.of(public))
+    FTL.send(fed, peer, name, PublicKeyMessage.of(public))
     try:
-        secret = secret.for_base(FTL.recv(fed, peer, "base", Base).h_s)
+        secret = secret.for_base(FTL.recv(fed, peer, f"{name}-base", Base).h_s)
     except ValueError as exc:
         Base.refuse(peer, "h_s", str(exc))
     return public, secret
 
 
-def _target_key(fed: Federation, peer: str, policy: KeyPolicy) -> PaillierPublicKey:
-    key = policy.accept(FTL.recv(fed, peer, "key", PublicKeyMessage), peer)
-    FTL.send(fed, peer, "base", Base(h_s=key.base_bytes()))
+def _target_key(
+    fed: Federation, peer: str, policy: KeyPolicy, name: str = "key"
+) -> PaillierPublicKey:
+    key = policy.accept(FTL.recv(fed, peer, name, PublicKeyMessage), peer)
+    FTL.send(fed, peer, f"{name}-base", Base(h_s=key.base_bytes()))
     return key
 
 
@@ -368,10 +385,10 @@ class SourceRole(_Party):
             raise ValueError("no overlap and no target labels: nothing to transfer through")
         if spec.secure:
             self.public, self.secret = _source_key(fed, peer, spec.policy)
-            signs = -self.y.numpy()[self.overlap].astype(np.int64)[:, None]
-            layout = slots.packing(2, 1, self.public)
-            cts = slots.encrypt_rows(self.secret, signs, layout)
-            FTL.send(fed, peer, "labels", Labels(signs=slots.block(self.public, cts)))
+            self.grad_public, self.grad_secret = _source_key(fed, peer, spec.policy, "gkey")
+            layout = slots.packing(2, 1, self.grad_public)
+            cts = slots.encrypt_rows(self.grad_secret, self._signs(), layout)
+            FTL.send(fed, peer, "labels", Labels(signs=slots.block(self.grad_public, cts)))
         else:
             _warn_plain()
         result = FTLResult(encoder=self.encoder)
@@ -409,6 +426,15 @@ class SourceRole(_Party):
         result.phi = phi_final
         return result
 
+    def _signs(self) -> np.ndarray[Any, Any]:
+        """``-y_r`` of the overlap rows, a column of integers."""
+        out: np.ndarray[Any, Any] = -self.y.numpy()[self.overlap].astype(np.int64)[:, None]
+        return out
+
+    def _coords(self, phi: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """``Phi``, the coordinates step 2 multiplies by the target's ``Q``."""
+        return phi
+
     def _send_terms(
         self, fed: Federation, u: np.ndarray[Any, Any], phi: np.ndarray[Any, Any], it: int
     ) -> None:
@@ -432,9 +458,9 @@ class SourceRole(_Party):
         cts_phi = slots.encrypt_rows(self.secret, _blocks(phi_int, per), packing)
         columns = np.concatenate([_blocks(m_int[:, col], per) for col in range(spec.dim)])
         cts_m = slots.encrypt_rows(self.secret, columns, packing)
-        single = slots.packing(FU + UB, 1, self.public)
-        coords = slots.fixed(phi[:, None], FU, UB, "Phi", _FIX)
-        cts_coords = slots.encrypt_rows(self.secret, coords, single)
+        single = slots.packing(FU + UB, 1, self.grad_public)
+        coords = slots.fixed(self._coords(phi)[:, None], FU, UB, "Phi", _FIX)
+        cts_coords = slots.encrypt_rows(self.grad_secret, coords, single)
         FTL.send(
             fed,
             spec.target,
@@ -443,7 +469,7 @@ class SourceRole(_Party):
                 c=slots.block(self.public, cts_c),
                 phi=slots.block(self.public, cts_phi),
                 m=slots.block(self.public, cts_m),
-                coords=slots.block(self.public, cts_coords),
+                coords=slots.block(self.grad_public, cts_coords),
             ),
             it,
         )
@@ -488,16 +514,24 @@ class SourceRole(_Party):
             return total / self.n_labelled
         if terms.v is None:
             TargetTerms.refuse(peer, "v", "is missing")
-        got = vector_from(self.public, terms.v, peer)
+        got = vector_from(self.grad_public, terms.v, peer)
         cts = slots.expect(got, spec.dim, TargetTerms, peer, "v")
-        values = slots.unpack_rows(
-            self.secret.raw_decrypt(cts, workers=DECRYPT_THREADS),
-            spec.dim,
-            slots.packing(_v_bits(spec, self.n_labelled), 1, self.public),
-            _v_bits(spec, self.n_labelled),
-            int(self.public.n),
-            "the source's gradient",
-        )
+        try:
+            values = slots.unpack_rows(
+                self.grad_secret.raw_decrypt(cts, workers=DECRYPT_THREADS),
+                spec.dim,
+                slots.packing(_v_bits(spec, self.n_labelled), 1, self.grad_public),
+                _v_bits(spec, self.n_labelled),
+                int(self.grad_public.n),
+                "the source's gradient",
+            )
+        except OverflowError:
+            TargetTerms.refuse(
+                peer,
+                "v",
+                f"decrypts to a gradient beyond the {_v_bits(spec, self.n_labelled)} bits its "
+                "terms can give: not computed from the gradient key's terms as step 2 says",
+            )
         return values.astype(np.float64).ravel() * 2.0**-S / self.n_labelled
 
 
@@ -588,7 +622,8 @@ class TargetRole(_Party):
         )
         if spec.secure:
             self.peer_key = _target_key(fed, peer, spec.policy)
-            got = vector_from(self.peer_key, FTL.recv(fed, peer, "labels", Labels).signs, peer)
+            self.grad_key = _target_key(fed, peer, spec.policy, "gkey")
+            got = vector_from(self.grad_key, FTL.recv(fed, peer, "labels", Labels).signs, peer)
             self.signs = slots.expect(got, spec.n_overlap, Labels, peer, "signs")
         else:
             _warn_plain()
@@ -667,7 +702,7 @@ class TargetRole(_Party):
         phi_cts = slots.expect(vector_from(key, terms.phi, peer), per, SourceTerms, peer, "phi")
         m_cts = slots.expect(vector_from(key, terms.m, peer), d * per, SourceTerms, peer, "m")
         self.coords = slots.expect(
-            vector_from(key, terms.coords, peer), d, SourceTerms, peer, "coords"
+            vector_from(self.grad_key, terms.coords, peer), d, SourceTerms, peer, "coords"
         )
         u_int = slots.fixed(u, FU, UB, "the target's representation", _FIX)
         aligned = slots.fixed(align * u[:n_c], S, UB + _log2(align), "the alignment term", _FIX)
@@ -732,7 +767,7 @@ class TargetRole(_Party):
             terms = TargetTerms(u=half_u, s=s, q=q, keep=keep, stop=stop)
             FTL.send(fed, spec.source, "tgt", terms, it)
             return
-        key = self.peer_key
+        key = self.grad_key
         bound = UB + _log2(self.n_labelled)
         u_int = slots.fixed(half_u, S, UB, "the target's representation", _FIX)
         q_int = slots.fixed(q, FM, 2 * UB + _log2(self.n_labelled), "the target's u u^T", _FIX)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import gmpy2
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from gmpy2 import mpz
 
 from vfl.crypto import fixedpoint
@@ -61,7 +62,11 @@ __all__ = [
     "request_decryption",
     "request_slots",
     "serve_decryption",
+    "zero_sum_masks",
 ]
+
+ZERO_SUM = Namespace("zero-sum")
+"""Tags of :func:`zero_sum_masks`' seeds (``zero-sum/seed``)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,65 @@ class DecryptedSlots(Message):
 
     KIND = "decryption answer"
     slots: list[int]
+
+
+@dataclass(frozen=True)
+class PairSeed(Message):
+    """A 32-byte seed from the OS, sent by the earlier party of a pair to the later one."""
+
+    KIND = "mask seed"
+    seed: bytes
+
+
+def zero_sum_masks(
+    fed: Federation,
+    parties: list[str],
+    count: int,
+    modulus: int,
+    *,
+    tags: Namespace = ZERO_SUM,
+) -> list[int]:
+    """``count`` masks modulo ``modulus`` for this party such that, slot by slot, the masks of
+    all of ``parties`` sum to zero; ``fed.name`` must be one of them, and every one of them
+    calls this with the same arguments.
+
+    Each pair agrees on a 32-byte seed (drawn from the OS by the earlier party of the pair and
+    sent directly to the later one, over the federation's mutually authenticated channel); the
+    seed's ChaCha20 keystream gives ``count`` values, each from 128 bits more than the
+    modulus, so uniform modulo it to within ``2**-128``; the earlier party adds them, the
+    later one subtracts them (the pairwise masks of Bonawitz et al.'s secure aggregation).
+
+    Whoever sees the masked values of a proper subset of the parties sees them under at least
+    one pair's mask it does not know: uniform. Only the sum over all of them is in the clear.
+    One party alone gets zeros."""
+    me = fed.name
+    if me not in parties:
+        raise ValueError(f"party {me!r} is not among the parties of the masks {parties}")
+    mine = parties.index(me)
+    seeds: dict[str, tuple[bytes, int]] = {}
+    for peer in parties[mine + 1 :]:
+        seed = secrets.token_bytes(32)
+        tags.send(fed, peer, "seed", PairSeed(seed=seed))
+        seeds[peer] = (seed, 1)
+    for peer in parties[:mine]:
+        seed = tags.recv(fed, peer, "seed", PairSeed).seed
+        if len(seed) != 32:
+            PairSeed.refuse(peer, "seed", f"holds {len(seed)} bytes, 32 expected")
+        seeds[peer] = (seed, -1)
+    width = (modulus.bit_length() + 128 + 7) // 8
+    out = [0] * count
+    for seed, sign in seeds.values():
+        stream = _keystream(seed, width * count)
+        for j in range(count):
+            out[j] += sign * int.from_bytes(stream[j * width : (j + 1) * width], "big")
+    return [v % modulus for v in out]
+
+
+def _keystream(seed: bytes, size: int) -> bytes:
+    """``size`` bytes of the ChaCha20 keystream of a 32-byte ``seed`` (zero nonce: each seed
+    is used once)."""
+    encryptor = Cipher(algorithms.ChaCha20(seed, b"\0" * 16), mode=None).encryptor()
+    return encryptor.update(b"\0" * size)
 
 
 def pack_masked(

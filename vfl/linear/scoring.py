@@ -7,10 +7,13 @@ it to the label party, which adds them to its own and has the sum decrypted unde
 makes the key and decrypts the masked sum itself (checking that the request has the layout its
 own rows imply); any further party encrypts its scores under that key.
 
-.. warning:: The key holder checks a request's layout, not what it was computed from. A label
-   party that deviates could have one party's encrypted scores decrypted alone instead of the
-   sum, and so learn that party's partial scores of the rows it scores (with two data parties
-   it learns them anyway, as the score minus its own part).
+With three or more data parties the label party holds every passive's encrypted scores and
+chooses what the key holder decrypts. So that it cannot have one party's scores decrypted
+alone, the passive parties add pairwise zero-sum masks modulo the key
+(:func:`~vfl.crypto.masked.zero_sum_masks`): each one's ciphertexts, or any proper subset's
+sum, decrypt to values uniform modulo ``n``, whose slots the key holder's width check refuses
+(naming the label party); only the sum over all of them is the packed scores. Tested in
+``tests/vfl/linear/test_deviation_scoring.py``.
 
 Scores travel packed (:func:`score_layout`): each party rounds its partial scores to multiples
 of ``2**-SCORE_BITS`` and packs them, signed, into slots wide enough for the sum of every
@@ -30,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from vfl.crypto import EncryptedVector
-from vfl.crypto.masked import mask_slots, request_decryption, serve_decryption
+from vfl.crypto.masked import mask_slots, request_decryption, serve_decryption, zero_sum_masks
 from vfl.crypto.messages import Encrypted
 from vfl.crypto.packing import MIN_KAPPA, PackingLayout
 from vfl.crypto.policy import KeyPolicy, PublicKeyMessage, vector_from
@@ -126,22 +129,42 @@ class ScoreRole:
             if not self.is_label:
                 self._send(fed, key, layout)
                 return None
-        n, nsq = key.n, key.nsquare
-        total = [(1 + n * m) % nsq for m in pack_scores(self.u, layout, int(n))]
+        parts = {}
         for p in senders:
             part = vector_from(key, SCORE.recv(fed, p, "u", Encrypted).data, p)
             if part.shape != (layout.n_ciphertexts,) or part.exponent != 0:
                 Encrypted.refuse(p, "data", f"holds {part.shape} packed scores for {shape[0]} rows")
-            total = [a * b % nsq for a, b in zip(total, part.ciphertexts, strict=True)]
-        masked, masks = mask_slots(EncryptedVector(key, total, 0), layout, workers=spec.workers)
+            parts[p] = part
+        total = self._combine(key, layout, parts)
+        masked, masks = mask_slots(total, layout, workers=spec.workers)
         values = request_decryption(fed, holder, SCORE.child("dec"), masked, masks)
         out: np.ndarray[Any, Any] = np.ldexp(np.asarray(values, dtype=float), -SCORE_BITS)
         scores: np.ndarray[Any, Any] = out.reshape(shape)
         return scores
 
+    def _combine(
+        self, key: Any, layout: PackingLayout, parts: dict[str, EncryptedVector]
+    ) -> EncryptedVector:
+        """The label party's step: its own packed scores plus every other party's (whose
+        zero-sum masks cancel only here, in the sum of all of them)."""
+        n, nsq = key.n, key.nsquare
+        total = [(1 + n * m) % nsq for m in pack_scores(self.u, layout, int(n))]
+        for part in parts.values():
+            total = [a * b % nsq for a, b in zip(total, part.ciphertexts, strict=True)]
+        return EncryptedVector(key, total, 0)
+
     def _send(self, fed: Federation, key: Any, layout: PackingLayout) -> None:
-        """A passive party's partial scores, packed and encrypted, to the label party."""
-        plains = pack_scores(self.u, layout, int(key.n))
+        """A passive party's partial scores, packed, masked and encrypted, to the label party.
+
+        The masks (:func:`~vfl.crypto.masked.zero_sum_masks`, agreed among the passive
+        parties directly) are uniform modulo the key and sum to zero over all passives: the
+        label party can have only the sum of every party's scores decrypted; a request
+        holding a part of it decrypts to noise, which the key holder's slot check refuses."""
+        n = int(key.n)
+        plains = pack_scores(self.u, layout, n)
+        senders = [p for p in self.spec.data_parties if p != self.spec.label_party]
+        masks = zero_sum_masks(fed, senders, len(plains), n, tags=SCORE.child("zs"))
+        plains = [(p + m) % n for p, m in zip(plains, masks, strict=True)]
         scores = EncryptedVector(key, key.raw_encrypt(plains, workers=self.spec.workers), 0)
         scores.fresh = True
         SCORE.send(fed, self.spec.label_party, "u", Encrypted(data=scores.to_wire()))
