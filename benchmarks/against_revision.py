@@ -8,6 +8,13 @@ two-party secret-shared protocol (``protocol="shared"``, 2048-bit keys) on breas
 Used to measure what a change to the protocol costs, e.g. #31's hardening::
 
     python benchmarks/against_revision.py 0163fbe [--rounds 2]
+
+``--case protected`` times split learning through the protected layer instead
+(``SplitNNClassifier(protocol=ProtectedLayer())``, 2048-bit keys, breast cancer with 12
+columns at the data party, batch 64, 3 epochs; the "setup" column is then the first epoch,
+which makes the keys)::
+
+    python benchmarks/against_revision.py c008988 --case protected
 """
 
 from __future__ import annotations
@@ -53,9 +60,34 @@ print(json.dumps(out))
 """
 
 
-def run(tree: Path) -> dict[str, list[float]]:
+PROTECTED = r"""
+import json, os, sys, warnings
+os.environ["VFLINK_PROGRESS"] = "0"
+sys.path.insert(0, os.getcwd())
+import numpy as np, torch
+from sklearn.datasets import load_breast_cancer
+from vfl import SplitNNClassifier
+from vfl.split import ProtectedLayer
+
+torch.set_num_threads(1)
+x, y = load_breast_cancer(return_X_y=True, as_frame=True)
+parts = {"lab": x.iloc[:, :12], "imaging": x.iloc[:, 12:]}
+model = SplitNNClassifier(
+    max_iter=3, batch_size=64, tol=None, validation_fraction=0.0, random_state=0,
+    protocol=ProtectedLayer(),
+)
+model.fit(parts, y, label_party="imaging")
+seconds = model.epoch_seconds_
+name = "breast 12/18, protected layer, batch 64"
+print(json.dumps({name: [float(np.mean(seconds[1:])), float(seconds[0])]}))
+"""
+
+CASES = {"linear": FITS, "protected": PROTECTED}
+
+
+def run(tree: Path, script: str) -> dict[str, list[float]]:
     done = subprocess.run(
-        [sys.executable, "-c", FITS], cwd=tree, capture_output=True, text=True, check=False
+        [sys.executable, "-c", script], cwd=tree, capture_output=True, text=True, check=False
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
@@ -68,6 +100,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("revision", help="the earlier revision (a commit, tag or branch)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds (default 2)")
+    parser.add_argument(
+        "--case", choices=sorted(CASES), default="linear", help="what to time (default linear)"
+    )
     args = parser.parse_args()
     here = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as folder:
@@ -82,7 +117,7 @@ def main() -> None:
             results: dict[str, list[dict[str, list[float]]]] = {"old": [], "new": []}
             for r in range(args.rounds):
                 for which, tree in (("old", old), ("new", here)):
-                    results[which].append(run(tree))
+                    results[which].append(run(tree, CASES[args.case]))
                     print(f"round {r + 1} {which}: load average {os.getloadavg()[0]:.2f}")
         finally:
             subprocess.run(

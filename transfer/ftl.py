@@ -35,7 +35,7 @@ Per iteration (the whole objective, full batch; both parties run Adam on their o
    source decrypts only for itself, step 1's terms under the key it decrypts on the target's
    request.
 
-**Deviating parties** (docs/deviation.md, ``tests/transfer/test_deviation.py``). With one key,
+**Deviating parties** (docs/deviation.md, ``tests/transfer/test_ftl_deviation.py``). With one key,
 a target could put the encrypted labels ``[-y_r]`` into step 1's request (the count and layout
 the source checks) and read every overlap label; under the gradient key they decrypt to noise
 under step 1's, which the slot check refuses, naming the target. A ``v`` beyond the bits its

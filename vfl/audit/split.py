@@ -198,7 +198,7 @@ def protected_layer_block(model: Any, party: str) -> np.ndarray[Any, Any]:
     from vfl.split.interactive import FW
 
     label = model.label_party_
-    total = model.shares_[label][party] + model.shares_[party][label]
+    total = model.shares_[label][party].values + model.shares_[party][label].values
     return np.array([[float(v) for v in row] for row in total]) * 2.0**-FW
 
 

@@ -37,7 +37,7 @@ from vfl.split.defences import (
     EmbeddingNoise,
     Quantizer,
 )
-from vfl.split.interactive import InteractiveTop, ProtectedLayer
+from vfl.split.interactive import InteractiveTop, LayerShare, ProtectedLayer
 from vfl.split.options import (
     PROTOCOLS,
     RENAMED,
@@ -543,8 +543,7 @@ class _SplitNN(FederatedEstimator):
         if self.protected_layer is not None:
             extra["protected_width"] = spec.width
             extra["shares"] = {
-                peer: [[format(int(v), "x") for v in row] for row in share.tolist()]
-                for peer, share in self.shares_.get(party, {}).items()
+                peer: share.to_dict() for peer, share in self.shares_.get(party, {}).items()
             }
         if is_label and self.top_ is not None:
             top = persistence.state_dict_to_arrays(self.top_.state_dict())
@@ -641,8 +640,8 @@ class _SplitNN(FederatedEstimator):
             shares = extra.get("shares") or {}
             if shares:
                 self.shares_[party] = {
-                    str(peer): np.array([[int(v, 16) for v in row] for row in rows], dtype=object)
-                    for peer, rows in shares.items()
+                    str(peer): LayerShare.from_dict(data, str(peer))
+                    for peer, data in shares.items()
                 }
             if part.top:
                 self.top_ = self.build_top(

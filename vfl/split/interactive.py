@@ -9,26 +9,41 @@ where ``h_p`` is data party ``p``'s bottom output (``n x k``) and ``W_p`` (``k x
 of the first top layer. ``W_p`` is held by nobody: it is **additively shared**, ``W_p = A + B``
 as exact fixed-point integers, the label party holding ``A`` and the data party ``B``. Both
 parties hold a Paillier key (2048 bits by default); ``[x]_L`` is under the label party's key,
-``[x]_P`` under the data party's. Per batch:
+``[x]_P`` under the data party's. The data party also holds ``[A]_L``, the label party's
+share under the label party's key, which it encrypted at the start and steps itself. Per
+batch:
 
-1. the label party sends ``[A]_L``, each row of ``A`` packed into slots of one plaintext;
-2. the data party computes ``[h A]_L`` (one multi-exponentiation per row, the exponents its
-   own ``h``), adds its plaintext ``h B``, and sends ``[z_p]_L = [h W_p]_L``; with it
-   ``[B]_P`` (packed). The label party decrypts ``z_p`` -- the layer's output for this party,
-   never ``h`` -- and runs the rest of the top;
-3. with ``d = dLoss/dz``, the label party sends ``[d]_L`` and ``[g]_P = [d B^T]_P + d A^T``,
+1. the data party computes ``[h A]_L`` from its ``[A]_L`` (one multi-exponentiation per row,
+   the exponents its own ``h``), adds its plaintext ``h B``, and sends ``[z_p]_L = [h W_p]_L``;
+   with it ``[B]_P`` (packed). The label party decrypts ``z_p`` -- the layer's output for
+   this party, never ``h`` -- and runs the rest of the top;
+2. with ``d = dLoss/dz``, the label party sends ``[d]_L`` and ``[g]_P = [d B^T]_P + d A^T``,
    the gradient with respect to the embedding (the data party decrypts it and back-propagates
    through its bottom, as in plain split learning);
-4. the data party computes ``[h^T d]_L``, adds a mask ``M`` (``kappa = 40`` bits beyond the
+3. the data party computes ``[h^T d]_L``, adds a mask ``M`` (``kappa = 40`` bits beyond the
    value, from the OS; :func:`vfl.crypto.masked.mask_slots`) and sends it; the label party
-   decrypts ``G + M`` only. The shares step
-   by plain SGD: ``A -= lr (G + M)`` at the label party, ``B += lr M`` at the data party, so
-   ``A + B`` takes the step ``-lr G`` and neither party learns ``G`` or ``W_p``.
+   decrypts ``G + M`` only. The shares step by plain SGD, exactly: ``A -= eta (G + M)`` at
+   the label party, ``B += eta M`` at the data party, so ``A + B`` takes the step
+   ``-eta G`` and neither party learns ``G`` or ``W_p``; the data party steps ``[A]_L`` by
+   the very ciphertexts it sent (``[A]_L [G + M]_L^(-eta)``).
 
 The data party draws ``W_p``'s initial value (uniform, as ``nn.Linear`` does, from OS
 randomness) and a uniform share ``B`` of ``kappa`` bits more, and gives the label party
 ``A = W_p - B``. Whatever crosses to the key's owner is re-randomised in the group of the
-sender's base (:mod:`vfl.crypto.rerandomize`).
+sender's base (:mod:`vfl.crypto.rerandomize`). Scoring uses the training key: the label party
+keeps its key pair with its share, the data party ``[A]_L`` with its own (a data party asked
+to score under another key refuses, naming the label party).
+
+Why the data party steps ``[A]_L``: before, the label party sent ``[A]_L`` every batch, and a
+label party that sent ``[A + Delta]_L`` read ``h Delta`` -- the raw embedding -- in ``z``. The
+shares now live at ``2**-FW`` with ``FW = FH + FD + ETA_BITS`` fractional bits, so that the
+step ``eta (G + M)`` needs no rounding and a ciphertext can follow it; every value of ``A`` is
+one the protocol made. What a deviating party still gains
+(``tests/vfl/split/test_protected_deviation.py``, docs/deviation.md): a label party that
+sends a chosen ``d`` reads the inner products of the next batch's embeddings with a row of
+this one (exactly the geometry the honest layer shows approximately); a data party that
+sends ``[B + Delta]_P`` reads ``d`` in its gradient ``d (W + Delta)^T``. Closing these takes
+authenticated shares or proofs that each encrypted value is the protocol's.
 
 What each party learns. The label party: ``z_p = h_p W_p`` for every row it trains or scores
 (the layer's output, the price of running the top in the clear), ``G + M`` (hidden by ``M``),
@@ -48,9 +63,10 @@ after the first step.
 Choices and limits. The shared block steps by plain SGD at ``ProtectedLayer.learning_rate``
 (Adam's per-coordinate scaling would need ``G`` in the clear); the label party's own block,
 the bias, the rest of the top and every bottom use the estimator's optimiser. Fixed point:
-``h`` with 24 fractional bits, ``d`` and ``W`` with 32; a value beyond its bound
-(``|h|, |d| < 2**12``, ``|W| < 2**8``) stops the fit with an error naming the party.
-Semi-honest parties; a party that deviates can learn more.
+``h`` with 24 fractional bits, ``d`` with 32, ``W`` and the shares with 76, the learning rate
+with 20 (the layer's rate is rounded to a multiple of ``2**-20``); a value beyond its bound
+(``|h| < 2**12``, ``|d|, |W| < 2**8``) stops the fit with an error naming the party. The
+slots are sized for the fit's batch size (public).
 """
 
 from __future__ import annotations
@@ -60,13 +76,15 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import gmpy2
 import numpy as np
+from gmpy2 import mpz
 
 from vfl.crypto import slots
 from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
 from vfl.crypto.masked import mask_slots
 from vfl.crypto.messages import Encrypted
-from vfl.crypto.packing import MIN_KAPPA
+from vfl.crypto.packing import MIN_KAPPA, RowPacking
 from vfl.crypto.policy import Base, KeyPolicy, PublicKeyMessage, vector_from
 from vfl.crypto.vector import EncryptedVector
 from vfl.extras import optional
@@ -81,23 +99,29 @@ else:
     torch = optional("torch", for_=__name__)
     nn = optional("torch.nn", for_=__name__)
 
-__all__ = ["LAYER", "InteractiveTop", "LabelSide", "ProtectedLayer", "SenderSide"]
+__all__ = ["LAYER", "InteractiveTop", "LabelSide", "LayerShare", "ProtectedLayer", "SenderSide"]
 
 LAYER = Namespace("split-layer")
 """The tags of the protected layer (``split-layer/encw/<epoch>/<batch>``, ...)."""
 
-FH, FD, FW = 24, 32, 32
-"""Fractional bits of the embeddings, the gradients with respect to the layer's output, and
-the shared weights."""
+FH, FD = 24, 32
+"""Fractional bits of the embeddings and of the gradients with respect to the layer's
+output."""
 
-HB, DB, WB = 12, 12, 8
+ETA_BITS = 20
+"""Fractional bits of the learning rate in the integer share update."""
+
+FW = FH + FD + ETA_BITS
+"""Fractional bits of the shared weights: a step ``eta * h^T d`` lands on them exactly, so
+that the data party can step the label party's encrypted share as the label party steps it
+(no rounding, which no ciphertext could follow)."""
+
+HB, DB, WB = 12, 8, 8
 """Bounds, in bits, of ``|h|``, ``|d|`` and ``|W|``."""
+
 
 KAPPA = MIN_KAPPA
 """Statistical hiding of the masked weight gradient and of the initial share (bits)."""
-
-ETA_BITS = 30
-"""Fractional bits of the learning rate in the integer share update."""
 
 DECRYPT_THREADS = 2
 """Threads of a decryption (its ``p`` and ``q`` halves; capped at the machine's cores)."""
@@ -171,6 +195,49 @@ class Share(Message):
     values: list[int]
 
 
+@dataclass
+class LayerShare:
+    """One party's state of the protected layer with one peer, kept with the fitted model.
+
+    ``values``: its additive share of the block ``W_p`` (``k x m`` exact integers at
+    ``2**-FW``); ``slot_bits``: the slots of the layer's packing. A data party also keeps
+    the label party's share ``[A]_L`` as it stepped it (``encrypted``: packed rows under the
+    label party's key, whose modulus is ``modulus``); the label party keeps its key's primes
+    (``key``), the key that ``[A]_L`` is under."""
+
+    values: np.ndarray[Any, Any]
+    slot_bits: int = 0
+    encrypted: list[int] | None = None
+    modulus: int | None = None
+    key: tuple[int, int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Hexadecimal strings, for a model file."""
+        out: dict[str, Any] = {
+            "values": [[format(int(v), "x") for v in row] for row in self.values.tolist()],
+            "slot_bits": self.slot_bits,
+        }
+        if self.encrypted is not None and self.modulus is not None:
+            out["encrypted"] = [format(int(c), "x") for c in self.encrypted]
+            out["modulus"] = format(int(self.modulus), "x")
+        if self.key is not None:
+            out["key"] = [format(int(v), "x") for v in self.key]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, peer: str) -> LayerShare:
+        if not isinstance(data, dict) or "values" not in data:
+            raise ValueError(
+                f"the protected-layer share with {peer!r} was saved by an earlier vflink, whose "
+                "layer the data party could not follow: fit the model again"
+            )
+        values = np.array([[int(v, 16) for v in row] for row in data["values"]], dtype=object)
+        encrypted = [int(c, 16) for c in data["encrypted"]] if "encrypted" in data else None
+        modulus = int(data["modulus"], 16) if "modulus" in data else None
+        key = tuple(int(v, 16) for v in data["key"]) if "key" in data else None
+        return cls(values, int(data["slot_bits"]), encrypted, modulus, key)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class Outputs(Message):
     """The data party's ``[z_p]_L`` and, in training, its ``[B]_P``."""
@@ -217,16 +284,34 @@ def _held_share(share: np.ndarray[Any, Any] | None, peer: str) -> np.ndarray[Any
     return share
 
 
-def _step(
-    share: np.ndarray[Any, Any], values: np.ndarray[Any, Any], eta: float
-) -> np.ndarray[Any, Any]:
-    """``floor(eta * values)`` moved from ``2**-(FH+FD)`` to the weights' ``2**-FW``."""
-    eta_int = round(eta * (1 << ETA_BITS))
-    shift = FH + FD - FW + ETA_BITS
-    out: np.ndarray[Any, Any] = np.array(
-        [(eta_int * int(v)) >> shift for v in values.ravel().tolist()], dtype=object
-    ).reshape(share.shape)
-    return out
+def _eta(learning_rate: float) -> int:
+    """The learning rate at ``2**-ETA_BITS``: ``eta * G`` (``G`` at ``2**-(FH+FD)``) is then
+    exactly at the weights' ``2**-FW``."""
+    return round(learning_rate * (1 << ETA_BITS))
+
+
+def _layer_packing(
+    k: int, m: int, key: PaillierPublicKey, rows: int | None, kept: LayerShare | None
+) -> RowPacking:
+    """The one packing of the label party's share, the layer's output and the masked weight
+    gradient (rows of ``m`` slots), so that the data party can step the encrypted share by
+    the masked gradient it computed: in training, slots wide enough for ``h W`` (``k`` terms)
+    and for a masked ``h^T d`` of up to ``rows`` rows (the batch size, public); in scoring,
+    the slots the fit used (kept with the share)."""
+    if rows is None:
+        if kept is None or kept.slot_bits < 1:
+            raise ValueError("scoring through the protected layer needs the share of the fit")
+        return RowPacking(m, kept.slot_bits, (key.n_length - 2) // kept.slot_bits)
+    value_bits = max(_z_bits(k), _wg_bits(rows) + KAPPA + 1)
+    return RowPacking.plan(value_bits, m, key.n_length, kappa=None)
+
+
+def _check_rows(rows: int, bound: int | None, party: str) -> None:
+    if bound is None or rows > bound:
+        raise ValueError(
+            f"party {party!r}: a training batch of {rows} rows through the protected layer, "
+            f"whose slots were sized for {bound}"
+        )
 
 
 def _bits(n: int) -> int:
@@ -252,7 +337,8 @@ def _g_bits(m: int) -> int:
 
 
 class SenderSide:
-    """A data party's side of the layer with the label party ``label`` (its share ``B``)."""
+    """A data party's side of the layer with the label party ``label``: its share ``B`` and
+    the label party's share ``[A]_L`` as it steps it."""
 
     def __init__(
         self,
@@ -260,18 +346,29 @@ class SenderSide:
         label: str,
         width: int,
         learning_rate: float,
-        share: np.ndarray[Any, Any] | None = None,
+        share: LayerShare | None = None,
+        rows: int | None = None,
     ) -> None:
         self.layer, self.label, self.k = layer, label, width
-        self.eta = learning_rate
-        self.share = share  # B, k x m exact integers
+        self.eta, self.rows, self.kept = _eta(learning_rate), rows, share
+        self.share = None if share is None else share.values  # B, k x m exact integers
+        self.encrypted = (  # [A]_L, packed rows
+            None if share is None or share.encrypted is None else [mpz(c) for c in share.encrypted]
+        )
+        self.modulus = None if share is None else share.modulus
         self.initial: np.ndarray[Any, Any] | None = None  # W's initial value (ours to know)
+
+    def state(self) -> LayerShare | None:
+        """What to keep of the layer as it is now (every step replaces, never changes, it)."""
+        if self.share is None:
+            return None
+        return LayerShare(self.share, self.packing.slot_bits, self.encrypted, self.modulus)
 
     # setup --------------------------------------------------------------------------------------
 
     def connect(self, fed: Federation, *, training: bool) -> None:
         """Receive the label party's key (and the layer's shape); in training, make ours,
-        exchange bases and send the initial share."""
+        exchange bases, send the initial share ``A`` and encrypt it for ourselves."""
         policy = self.layer.policy()
         self.peer_key = policy.accept(
             LAYER.recv(fed, self.label, "key", PublicKeyMessage), self.label
@@ -281,9 +378,19 @@ class SenderSide:
         if not 0 < setup.width <= 1 << 12 or setup.joined < self.k:
             LayerSetup.refuse(self.label, "width", f"is {setup.width} (joined {setup.joined})")
         self.m = setup.width
+        self.packing = _layer_packing(
+            self.k, self.m, self.peer_key, self.rows if training else None, self.kept
+        )
         if not training:
             if self.share is None or self.share.shape != (self.k, self.m):
                 raise ValueError("scoring through the protected layer needs this party's share")
+            if self.encrypted is None or self.modulus != int(self.peer_key.n):
+                PublicKeyMessage.refuse(
+                    self.label,
+                    "n",
+                    "is not the key its share of the layer was stepped under in training: "
+                    "score with the parts of one fit",
+                )
             return
         self.key, secret = policy.generate()
         LAYER.send(fed, self.label, "pkey", PublicKeyMessage.of(self.key))
@@ -295,31 +402,35 @@ class SenderSide:
         bound = 1.0 / math.sqrt(setup.joined)
         rng = np.random.default_rng(secrets.randbits(128))
         self.initial = rng.uniform(-bound, bound, size=(self.k, self.m))
-        w_int = np.rint(self.initial * 2.0**FW).astype(np.int64).astype(object)
+        w_int = np.array(
+            [[int(v) for v in row] for row in np.rint(self.initial * 2.0**FW).tolist()],
+            dtype=object,
+        )
         self.share = _uniform_share((self.k, self.m))
         a0 = w_int - self.share
         LAYER.send(fed, self.label, "share", Share(values=[int(v) for v in a0.ravel()]))
+        self.encrypted = list(slots.encrypt_rows(self.peer_key, a0, self.packing))
+        self.modulus = int(self.peer_key.n)
 
     # per batch ---------------------------------------------------------------------------------
 
     def forward(
         self, fed: Federation, h: np.ndarray[Any, Any], *index: int, training: bool
     ) -> None:
-        """Send ``[h W]_L`` for the rows of ``h`` (and ``[B]_P`` in training)."""
+        """Send ``[h W]_L`` for the rows of ``h`` (and ``[B]_P`` in training), computed from
+        the label party's share as we stepped it: the label party sends none."""
         share = _held_share(self.share, self.label)
+        if self.encrypted is None:
+            raise RuntimeError(f"the protected layer with {self.label!r} has no encrypted share")
         key = self.peer_key
-        z_pack = slots.packing(_z_bits(self.k), self.m, key, masked=False)
-        got = vector_from(
-            key, LAYER.recv(fed, self.label, "encw", Encrypted, *index).data, self.label
-        )
-        weights = slots.expect(got, self.k * z_pack.groups, Encrypted, self.label, "data")
         self.h_int = slots.fixed(h, FH, HB, f"party {fed.name!r}: its embedding", _FIX)
-        out = slots.combine(weights, z_pack.groups, self.h_int, key.nsquare)
-        out = slots.add_plain(out, self.h_int.astype(object) @ share, z_pack, key)  # + h B
+        out = slots.combine(self.encrypted, self.packing.groups, self.h_int, key.nsquare)
+        out = slots.add_plain(out, self.h_int.astype(object) @ share, self.packing, key)  # + h B
         share_block = None
         if training:
             g_pack = slots.packing(_g_bits(self.m), self.k, self.key, masked=False)
-            share_block = slots.block(self.key, slots.encrypt_rows(self.secret, share.T, g_pack))
+            sent = self._share_sent(share).T
+            share_block = slots.block(self.key, slots.encrypt_rows(self.secret, sent, g_pack))
         LAYER.send(
             fed,
             self.label,
@@ -328,11 +439,17 @@ class SenderSide:
             *index,
         )
 
+    def _share_sent(self, share: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The share ``B`` the label party computes our gradient with (``[B]_P``)."""
+        return share
+
     def backward(self, fed: Federation, *index: int) -> np.ndarray[Any, Any]:
         """The gradient with respect to our embedding (decrypted); sends the masked weight
-        gradient and steps our share."""
+        gradient and steps both shares: ours by the mask, the label party's (encrypted) by
+        the masked gradient it decrypts."""
         share = _held_share(self.share, self.label)
         key, n_rows = self.peer_key, len(self.h_int)
+        _check_rows(n_rows, self.rows, fed.name)
         message = LAYER.recv(fed, self.label, "encd", Backward, *index)
         g_bits = _g_bits(self.m)
         g_pack = slots.packing(g_bits, self.k, self.key, masked=False)
@@ -346,19 +463,37 @@ class SenderSide:
             int(self.key.n),
             "the protected layer's gradient",
         )
-        wg_bits = _wg_bits(n_rows)
-        wg_pack = slots.packing(wg_bits, self.m, key, masked=True)
+        groups = self.packing.groups
         delta = vector_from(key, message.delta, self.label)
-        delta_cts = slots.expect(delta, n_rows * wg_pack.groups, Backward, self.label, "delta")
-        products = slots.combine(delta_cts, wg_pack.groups, self.h_int.T, key.nsquare)
-        # G = h^T d (k rows of m slots) under a mask M: the label party decrypts G + M, its
-        # step; ours is M (the one masked decryption, the key's owner its holder)
+        delta_cts = slots.expect(delta, n_rows * groups, Backward, self.label, "delta")
+        products = slots.combine(delta_cts, groups, self.h_int.T, key.nsquare)
+        # G = h^T d (k rows of m slots) under a mask M: the label party decrypts G + M and
+        # steps A by it; we step B by M and [A]_L by the very ciphertexts we send
         masked, masks = mask_slots(
-            EncryptedVector(key, products, 0), wg_pack.masked_layout(self.k), for_key_owner=True
+            EncryptedVector(key, products, 0),
+            self.packing.masked_layout(self.k),
+            for_key_owner=True,
         )
         LAYER.send(fed, self.label, "encg", Encrypted(data=masked.to_wire()), *index)
-        self.share = share + _step(share, slots.from_slots(masks.masks, self.k, wg_pack), self.eta)
+        self.encrypted = self._stepped(masked.ciphertexts, masks.masks)
+        self.share = share + self.eta * slots.from_slots(masks.masks, self.k, self.packing)
         return grad.astype(np.float64) * 2.0 ** -(FD + FW)
+
+    def _stepped(self, masked: list[Any], masks: tuple[int, ...]) -> list[Any]:
+        """``[A - eta (G + M)]_L`` from the masked gradient we sent: each packed row times
+        its ciphertext to the power ``-eta``, and the padding slots' masks (which neither
+        share has a column for) added back, so that they stay 0."""
+        key, packing = self.peer_key, self.packing
+        n, nsq = key.n, key.nsquare
+        out = []
+        for index, (a, c) in enumerate(zip(self.encrypted or [], masked, strict=True)):
+            used = len(packing.group(index % packing.groups))
+            first = index * packing.per_ct
+            pad = sum(
+                masks[first + j] << (packing.slot_bits * j) for j in range(used, packing.per_ct)
+            )
+            out.append(a * gmpy2.powmod(c, -self.eta, nsq) * (1 + n * (self.eta * pad % n)) % nsq)
+        return out
 
 
 class LabelSide:
@@ -371,14 +506,26 @@ class LabelSide:
         key: PaillierPublicKey,
         secret: PaillierPrivateKey,
         learning_rate: float,
-        share: np.ndarray[Any, Any] | None = None,
+        share: LayerShare | None = None,
+        rows: int | None = None,
     ) -> None:
-        self.layer, self.peer, self.eta = layer, peer, learning_rate
+        self.layer, self.peer = layer, peer
+        self.eta, self.rows, self.kept = _eta(learning_rate), rows, share
         self.key, self.secret = key, secret
-        self.share = share  # A, k x m exact integers
+        self.share = None if share is None else share.values  # A, k x m exact integers
+
+    def state(self) -> LayerShare | None:
+        """What to keep of the layer as it is now: our share and our key's primes."""
+        if self.share is None:
+            return None
+        return LayerShare(
+            self.share, self.packing.slot_bits, key=(int(self.secret.p), int(self.secret.q))
+        )
 
     def connect(self, fed: Federation, width: int, joined: int, k: int, *, training: bool) -> None:
         self.m, self.k = width, k
+        rows = self.rows if training else None
+        self.packing = _layer_packing(k, width, self.key, rows, self.kept)
         LAYER.send(fed, self.peer, "key", PublicKeyMessage.of(self.key))
         try:
             self.secret = self.secret.for_base(LAYER.recv(fed, self.peer, "base", Base).h_s)
@@ -405,15 +552,13 @@ class LabelSide:
     def forward(
         self, fed: Federation, n_rows: int, *index: int, training: bool
     ) -> np.ndarray[Any, Any]:
-        """``z_p = h_p W_p`` for this batch's ``n_rows`` rows, decrypted."""
-        share = _held_share(self.share, self.peer)
+        """``z_p = h_p W_p`` for this batch's ``n_rows`` rows, decrypted (the data party
+        computes it from our share as it stepped it: we send nothing)."""
+        _held_share(self.share, self.peer)
         z_bits = _z_bits(self.k)
-        z_pack = slots.packing(z_bits, self.m, self.key, masked=False)
-        cts = slots.encrypt_rows(self.secret, share, z_pack)
-        LAYER.send(fed, self.peer, "encw", Encrypted(data=slots.block(self.key, cts)), *index)
         message = LAYER.recv(fed, self.peer, "encz", Outputs, *index)
         got = vector_from(self.key, message.outputs, self.peer)
-        out = slots.expect(got, n_rows * z_pack.groups, Outputs, self.peer, "outputs")
+        out = slots.expect(got, n_rows * self.packing.groups, Outputs, self.peer, "outputs")
         if training:
             if message.share is None:
                 Outputs.refuse(self.peer, "share", "is missing in training")
@@ -425,7 +570,7 @@ class LabelSide:
         z = slots.unpack_rows(
             self.secret.raw_decrypt(out, workers=DECRYPT_THREADS),
             n_rows,
-            z_pack,
+            self.packing,
             z_bits,
             int(self.key.n),
             "the protected layer's output",
@@ -433,16 +578,15 @@ class LabelSide:
         return z.astype(np.float64) * 2.0 ** -(FH + FW)
 
     def backward(self, fed: Federation, delta: np.ndarray[Any, Any], *index: int) -> None:
-        """Send ``[d]_L`` and ``[g]_P`` for ``delta = dLoss/dz``; step our share with the
+        """Send ``[d]_L`` and ``[g]_P`` for ``delta = dLoss/dz``; step our share by the
         masked weight gradient."""
         share = _held_share(self.share, self.peer)
         n_rows = len(delta)
+        _check_rows(n_rows, self.rows, fed.name)
         d_int = slots.fixed(
             delta, FD, DB, "the gradient with respect to the protected layer's output", _FIX
         )
-        wg_bits = _wg_bits(n_rows)
-        wg_pack = slots.packing(wg_bits, self.m, self.key, masked=True)
-        delta_cts = slots.encrypt_rows(self.secret, d_int, wg_pack)
+        delta_cts = slots.encrypt_rows(self.secret, d_int, self.packing)
         g_pack = slots.packing(_g_bits(self.m), self.k, self.peer_key, masked=False)
         grad = slots.combine(self.peer_share, g_pack.groups, d_int, self.peer_key.nsquare)
         grad = slots.add_plain(grad, d_int.astype(object) @ share.T, g_pack, self.peer_key)
@@ -459,14 +603,13 @@ class LabelSide:
         got = vector_from(
             self.key, LAYER.recv(fed, self.peer, "encg", Encrypted, *index).data, self.peer
         )
-        slots.expect(got, self.k * wg_pack.groups, Encrypted, self.peer, "data")
-        layout = wg_pack.masked_layout(self.k)
+        slots.expect(got, self.k * self.packing.groups, Encrypted, self.peer, "data")
+        layout = self.packing.masked_layout(self.k)
         try:  # G + M, slot by slot: our step (M is the data party's)
             masked = self.secret.decrypt_packed(got, layout, workers=DECRYPT_THREADS)
         except ValueError as exc:
             Encrypted.refuse(self.peer, "data", f"is not the masked weight gradient: {exc}")
-        step = _step(share, slots.from_slots(masked, self.k, wg_pack), self.eta)
-        self.share = share - step
+        self.share = share - self.eta * slots.from_slots(masked, self.k, self.packing)
 
 
 class InteractiveTop(nn.Module):

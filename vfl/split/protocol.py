@@ -39,15 +39,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
 from vfl.extras import optional
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
 from vfl.progress import EpochProgress
 from vfl.split.defences import EmbeddingNoise, Quantizer, match_norms
-from vfl.split.interactive import LabelSide, ProtectedLayer, SenderSide
+from vfl.split.interactive import LabelSide, LayerShare, ProtectedLayer, SenderSide
 from vfl.training.control import EpochControl
 from vfl.training.convergence import LossCurve
-from vfl.training.schedule import Schedule
+from vfl.training.schedule import Schedule, largest_batch
 from vfl.training.torch_loop import torch_optimizer, train_step
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ class SplitResult:
     embeddings: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] | None = None
     """A sender's own embeddings of each training batch before its defences (``keep_views``):
     the truth an audit of the label party's view scores against."""
-    shares: dict[str, np.ndarray[Any, Any]] | None = None  # the protected layer's, by peer
+    shares: dict[str, LayerShare] | None = None  # the protected layer's state, by peer
     initial: np.ndarray[Any, Any] | None = None  # a sender's initial layer block (its own)
     random_state: int | None = None  # the seed the parties agreed on (SeededRole)
 
@@ -201,7 +202,7 @@ def _recv(
 
 def _copy(side: SenderSide | None) -> Any:
     """A sender's share as it is now (shares are replaced at each step, never changed)."""
-    return None if side is None else side.share
+    return None if side is None else side.state()
 
 
 class DataRole:
@@ -221,7 +222,9 @@ class DataRole:
         optimizer = _optimizer(spec, list(self.module.parameters()))
         side = None
         if spec.protected is not None:
-            side = SenderSide(spec.protected, label, width, spec.layer_rate)
+            side = SenderSide(
+                spec.protected, label, width, spec.layer_rate, rows=largest_batch(spec.batch_size)
+            )
             side.connect(fed, training=True)
         kept = (copy.deepcopy(self.module.state_dict()), _copy(side))
         view: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
@@ -319,7 +322,14 @@ class LabelRole:
         if spec.protected is not None:
             key, secret = spec.protected.policy().generate()
             for p in spec.senders:
-                side = LabelSide(spec.protected, p, key, secret, spec.layer_rate)
+                side = LabelSide(
+                    spec.protected,
+                    p,
+                    key,
+                    secret,
+                    spec.layer_rate,
+                    rows=largest_batch(spec.batch_size),
+                )
                 side.connect(fed, spec.width, joined, widths[p], training=True)
                 self.sides[p] = side
         n = len(self.targets)
@@ -476,7 +486,7 @@ class LabelRole:
 
     def _state(self) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any]]:
         own = copy.deepcopy(self.module.state_dict()) if self.module is not None else None
-        shares = {p: side.share for p, side in self.sides.items()}
+        shares = {p: side.state() for p, side in self.sides.items()}
         return copy.deepcopy(self.top.state_dict()), own, shares
 
     def _restore(self, state: tuple[dict[str, Any], dict[str, Any] | None, Any]) -> None:
@@ -546,17 +556,19 @@ class ScoreRole:
         top: nn.Module,
         rows: int,
     ) -> np.ndarray[Any, Any]:
-        """The label party's scoring through the protected layer, under a fresh key."""
+        """The label party's scoring through the protected layer, under the key of training
+        (the data parties hold our share encrypted under it, as they stepped it)."""
         spec = self.spec
-        key, secret = layer.policy().generate()
         total = np.zeros((rows, spec.width))
         for p in spec.senders:
             share = self.shares.get(p)
-            if share is None:
+            if share is None or share.key is None:
                 raise ValueError(f"the label party holds no protected-layer share for {p!r}")
+            key = PaillierPublicKey(share.key[0] * share.key[1], insecure=layer.insecure)
+            secret = PaillierPrivateKey(key, *share.key)
             side = LabelSide(layer, p, key, secret, 0.0, share)
             joined = int(top.joined)  # type: ignore[arg-type]
-            side.connect(fed, spec.width, joined, share.shape[0], training=False)
+            side.connect(fed, spec.width, joined, share.values.shape[0], training=False)
             total += side.forward(fed, rows, training=False)
         remote = torch.as_tensor(total, dtype=torch.float32)
         out: np.ndarray[Any, Any] = top(remote, own).double().numpy()

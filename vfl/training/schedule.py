@@ -33,6 +33,7 @@ __all__ = [
     "auto_batch_size",
     "batches",
     "check_batch_size",
+    "largest_batch",
 ]
 
 
@@ -63,6 +64,12 @@ def batches(order: np.ndarray[Any, Any], batch_size: int) -> list[np.ndarray[Any
         last = out.pop()
         out[-1] = np.concatenate([out[-1], last])
     return out
+
+
+def largest_batch(batch_size: int) -> int:
+    """The most rows a batch of :func:`batches` can have (a short last batch joins the one
+    before it)."""
+    return batch_size + batch_size // 2
 
 
 def check_batch_size(party: str, n_rows: int, n_columns: int, batch_size: int) -> None:

@@ -18,8 +18,8 @@ import vfl.linear.base as base
 from tests.vfl.linear.tables import small_model
 from vfl.crypto import EncryptedVector, SecurityWarning
 from vfl.crypto.masked import zero_sum_masks
-from vfl.federation.base import PartyFailedError
 from vfl.federation import LocalFederation
+from vfl.federation.base import PartyFailedError
 from vfl.linear import VerticalLogisticRegression
 from vfl.linear.exchange import SCORE_BITS
 from vfl.linear.scoring import ScoreRole
@@ -89,9 +89,9 @@ def test_the_honest_three_party_score_is_the_plaintext_one(fitted) -> None:  # t
         est.set_params(protocol=protocol)
         plain = partial_scores(est, parts["genomics"], "genomics")
         design = est.parts_["imaging"].design(parts["imaging"])
-        plain += np.column_stack([design, np.ones(len(design))]) @ est.parts_[
-            "imaging"
-        ].weights(with_intercept=True)
+        plain += np.column_stack([design, np.ones(len(design))]) @ est.parts_["imaging"].weights(
+            with_intercept=True
+        )
         plain += partial_scores(est, parts[VICTIM])
         got = est.decision_function(parts)
         np.testing.assert_allclose(got, np.ravel(plain), atol=len(parts) * 2.0**-SCORE_BITS)
@@ -114,5 +114,7 @@ def test_zero_sum_masks_cancel_and_each_is_uniform() -> None:
     for name in names:
         top = np.array([v >= modulus // 2 for v in out[name]])
         assert 0.4 < top.mean() < 0.6  # 400 fair coins: sd 0.025
-    alone = LocalFederation(timeout=5).run({"a": lambda fed: zero_sum_masks(fed, ["a"], 3, modulus)})
+    alone = LocalFederation(timeout=5).run(
+        {"a": lambda fed: zero_sum_masks(fed, ["a"], 3, modulus)}
+    )
     assert alone["a"] == [0, 0, 0]  # one party: nothing to cancel with

@@ -114,7 +114,7 @@ def test_no_raw_embedding_reaches_the_label_party(breast) -> None:  # type: igno
     raw = [f.to_numpy() for f in parts.values()]
     assert find_plaintext(model.transcript_, {"lab": [raw[0]], "imaging": [raw[1]]}) == []
     # the label party learns z = h W, and W is not h's identity: its share alone is noise
-    share = model.shares_["imaging"]["lab"]
+    share = model.shares_["imaging"]["lab"].values
     assert max(abs(int(v)) for v in share.ravel()) > 2 ** (FW + 30)
 
 

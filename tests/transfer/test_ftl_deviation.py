@@ -75,7 +75,7 @@ def test_a_target_cannot_have_the_source_decrypt_its_labels(
     pair = make_transfer_pair(300, 200, n_overlap=60, target_labels=10, random_state=3)
     monkeypatch.setattr("transfer.estimator.TargetRole", LabelReader)
     LabelReader.stolen = None
-    with pytest.raises(PartyFailedError, match="party 'source' failed.*party 'target'"):
+    with pytest.raises(PartyFailedError, match=r"party 'source' failed.*party 'target'"):
         _fit(pair)
     assert LabelReader.stolen is None  # the source refused before answering
 
@@ -106,7 +106,7 @@ def test_a_gradient_beyond_its_bound_is_refused_naming_the_target(
 ) -> None:
     pair = make_transfer_pair(300, 200, n_overlap=40, target_labels=10, random_state=4)
     monkeypatch.setattr("transfer.estimator.TargetRole", ShiftedGradient)
-    with pytest.raises(PartyFailedError, match="party 'source' failed.*party 'target'.*gradient"):
+    with pytest.raises(PartyFailedError, match=r"party 'source' failed.*party 'target'.*gradient"):
         _fit(pair)
 
 
