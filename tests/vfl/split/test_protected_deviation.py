@@ -32,7 +32,7 @@ from vfl import SplitNNClassifier
 from vfl.split import ProtectedLayer
 from vfl.split.interactive import FW, LabelSide, SenderSide
 
-SMALL = ProtectedLayer(key_bits=512, insecure=True, learning_rate=0.01)  # tests only
+SMALL = ProtectedLayer(key_bits=512, insecure=True, learning_rate=0.1)  # tests only
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def test_a_label_party_that_sends_a_chosen_gradient_reads_inner_products(
     h0, h1 = (model.embeddings_["lab"][b][1] for b in (0, 1))
     z1 = model.label_views_["lab"][1][1]
     truth = h1 @ h0[0]
-    assert np.corrcoef(-z1[:, 0], truth)[0, 1] > 0.95
+    assert np.corrcoef(-z1[:, 0], truth)[0, 1] > 0.98  # 0.998 to 0.9995 in 12 runs
 
 
 class ShiftedB(SenderSide):
