@@ -136,6 +136,9 @@ class Tree:
     left: list[int] = field(default_factory=list)
     right: list[int] = field(default_factory=list)
     value: list[np.ndarray[Any, Any]] = field(default_factory=list)
+    train_leaf: np.ndarray[Any, Any] | None = field(default=None, repr=False)
+    """The leaf of each row the tree was grown on (-1 for rows outside it): the grower knows
+    it without routing."""
 
     def add(self, outputs: int) -> int:
         self.owner.append(-1)
@@ -187,6 +190,7 @@ def grow(
     tree = Tree(list(sources))
     all_rows = np.arange(len(g)) if rows is None else np.asarray(rows, dtype=np.int64)
     root = tree.add(outputs)
+    tree.train_leaf = np.full(len(g), -1, dtype=np.int64)
     level: list[tuple[int, np.ndarray[Any, Any]]] = [(root, all_rows)]
     parent_hists: dict[int, dict[str, tuple[Any, Any]]] = {}
     siblings: dict[int, tuple[int, int]] = {}  # node: (its parent, its sibling)
@@ -205,6 +209,7 @@ def grow(
                     best = (party, found)
             if best is None:
                 tree.value[node] = leaf_weight(total_g, total_h, rule.reg_lambda) * learning_rate
+                tree.train_leaf[node_rows] = node
                 continue
             party, candidate = best
             split, left = sources[party].split(node_rows, candidate)

@@ -1,0 +1,98 @@
+"""SecureBoost's protocol: encrypted histograms give the trees of the plaintext twin, and the
+transcript holds no gradient, no threshold, no raw column."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import load_breast_cancer, load_iris
+from sklearn.metrics import roc_auc_score
+
+from vfl.audit.transcript import find_plaintext
+from vfl.boost.bins import BinMapper
+from vfl.boost.estimator import SecureBoostClassifier, SecureBoostRegressor
+from vfl.boost.objectives import Logistic
+from vfl.boost.splits import SplitRule
+from vfl.boost.twin import boost_twin
+
+SMALL = {"key_bits": 1024, "insecure": True}  # tests only: the default is 2048 bits
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # small keys, protocol="plain"
+        yield
+
+
+@pytest.fixture(scope="module")
+def breast() -> tuple[dict[str, pd.DataFrame], pd.Series]:
+    x, y = load_breast_cancer(return_X_y=True, as_frame=True)
+    x, y = x.iloc[:300], y.iloc[:300]
+    x = x.mask(np.random.default_rng(0).random(x.shape) < 0.05)  # some values missing
+    return {"imaging": x.iloc[:, 12:], "lab": x.iloc[:, :12]}, y
+
+
+def _structure(model: SecureBoostClassifier) -> list[Any]:
+    out = []
+    for tree in model.label_part_.trees:
+        out.append((tree.owner, tree.split, tree.left, [np.round(v, 12) for v in tree.value]))
+    tables = {
+        p: (t.table.feature, t.table.bin, t.table.missing_left)
+        for p, t in model.host_parts_.items()
+    }
+    own = model.label_part_.table
+    return [out, tables, (own.feature, own.bin, own.missing_left)]
+
+
+def test_encrypted_histograms_grow_the_plaintext_twins_trees(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    options: dict[str, Any] = dict(n_estimators=3, max_depth=3, max_bin=16)
+    encrypted = SecureBoostClassifier(**options, **SMALL).fit(
+        parts, y, label_party="imaging", keep_payloads=True
+    )
+    plain = SecureBoostClassifier(**options, protocol="plain").fit(parts, y, label_party="imaging")
+    assert _structure(encrypted) == _structure(plain)
+    np.testing.assert_allclose(encrypted.predict_proba(parts), plain.predict_proba(parts))
+    # and the plaintext protocol is the in-process twin
+    mappers = {p: BinMapper(16, party=p).fit(f) for p, f in parts.items()}
+    codes = {p: mappers[p].transform(parts[p]) for p in ("imaging", "lab")}
+    twin = boost_twin(
+        codes,
+        16,
+        y.to_numpy().astype(float),
+        Logistic(),
+        n_estimators=3,
+        max_depth=3,
+        learning_rate=0.3,
+        rule=SplitRule(),
+    )
+    np.testing.assert_allclose(plain.train_loss_, twin.losses, rtol=1e-12)
+    assert sum(t.n_leaves for t in twin.trees) == sum(t.n_leaves for t in plain.label_part_.trees)
+    # nothing the lab holds crosses in the clear: its columns, the gradients, its cuts
+    lab_cuts = [c for c in encrypted.host_parts_["lab"].mapper.cuts_ if len(c)]
+    secret = {"lab": [parts["lab"].to_numpy()] + [np.asarray(c) for c in lab_cuts]}
+    assert find_plaintext(encrypted.transcript_, secret) == []
+    p0 = np.full(len(y), y.mean())
+    grads = {"imaging": [(p0 - y.to_numpy())[:, None]]}
+    assert find_plaintext(encrypted.transcript_, grads) == []
+    assert roc_auc_score(y, encrypted.predict_proba(parts)[:, 1]) > 0.97
+
+
+def test_multiclass_and_regression_fit_in_one_pass_of_the_protocol() -> None:
+    x, y = load_iris(return_X_y=True, as_frame=True)
+    parts = {"a": x.iloc[:, :2], "b": x.iloc[:, 2:]}
+    model = SecureBoostClassifier(n_estimators=5, max_depth=2, **SMALL).fit(
+        parts, y, label_party="a"
+    )
+    assert model.predict_proba(parts).shape == (150, 3)
+    assert model.score(parts, y) > 0.9
+    target = x.iloc[:, 3] * 2.0 + x.iloc[:, 0]
+    reg = SecureBoostRegressor(n_estimators=10, max_depth=3, **SMALL).fit(
+        {"a": x.iloc[:, :2], "b": x.iloc[:, 2:3]}, target, label_party="a"
+    )
+    assert reg.score({"a": x.iloc[:, :2], "b": x.iloc[:, 2:3]}, target) > 0.9

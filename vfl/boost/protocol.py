@@ -1,0 +1,534 @@
+"""SecureBoost's roles: the label party grows the trees, each other party builds encrypted
+histograms of its own columns and keeps its splits.
+
+After Cheng, Fan, Jin, Liu, Chen, Papadopoulos and Yang, "SecureBoost: A Lossless Federated
+Learning Framework" (IEEE Intelligent Systems, 2021). Per tree:
+
+1. the label party (L) computes each row's gradients and hessians (fixed point, ``FG``
+   fractional bits; one pair per output), packs a row's pairs into the signed slots of one
+   plaintext and sends them encrypted under its key to every other party (a host, H), each
+   host's copy with that host's base (:meth:`~vfl.crypto.PaillierPrivateKey.for_base`);
+2. level by level, L sends each host the rows of the nodes to build (the smaller of two
+   siblings: L derives the other from the parent's histogram, in the clear); the host
+   multiplies the ciphertexts of each bin's rows, column by column, packs the bins' sums
+   several to a ciphertext (Horner's rule on ciphertexts), re-randomises them in its base's
+   group and sends them; L decrypts the sums only and picks each node's best split across
+   every party's columns (:func:`vfl.boost.tree.grow`);
+3. where a host's column wins, L sends it the node's rows and the split (column index, bin
+   index, missing side); the host keeps the split in its table and answers with the split's
+   id and which of the node's rows go left. The threshold (the bin's cut) never leaves it.
+
+Scoring: L holds the trees (owners, split ids, leaf weights); each host sends, for every split
+id in its table, which of the scored rows its split sends left; L routes the rows.
+
+What each party learns. L: every host's bin sums of ``G`` and ``H`` per node, hence the
+column and bin of each split (not the value), and each host's left/right decision for every
+row at its splits. A host: the rows of every node it builds a histogram for or splits (the
+*instance space*): SecureBoost's known leak, through which it learns something of the labels
+(an audit measures it). Nothing else: the gradients arrive encrypted, the sums leave
+encrypted. Semi-honest parties.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import gmpy2
+import numpy as np
+import pandas as pd
+
+from vfl.boost.bins import BinMapper
+from vfl.boost.objectives import Objective
+from vfl.boost.splits import Candidate, SplitRule
+from vfl.boost.tree import FG, LocalSource, SplitTable, Tree, grow, histogram, to_fixed
+from vfl.crypto import slots
+from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
+from vfl.crypto.messages import Encrypted
+from vfl.crypto.packing import RowPacking, unpack_signed
+from vfl.crypto.policy import Base, KeyPolicy, PublicKeyMessage, vector_from
+from vfl.federation.base import Federation
+from vfl.federation.messages import Message, Namespace
+
+__all__ = [
+    "BOOST",
+    "BoostSpec",
+    "HostResult",
+    "HostRole",
+    "LabelResult",
+    "LabelRole",
+    "gh_packing",
+]
+
+BOOST = Namespace("boost")
+"""The tags of SecureBoost (``boost/cmd``, ``boost/gh/<tree>``, ...)."""
+
+GB = 7
+"""Bits of a gradient's magnitude (logistic and softmax: below 1; squared error: clipped at
+64)."""
+
+DECRYPT_THREADS = 2
+
+
+@dataclass(frozen=True)
+class BoostSpec:
+    """What every role of a fit agrees on."""
+
+    label_party: str
+    parties: tuple[str, ...]
+    n_estimators: int
+    max_depth: int
+    learning_rate: float
+    rule: SplitRule
+    max_bin: int
+    policy: KeyPolicy | None  # None: the plaintext simulation (no encryption)
+    rows: int
+
+
+# -- messages ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostSetup(Message):
+    """A host's column count (the layouts of its histograms follow from it)."""
+
+    KIND = "boosting setup"
+    columns: int
+
+
+@dataclass(frozen=True)
+class Command(Message):
+    """The label party's next request (``op``): ``"tree"`` (encrypted gradients of ``outputs`` pairs
+    per row follow), ``"hist"``
+    (histograms of the nodes whose rows are ``rows``, ``sizes`` rows each), ``"split"`` (the
+    node's ``rows``, split at ``feature``/``bin``/``missing_left``), ``"end"``."""
+
+    KIND = "boosting command"
+    op: str
+    outputs: int = 0
+    rows: np.ndarray | None = None
+    sizes: np.ndarray | None = None
+    feature: int = -1
+    bin: int = -1
+    missing_left: bool = False
+
+
+@dataclass(frozen=True)
+class PlainGH(Message):
+    """The plaintext simulation's gradients (``protocol="plain"`` only)."""
+
+    KIND = "plaintext gradients"
+    g: np.ndarray
+    h: np.ndarray
+
+
+@dataclass(frozen=True)
+class Histograms(Message):
+    """A host's histograms: encrypted, packed bins (``data``), or in the plaintext simulation
+    the sums themselves (``g``, ``h``: ``(nodes, columns, bins + 1, outputs)``)."""
+
+    KIND = "boosting histograms"
+    data: Any = None
+    g: np.ndarray | None = None
+    h: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Partition(Message):
+    """A host's answer to a split: the id in its table, and which of the node's rows go left."""
+
+    KIND = "boosting partition"
+    split: int
+    left: np.ndarray
+
+
+# -- layouts -------------------------------------------------------------------------------------
+
+
+def gh_packing(outputs: int, rows: int, key_bits: int) -> RowPacking:
+    """The slots of a row's ``(g_k, h_k)`` pairs: wide enough for the sum of ``rows`` of them
+    (signed, ``FG + GB`` bits each), all in one plaintext."""
+    value_bits = FG + GB + max(1, math.ceil(math.log2(max(rows, 2)))) + 1
+    packing = slots.packing(value_bits, 2 * outputs, key_bits)
+    if packing.groups != 1:
+        raise ValueError(
+            f"{outputs} outputs do not fit one {key_bits}-bit plaintext per row "
+            f"({packing.per_ct // 2} at most): use fewer classes or a larger key"
+        )
+    return packing
+
+
+def _bins_per_ct(packing: RowPacking, outputs: int) -> int:
+    return packing.per_ct // (2 * outputs)
+
+
+def _interleave(g: np.ndarray[Any, Any], h: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``(rows, 2K)``: ``g_0, h_0, g_1, h_1, ...``"""
+    out = np.empty((g.shape[0], 2 * g.shape[1]), dtype=object)
+    out[:, 0::2] = g.astype(object)
+    out[:, 1::2] = h.astype(object)
+    return out
+
+
+# -- the host -------------------------------------------------------------------------------------
+
+
+@dataclass
+class HostResult:
+    """A host's part of the model: its bins and its split table."""
+
+    mapper: BinMapper
+    table: SplitTable
+
+
+class HostRole:
+    """A party with columns and no labels: builds histograms, keeps its splits."""
+
+    def __init__(self, spec: BoostSpec, frame: pd.DataFrame) -> None:
+        self.spec = spec
+        self.mapper = BinMapper(spec.max_bin, party="")
+        self.frame = frame
+        self.outputs = 1
+
+    def __call__(self, fed: Federation) -> HostResult:
+        spec, label = self.spec, self.spec.label_party
+        self.mapper.party = fed.name
+        codes = self.mapper.fit_transform(self.frame)
+        table = SplitTable()
+        BOOST.send(fed, label, "setup", HostSetup(columns=codes.shape[1]))
+        key = None
+        if spec.policy is not None:
+            key = spec.policy.accept(BOOST.recv(fed, label, "key", PublicKeyMessage), label)
+            BOOST.send(fed, label, "base", Base(h_s=key.base_bytes()))
+        gh: Any = None
+        tree = 0
+        while True:
+            cmd = BOOST.recv(fed, label, "cmd", Command)
+            if cmd.op == "end":
+                return HostResult(self.mapper, table)
+            if cmd.op == "tree":
+                if not 0 < cmd.outputs <= 1 << 10:
+                    Command.refuse(label, "outputs", f"is {cmd.outputs}")
+                self.outputs = cmd.outputs
+                if key is None:
+                    plain = BOOST.recv(fed, label, "gh", PlainGH, tree)
+                    gh = (
+                        np.asarray(plain.g, dtype=np.float64),
+                        np.asarray(plain.h, dtype=np.float64),
+                    )
+                    if gh[0].shape != (spec.rows, self.outputs) or gh[1].shape != gh[0].shape:
+                        PlainGH.refuse(label, "g", f"has shape {gh[0].shape}")
+                else:
+                    got = vector_from(
+                        key, BOOST.recv(fed, label, "gh", Encrypted, tree).data, label
+                    )
+                    gh = got.ciphertexts
+                    if len(gh) != spec.rows:
+                        Encrypted.refuse(
+                            label, "data", f"holds {len(gh)} rows, {spec.rows} expected"
+                        )
+                tree += 1
+            elif cmd.op == "hist":
+                nodes = self._nodes(cmd, label)
+                if key is None:
+                    hists = [
+                        histogram(codes[r], gh[0][r], gh[1][r], spec.max_bin + 1) for r in nodes
+                    ]
+                    message = Histograms(
+                        g=np.stack([hg for hg, _ in hists]), h=np.stack([hh for _, hh in hists])
+                    )
+                else:
+                    message = Histograms(data=self._encrypted(key, codes, gh, nodes))
+                BOOST.send(fed, label, "hist", message)
+            elif cmd.op == "split":
+                rows = self._rows(cmd.rows, label)
+                if not (0 <= cmd.feature < codes.shape[1] and 0 <= cmd.bin < spec.max_bin):
+                    Command.refuse(label, "feature", f"names column {cmd.feature}, bin {cmd.bin}")
+                split = table.add(
+                    Candidate(
+                        0.0, cmd.feature, cmd.bin, bool(cmd.missing_left), np.zeros(0), np.zeros(0)
+                    )
+                )
+                left = table.goes_left(split, codes[rows], self.mapper.missing_bin)
+                BOOST.send(fed, label, "part", Partition(split=split, left=left.astype(np.uint8)))
+            else:
+                Command.refuse(label, "op", f"is {cmd.op!r}")
+
+    def _rows(self, rows: Any, label: str) -> np.ndarray[Any, Any]:
+        out = np.asarray(rows, dtype=np.int64)
+        if out.ndim != 1 or (out.size and (out.min() < 0 or out.max() >= self.spec.rows)):
+            Command.refuse(label, "rows", "are not positions of this fit's rows")
+        return out
+
+    def _nodes(self, cmd: Command, label: str) -> list[np.ndarray[Any, Any]]:
+        rows = self._rows(cmd.rows, label)
+        sizes = np.asarray(cmd.sizes, dtype=np.int64)
+        if sizes.ndim != 1 or sizes.sum() != len(rows) or (sizes < 0).any():
+            Command.refuse(label, "sizes", "do not add up to the rows sent")
+        return np.split(rows, np.cumsum(sizes)[:-1])
+
+    def _encrypted(
+        self,
+        key: PaillierPublicKey,
+        codes: np.ndarray[Any, Any],
+        gh: list[Any],
+        nodes: list[np.ndarray[Any, Any]],
+    ) -> Any:
+        """Per node, per column: the bins' products of the rows' ciphertexts, packed
+        ``bins_per_ct`` to a ciphertext (bin 0 in the low slots), re-randomised."""
+        width = self.spec.max_bin + 1
+        nsq = key.nsquare
+        packing = gh_packing(self.outputs, self.spec.rows, key.n_length)
+        per = _bins_per_ct(packing, self.outputs)
+        shift = gmpy2.mpz(1) << (packing.slot_bits * 2 * self.outputs)
+        out = []
+        for rows in nodes:
+            for col in range(codes.shape[1]):
+                sums = [gmpy2.mpz(1)] * width
+                for r, b in zip(rows.tolist(), codes[rows, col].tolist(), strict=True):
+                    sums[b] = sums[b] * gh[r] % nsq
+                for start in range(0, width, per):
+                    group = sums[start : start + per]
+                    acc = group[-1]
+                    for c in reversed(group[:-1]):
+                        acc = gmpy2.powmod(acc, shift, nsq) * c % nsq
+                    out.append(acc)
+        return slots.block(key, slots.for_owner(key, out))
+
+
+# -- the label party ------------------------------------------------------------------------------
+
+
+class RemoteSource:
+    """A host's columns as the label party's grower sees them: requests over ``fed``."""
+
+    def __init__(
+        self,
+        fed: Federation,
+        host: str,
+        columns: int,
+        spec: BoostSpec,
+        outputs: int,
+        key: tuple[PaillierPublicKey, PaillierPrivateKey] | None,
+    ) -> None:
+        self.fed, self.host, self.columns, self.spec, self.outputs = (
+            fed,
+            host,
+            columns,
+            spec,
+            outputs,
+        )
+        self.key = key
+        self.tree = 0
+
+    def start(self, g: np.ndarray[Any, Any], h: np.ndarray[Any, Any]) -> None:
+        """Send a tree's gradients (encrypted with the host's base)."""
+        BOOST.send(self.fed, self.host, "cmd", Command(op="tree", outputs=self.outputs))
+        if self.key is None:
+            BOOST.send(self.fed, self.host, "gh", PlainGH(g=g, h=h), self.tree)
+        else:
+            public, secret = self.key
+            packing = gh_packing(self.outputs, self.spec.rows, public.n_length)
+            cts = slots.encrypt_rows(secret, _interleave(g, h), packing)
+            BOOST.send(
+                self.fed, self.host, "gh", Encrypted(data=slots.block(public, cts)), self.tree
+            )
+        self.tree += 1
+
+    def histograms(
+        self, nodes: list[np.ndarray[Any, Any]], g: np.ndarray[Any, Any], h: np.ndarray[Any, Any]
+    ) -> list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
+        if not nodes:
+            return []
+        sizes = np.array([len(r) for r in nodes], dtype=np.int64)
+        BOOST.send(
+            self.fed,
+            self.host,
+            "cmd",
+            Command(op="hist", rows=np.concatenate(nodes), sizes=sizes),
+        )
+        got = BOOST.recv(self.fed, self.host, "hist", Histograms)
+        width = self.spec.max_bin + 1
+        shape = (len(nodes), self.columns, width, self.outputs)
+        if self.key is None:
+            hg, hh = np.asarray(got.g, dtype=np.float64), np.asarray(got.h, dtype=np.float64)
+            if hg.shape != shape or hh.shape != shape:
+                Histograms.refuse(self.host, "g", f"has shape {hg.shape}, {shape} expected")
+            return [(hg[i], hh[i]) for i in range(len(nodes))]
+        public, secret = self.key
+        packing = gh_packing(self.outputs, self.spec.rows, public.n_length)
+        per = _bins_per_ct(packing, self.outputs)
+        chunks = -(-width // per)
+        vector = vector_from(public, got.data, self.host)
+        cts = slots.expect(
+            vector, len(nodes) * self.columns * chunks, Histograms, self.host, "data"
+        )
+        plains = secret.raw_decrypt(cts, workers=DECRYPT_THREADS)
+        n = int(public.n)
+        values = np.empty((len(nodes), self.columns, width, 2 * self.outputs))
+        i = 0
+        for node in range(len(nodes)):
+            for col in range(self.columns):
+                for start in range(0, width, per):
+                    count = min(per, width - start)
+                    layout = RowPacking(count * 2 * self.outputs, packing.slot_bits, packing.per_ct)
+                    value = int(plains[i])
+                    signed = value - n if value > n // 2 else value
+                    try:
+                        got_slots = unpack_signed(signed, layout, 0, packing.value_bits(None))
+                    except OverflowError:
+                        Histograms.refuse(self.host, "data", "holds a sum beyond its slots")
+                    values[node, col, start : start + count] = np.reshape(
+                        got_slots, (count, 2 * self.outputs)
+                    )
+                    i += 1
+        return [(values[k, :, :, 0::2], values[k, :, :, 1::2]) for k in range(len(nodes))]
+
+    def split(
+        self, rows: np.ndarray[Any, Any], candidate: Candidate
+    ) -> tuple[int, np.ndarray[Any, Any]]:
+        BOOST.send(
+            self.fed,
+            self.host,
+            "cmd",
+            Command(
+                op="split",
+                rows=rows,
+                feature=candidate.feature,
+                bin=candidate.bin,
+                missing_left=candidate.missing_left,
+            ),
+        )
+        part = BOOST.recv(self.fed, self.host, "part", Partition)
+        left = np.asarray(part.left)
+        if left.shape != (len(rows),):
+            Partition.refuse(self.host, "left", f"has shape {left.shape}, {len(rows)} rows asked")
+        return int(part.split), left.astype(bool)
+
+
+@dataclass
+class LabelResult:
+    """The label party's part: its bins and table, the trees, the starting score, the
+    training loss per tree."""
+
+    mapper: BinMapper
+    table: SplitTable
+    trees: list[Tree]
+    start: np.ndarray[Any, Any]
+    losses: list[float] = field(default_factory=list)
+
+
+class LabelRole:
+    """The label party: its columns, its targets (``y``: 0/1, class codes or standardised
+    values for ``objective``)."""
+
+    def __init__(
+        self, spec: BoostSpec, frame: pd.DataFrame, y: np.ndarray[Any, Any], objective: Objective
+    ) -> None:
+        self.spec, self.frame, self.y, self.objective = spec, frame, y, objective
+
+    def __call__(self, fed: Federation) -> LabelResult:
+        spec = self.spec
+        mapper = BinMapper(spec.max_bin, party=fed.name)
+        codes = mapper.fit_transform(self.frame)
+        own = LocalSource(codes, mapper.missing_bin, spec.rule)
+        hosts = [p for p in spec.parties if p != fed.name]
+        columns = {p: BOOST.recv(fed, p, "setup", HostSetup).columns for p in hosts}
+        keys: dict[str, Any] = {p: None for p in hosts}
+        if spec.policy is not None:
+            public, secret = spec.policy.generate()
+            for p in hosts:
+                BOOST.send(fed, p, "key", PublicKeyMessage.of(public))
+            for p in hosts:
+                try:
+                    keys[p] = (public, secret.for_base(BOOST.recv(fed, p, "base", Base).h_s))
+                except ValueError as exc:
+                    Base.refuse(p, "h_s", str(exc))
+        outputs = self.objective.outputs
+        remotes = {p: RemoteSource(fed, p, columns[p], spec, outputs, keys[p]) for p in hosts}
+        sources: dict[str, Any] = {fed.name: own, **remotes}
+        start = self.objective.start(self.y)
+        raw = np.tile(start, (len(self.y), 1))
+        result = LabelResult(mapper, own.table, [], start)
+        for _ in range(spec.n_estimators):
+            g, h = self.objective.gradients(raw, self.y)
+            gi, hi = to_fixed(g), to_fixed(h)
+            for remote in remotes.values():
+                remote.start(gi, hi)
+            tree = grow(
+                sources,
+                gi,
+                hi,
+                spec.rule,
+                max_depth=spec.max_depth,
+                learning_rate=spec.learning_rate,
+            )
+            raw = raw + np.stack(tree.value)[tree.train_leaf]
+            result.trees.append(tree)
+            result.losses.append(self.objective.loss(raw, self.y))
+        for p in hosts:
+            BOOST.send(fed, p, "cmd", Command(op="end"))
+        return result
+
+
+# -- scoring ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decisions(Message):
+    """A host's answer to scoring: per split id in its table (rows of ``left``), which of the
+    scored rows that split sends left."""
+
+    KIND = "boosting decisions"
+    left: np.ndarray
+
+
+class HostScoreRole:
+    """A host's side of scoring: its table and bins, its rows."""
+
+    def __init__(self, spec: BoostSpec, part: HostResult, frame: pd.DataFrame) -> None:
+        self.spec, self.part, self.frame = spec, part, frame
+
+    def __call__(self, fed: Federation) -> None:
+        codes = self.part.mapper.transform(self.frame)
+        table, missing = self.part.table, self.part.mapper.missing_bin
+        left = np.zeros((len(table.feature), len(codes)), dtype=np.uint8)
+        for split in range(len(table.feature)):
+            left[split] = table.goes_left(split, codes, missing)
+        BOOST.send(fed, self.spec.label_party, "decisions", Decisions(left=left))
+
+
+class LabelScoreRole:
+    """The label party's side of scoring: routes its rows through the trees, asking each host
+    which way its splits send them; returns the raw scores ``(rows, outputs)``."""
+
+    def __init__(self, spec: BoostSpec, part: LabelResult, frame: pd.DataFrame) -> None:
+        self.spec, self.part, self.frame = spec, part, frame
+
+    def __call__(self, fed: Federation) -> np.ndarray[Any, Any]:
+        part = self.part
+        codes = part.mapper.transform(self.frame)
+        rows = len(codes)
+        decisions: dict[str, Any] = {}
+        for host in (p for p in self.spec.parties if p != fed.name):
+            left = np.asarray(BOOST.recv(fed, host, "decisions", Decisions).left)
+            if left.ndim != 2 or left.shape[1] != rows:
+                Decisions.refuse(host, "left", f"has shape {left.shape}, {rows} rows scored")
+            decisions[host] = left
+        calls: dict[str, Any] = {
+            fed.name: lambda split: part.table.goes_left(split, codes, part.mapper.missing_bin)
+        }
+        for host, left in decisions.items():
+            calls[host] = lambda split, left=left, host=host: _decision(left, split, host)
+        out = np.tile(part.start, (rows, 1))
+        for tree in part.trees:
+            out = out + tree.predict(calls, rows)
+        return out
+
+
+def _decision(left: np.ndarray[Any, Any], split: int, host: str) -> np.ndarray[Any, Any]:
+    if not 0 <= split < len(left):
+        Decisions.refuse(host, "left", f"has no row for split {split}")
+    out: np.ndarray[Any, Any] = left[split].astype(bool)
+    return out
