@@ -20,6 +20,7 @@ column subsampling, the privacy options, ``vflink party``; this module is not ex
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any
 
@@ -61,6 +62,7 @@ class _SecureBoost(FederatedEstimator):
         protocol: str = "paillier",
         key_bits: int = 2048,
         insecure: bool = False,
+        workers: Any = None,
         timeout: float | None = None,
     ) -> None:
         self.n_estimators = n_estimators
@@ -73,6 +75,7 @@ class _SecureBoost(FederatedEstimator):
         self.protocol = protocol
         self.key_bits = key_bits
         self.insecure = insecure
+        self.workers = workers
         self.timeout = timeout
 
     # -- hyperparameters ---------------------------------------------------------------------
@@ -114,7 +117,15 @@ class _SecureBoost(FederatedEstimator):
             max_bin=int(self.max_bin),
             policy=policy,
             rows=rows,
+            workers=self._workers(rows),
         )
+
+    def _workers(self, rows: int) -> Any:
+        """``workers``, or by default both cores from 2,048 rows (below, starting processes
+        costs more than it saves)."""
+        if self.workers is not None:
+            return self.workers
+        return min(os.cpu_count() or 1, 4) if rows >= 2048 else 1
 
     def _objective(self, y: np.ndarray[Any, Any], label_party: str) -> tuple[Objective, Any]:
         raise NotImplementedError

@@ -31,6 +31,7 @@ encrypted. Semi-honest parties.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +44,8 @@ from vfl.boost.bins import BinMapper
 from vfl.boost.objectives import Objective
 from vfl.boost.splits import Candidate, SplitRule
 from vfl.boost.tree import FG, LocalSource, SplitTable, Tree, grow, histogram, to_fixed
-from vfl.crypto import slots
+from vfl.crypto import parallel, slots
+from vfl.crypto.kernels import bin_products
 from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
 from vfl.crypto.messages import Encrypted
 from vfl.crypto.packing import RowPacking, unpack_signed
@@ -84,6 +86,9 @@ class BoostSpec:
     max_bin: int
     policy: KeyPolicy | None  # None: the plaintext simulation (no encryption)
     rows: int
+    workers: Any = 1
+    """Each party's worker processes (or executor) for its share of the ciphertext work: the
+    label party's encryptions, a host's bin products."""
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -284,10 +289,7 @@ class HostRole:
         shift = gmpy2.mpz(1) << (packing.slot_bits * 2 * self.outputs)
         out = []
         for rows in nodes:
-            for col in range(codes.shape[1]):
-                sums = [gmpy2.mpz(1)] * width
-                for r, b in zip(rows.tolist(), codes[rows, col].tolist(), strict=True):
-                    sums[b] = sums[b] * gh[r] % nsq
+            for sums in self._products(gh, codes, rows, width, nsq):
                 for start in range(0, width, per):
                     group = sums[start : start + per]
                     acc = group[-1]
@@ -295,6 +297,34 @@ class HostRole:
                         acc = gmpy2.powmod(acc, shift, nsq) * c % nsq
                     out.append(acc)
         return slots.block(key, slots.for_owner(key, out))
+
+    def _products(
+        self,
+        gh: list[Any],
+        codes: np.ndarray[Any, Any],
+        rows: np.ndarray[Any, Any],
+        width: int,
+        nsq: Any,
+    ) -> list[list[Any]]:
+        """Per column, the products of each bin's ciphertexts (the rows split among the
+        workers, their partial products multiplied here)."""
+        cts = [gh[r] for r in rows.tolist()]
+        count = parallel.check_workers(self.spec.workers)
+        if count < 2 or len(rows) < 2048:
+            return bin_products(cts, codes[rows], width, nsq)
+        bounds = np.linspace(0, len(rows), count + 1).astype(int).tolist()
+        parts = parallel.map_processes(
+            parallel.bin_products_worker,
+            [(cts[a:b], codes[rows[a:b]], width, int(nsq)) for a, b in itertools.pairwise(bounds)],
+            self.spec.workers,
+        )
+        out = parts[0]
+        for part in parts[1:]:
+            out = [
+                [a * b % nsq for a, b in zip(x, y, strict=True)]
+                for x, y in zip(out, part, strict=True)
+            ]
+        return out
 
 
 # -- the label party ------------------------------------------------------------------------------
@@ -330,7 +360,8 @@ class RemoteSource:
         else:
             public, secret = self.key
             packing = gh_packing(self.outputs, self.spec.rows, public.n_length)
-            cts = slots.encrypt_rows(secret, _interleave(g, h), packing)
+            plains = slots.plaintexts(_interleave(g, h), packing, int(public.n))
+            cts = secret.raw_encrypt(plains, workers=self.spec.workers)
             BOOST.send(
                 self.fed, self.host, "gh", Encrypted(data=slots.block(public, cts)), self.tree
             )

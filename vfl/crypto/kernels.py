@@ -28,6 +28,7 @@ from vfl.progress import progress, stage
 __all__ = [
     "FixedBaseTable",
     "batch_invert",
+    "bin_products",
     "crt_combine",
     "multiexp",
     "multiexp_big",
@@ -294,6 +295,22 @@ def multiexp_rows(
             out.append(multiexp(chosen, np.abs(exps), modulus))
         else:
             out.append(multiexp(bases, exps, modulus))
+    return out
+
+
+def bin_products(
+    ciphertexts: Sequence[Int], codes: np.ndarray[Any, Any], width: int, modulus: Int
+) -> list[list[Any]]:
+    """Per column of ``codes`` (``(rows, columns)`` bin codes below ``width``), the product
+    modulo ``modulus`` of the ciphertexts of each bin's rows (1 for an empty bin): the
+    encrypted sums of a histogram (SecureBoost's hosts)."""
+    one = gmpy2.mpz(1)
+    out = []
+    for col in range(codes.shape[1]):
+        sums = [one] * width
+        for c, b in zip(ciphertexts, codes[:, col].tolist(), strict=True):
+            sums[b] = sums[b] * c % modulus
+        out.append(sums)
     return out
 
 

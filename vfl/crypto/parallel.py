@@ -47,13 +47,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from linkage.lazy import lazy_exports
-from vfl.crypto.kernels import FixedBaseTable, multiexp_big, multiexp_rows
+from vfl.crypto.kernels import FixedBaseTable, bin_products, multiexp_big, multiexp_rows
 
 if TYPE_CHECKING:
     from linkage.executors import Workers, executor_slots, exit_with_parent, is_executor
 
 __all__ = [
     "Workers",
+    "bin_products_worker",
     "check_workers",
     "default_workers",
     "executor_slots",
@@ -161,6 +162,13 @@ def random_powers_worker(base: int, modulus: int, bits: int, count: int) -> list
     while len(_tables) > _MAX_TABLES:
         del _tables[next(iter(_tables))]
     return table.random_powers(count)
+
+
+def bin_products_worker(
+    ciphertexts: Sequence[Any], codes: np.ndarray[Any, Any], width: int, modulus: int
+) -> list[list[Any]]:
+    """In a worker: :func:`~vfl.crypto.kernels.bin_products`."""
+    return bin_products(ciphertexts, codes, width, modulus)
 
 
 def multiexp_big_worker(bases: Sequence[Any], exponents: Sequence[int], modulus: int) -> Any:

@@ -96,3 +96,21 @@ def test_multiclass_and_regression_fit_in_one_pass_of_the_protocol() -> None:
         {"a": x.iloc[:, :2], "b": x.iloc[:, 2:3]}, target, label_party="a"
     )
     assert reg.score({"a": x.iloc[:, :2], "b": x.iloc[:, 2:3]}, target) > 0.9
+
+
+def test_a_hosts_bin_products_on_two_workers_are_those_of_one() -> None:
+    from vfl.boost.protocol import BoostSpec, HostRole
+
+    rng = np.random.default_rng(0)
+    modulus = (1 << 127) - 1
+    cts = [int(v) for v in rng.integers(1, 2**62, size=2500)]
+    codes = rng.integers(0, 9, size=(2500, 3)).astype(np.uint8)
+    rows = np.sort(rng.choice(2500, size=2200, replace=False))
+    spec = BoostSpec("a", ("a", "b"), 1, 1, 0.3, SplitRule(), 8, None, 2500, workers=2)
+    host = HostRole(spec, pd.DataFrame())
+    got = host._products(cts, codes, rows, 9, modulus)
+    want = [[1] * 9 for _ in range(3)]
+    for r in rows:
+        for col in range(3):
+            want[col][codes[r, col]] = want[col][codes[r, col]] * cts[r] % modulus
+    assert [[int(v) for v in col] for col in got] == want
