@@ -13,9 +13,15 @@ costs one encryption per row whatever the number of classes. ``protocol="paillie
 (default, 2048-bit keys) or ``"plain"`` (the plaintext simulation: the same trees, gradients
 in the clear; warns).
 
-Being built (issue #32): not yet ``save``/``load``, ``history_``, early stopping, row and
-column subsampling, the privacy options, ``vflink party``; this module is not exported from
-``vfl`` until they are.
+Early stopping (``early_stopping="auto"``: from 10,000 rows, as scikit-learn's
+``HistGradientBoosting``): the label party holds out ``validation_fraction`` of the rows
+(stratified by class), routes them with each tree as it grows, and stops when their loss has
+not fallen by ``tol`` for ``n_iter_no_change`` trees, keeping the trees up to the best. The
+hosts learn the held-out rows only as rows of the nodes they split. ``history_``: one record
+per tree grown (``epoch``, ``loss``, ``val_loss``, ``seconds``).
+
+Being built (issue #32): not yet ``save``/``load``, row and column subsampling, the privacy
+options, ``vflink party``; this module is not exported from ``vfl`` until they are.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.model_selection import train_test_split
 
 from vfl.boost.objectives import Logistic, Objective, Softmax, Squared
 from vfl.boost.protocol import (
@@ -59,10 +66,16 @@ class _SecureBoost(FederatedEstimator):
         reg_lambda: float = 1.0,
         min_split_loss: float = 0.0,
         max_bin: int = 32,
+        early_stopping: str | bool = "auto",
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        tol: float = 1e-7,
         protocol: str = "paillier",
         key_bits: int = 2048,
         insecure: bool = False,
         workers: Any = None,
+        random_state: int | None = None,
+        verbose: int = 0,
         timeout: float | None = None,
     ) -> None:
         self.n_estimators = n_estimators
@@ -72,15 +85,23 @@ class _SecureBoost(FederatedEstimator):
         self.reg_lambda = reg_lambda
         self.min_split_loss = min_split_loss
         self.max_bin = max_bin
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
         self.protocol = protocol
         self.key_bits = key_bits
         self.insecure = insecure
         self.workers = workers
+        self.random_state = random_state
+        self.verbose = verbose
         self.timeout = timeout
 
     # -- hyperparameters ---------------------------------------------------------------------
 
-    def _spec(self, label_party: str, parties: list[str], rows: int) -> BoostSpec:
+    def _spec(
+        self, label_party: str, parties: list[str], rows: int, strata: np.ndarray[Any, Any] | None
+    ) -> BoostSpec:
         for name in ("n_estimators", "max_depth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -118,7 +139,41 @@ class _SecureBoost(FederatedEstimator):
             policy=policy,
             rows=rows,
             workers=self._workers(rows),
+            validation=self._validation(rows, strata),
+            n_iter_no_change=int(self.n_iter_no_change),
+            tol=float(self.tol),
+            verbose=int(self.verbose),
         )
+
+    def _validation(self, rows: int, strata: np.ndarray[Any, Any] | None) -> Any:
+        """The held-out rows of early stopping (stratified by class for a classifier), or
+        None: ``early_stopping="auto"`` holds out from 10,000 rows on (scikit-learn's rule)."""
+        if self.early_stopping not in ("auto", True, False):
+            raise ValueError(
+                f"early_stopping must be 'auto', True or False, got {self.early_stopping!r}"
+            )
+        on = rows > 10_000 if self.early_stopping == "auto" else bool(self.early_stopping)
+        if not on:
+            return None
+        if not 0 < self.validation_fraction < 1:
+            raise ValueError(
+                f"validation_fraction must be in (0, 1), got {self.validation_fraction!r}"
+            )
+        if (
+            isinstance(self.n_iter_no_change, bool)
+            or not isinstance(self.n_iter_no_change, (int, np.integer))
+            or self.n_iter_no_change < 1
+        ):
+            raise ValueError(
+                f"n_iter_no_change must be a positive integer, got {self.n_iter_no_change!r}"
+            )
+        _, held = train_test_split(
+            np.arange(rows),
+            test_size=self.validation_fraction,
+            random_state=self.random_state,
+            stratify=strata,
+        )
+        return np.sort(held)
 
     def _workers(self, rows: int) -> Any:
         """``workers``, or by default both cores from 2,048 rows (below, starting processes
@@ -151,8 +206,9 @@ class _SecureBoost(FederatedEstimator):
                 f"labels of party {label_party!r}: expected {rows} values, one per row, got "
                 f"shape {values.shape}"
             )
-        spec = self._spec(label_party, list(frames), rows)
         objective, targets = self._objective(values, label_party)
+        strata = targets if isinstance(objective, (Logistic, Softmax)) else None
+        spec = self._spec(label_party, list(frames), rows, strata)
         roles: dict[str, Role] = {
             p: HostRole(spec, frames[p]) for p in spec.parties if p != label_party
         }
@@ -165,7 +221,8 @@ class _SecureBoost(FederatedEstimator):
         }
         self.label_party_ = label_party
         self.n_estimators_ = len(self.label_part_.trees)
-        self.train_loss_ = list(self.label_part_.losses)
+        self.history_ = list(self.label_part_.history)
+        self._fitted_ledger(None)
         return self
 
     def _raw(self, parts: dict[str, pd.DataFrame]) -> np.ndarray[Any, Any]:

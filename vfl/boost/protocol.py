@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,7 @@ from vfl.crypto.packing import RowPacking, unpack_signed
 from vfl.crypto.policy import Base, KeyPolicy, PublicKeyMessage, vector_from
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
+from vfl.progress import EpochProgress
 
 __all__ = [
     "BOOST",
@@ -89,6 +91,12 @@ class BoostSpec:
     workers: Any = 1
     """Each party's worker processes (or executor) for its share of the ciphertext work: the
     label party's encryptions, a host's bin products."""
+    validation: np.ndarray | None = None
+    """Early stopping: the positions of the rows the label party holds out (None: off). Only
+    the label party is given them; a host learns them only as rows of the nodes it splits."""
+    n_iter_no_change: int = 10
+    tol: float = 1e-7
+    verbose: int = 0
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -440,14 +448,16 @@ class RemoteSource:
 
 @dataclass
 class LabelResult:
-    """The label party's part: its bins and table, the trees, the starting score, the
-    training loss per tree."""
+    """The label party's part: its bins and table, the trees, the starting score, and one
+    record per tree grown (``tree``, training ``loss``, ``val_loss`` with early stopping,
+    ``seconds``); with early stopping the trees are those up to the best validation loss."""
 
     mapper: BinMapper
     table: SplitTable
     trees: list[Tree]
     start: np.ndarray[Any, Any]
-    losses: list[float] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best: int = 0
 
 
 class LabelRole:
@@ -479,11 +489,31 @@ class LabelRole:
         outputs = self.objective.outputs
         remotes = {p: RemoteSource(fed, p, columns[p], spec, outputs, keys[p]) for p in hosts}
         sources: dict[str, Any] = {fed.name: own, **remotes}
-        start = self.objective.start(self.y)
-        raw = np.tile(start, (len(self.y), 1))
-        result = LabelResult(mapper, own.table, [], start)
-        for _ in range(spec.n_estimators):
-            g, h = self.objective.gradients(raw, self.y)
+        result = LabelResult(mapper, own.table, [], self.objective.start(self.y))
+        with EpochProgress(fed.name, spec.n_estimators, spec.verbose, desc="tree") as shown:
+            self._boost(sources, remotes, result, shown)
+        for p in hosts:
+            BOOST.send(fed, p, "cmd", Command(op="end"))
+        return result
+
+    def _boost(
+        self,
+        sources: dict[str, Any],
+        remotes: dict[str, RemoteSource],
+        result: LabelResult,
+        shown: EpochProgress,
+    ) -> None:
+        """The trees, one after another; with validation rows, until their loss has not
+        fallen by ``tol`` for ``n_iter_no_change`` trees (the trees after the best are
+        dropped)."""
+        spec, y = self.spec, self.y
+        val = spec.validation
+        train = np.arange(len(y)) if val is None else np.setdiff1d(np.arange(len(y)), val)
+        raw = np.tile(result.start, (len(y), 1))
+        best_loss, since = np.inf, 0
+        for t in range(spec.n_estimators):
+            began = time.perf_counter()
+            g, h = self.objective.gradients(raw, y)
             gi, hi = to_fixed(g), to_fixed(h)
             for remote in remotes.values():
                 remote.start(gi, hi)
@@ -494,13 +524,30 @@ class LabelRole:
                 spec.rule,
                 max_depth=spec.max_depth,
                 learning_rate=spec.learning_rate,
+                rows=train,
+                extra=val,
             )
             raw = raw + np.stack(tree.value)[tree.train_leaf]
             result.trees.append(tree)
-            result.losses.append(self.objective.loss(raw, self.y))
-        for p in hosts:
-            BOOST.send(fed, p, "cmd", Command(op="end"))
-        return result
+            record: dict[str, Any] = {
+                "epoch": t + 1,
+                "loss": self.objective.loss(raw[train], y[train]),
+            }
+            if val is not None:
+                record["val_loss"] = self.objective.loss(raw[val], y[val])
+                if record["val_loss"] < best_loss - spec.tol:
+                    best_loss, since, result.best = record["val_loss"], 0, t + 1
+                else:
+                    since += 1
+            else:
+                result.best = t + 1
+            record["seconds"] = time.perf_counter() - began
+            result.history.append(record)
+            shown.update(t + 1, loss=record["loss"], best=result.best)
+            if val is not None and since >= spec.n_iter_no_change:
+                shown.note(f"no better validation loss for {since} trees: kept {result.best}")
+                break
+        del result.trees[result.best :]
 
 
 # -- scoring ---------------------------------------------------------------------------------------

@@ -137,8 +137,8 @@ class Tree:
     right: list[int] = field(default_factory=list)
     value: list[np.ndarray[Any, Any]] = field(default_factory=list)
     train_leaf: np.ndarray[Any, Any] | None = field(default=None, repr=False)
-    """The leaf of each row the tree was grown on (-1 for rows outside it): the grower knows
-    it without routing."""
+    """The leaf of each row the tree was grown on or routed with it (the validation rows; -1
+    for the others): the grower knows it without asking anyone again."""
 
     def add(self, outputs: int) -> int:
         self.owner.append(-1)
@@ -181,25 +181,30 @@ def grow(
     max_depth: int,
     learning_rate: float,
     rows: np.ndarray[Any, Any] | None = None,
+    extra: np.ndarray[Any, Any] | None = None,
 ) -> Tree:
     """One tree on the rows ``rows`` (all by default) from the fixed-point ``g`` and ``h``
     (``(rows, outputs)`` int64, :func:`to_fixed`), level by level; ``sources`` in the order
-    ties go (the label party's own columns first, by convention)."""
+    ties go (the label party's own columns first, by convention). ``extra`` rows (the
+    validation rows) are routed with the node they reach but grow nothing: their leaves
+    land in ``tree.train_leaf`` too."""
     outputs = g.shape[1]
     scale = 2.0**-FG
     tree = Tree(list(sources))
     all_rows = np.arange(len(g)) if rows is None else np.asarray(rows, dtype=np.int64)
     root = tree.add(outputs)
     tree.train_leaf = np.full(len(g), -1, dtype=np.int64)
-    level: list[tuple[int, np.ndarray[Any, Any]]] = [(root, all_rows)]
+    no_rows = np.zeros(0, dtype=np.int64)
+    held = no_rows if extra is None else np.asarray(extra, dtype=np.int64)
+    level: list[tuple[int, np.ndarray[Any, Any], np.ndarray[Any, Any]]] = [(root, all_rows, held)]
     parent_hists: dict[int, dict[str, tuple[Any, Any]]] = {}
     siblings: dict[int, tuple[int, int]] = {}  # node: (its parent, its sibling)
     for depth in range(max_depth + 1):
-        splittable = [(n, r) for n, r in level if depth < max_depth and len(r) >= 2]
+        splittable = [(n, r) for n, r, _ in level if depth < max_depth and len(r) >= 2]
         hists = _level_histograms(sources, splittable, parent_hists, siblings, g, h)
         parent_hists = {}
-        following: list[tuple[int, np.ndarray[Any, Any]]] = []
-        for node, node_rows in level:
+        following: list[tuple[int, np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+        for node, node_rows, node_extra in level:
             total_g = g[node_rows].sum(axis=0).astype(np.float64) * scale
             total_h = h[node_rows].sum(axis=0).astype(np.float64) * scale
             best: tuple[str, Candidate] | None = None
@@ -210,14 +215,19 @@ def grow(
             if best is None:
                 tree.value[node] = leaf_weight(total_g, total_h, rule.reg_lambda) * learning_rate
                 tree.train_leaf[node_rows] = node
+                tree.train_leaf[node_extra] = node
                 continue
             party, candidate = best
-            split, left = sources[party].split(node_rows, candidate)
-            left = np.asarray(left, dtype=bool)
+            both = np.concatenate([node_rows, node_extra])
+            split, goes = sources[party].split(both, candidate)
+            goes = np.asarray(goes, dtype=bool)
+            left, left_extra = goes[: len(node_rows)], goes[len(node_rows) :]
             tree.owner[node], tree.split[node] = tree.parties.index(party), int(split)
             tree.left[node], tree.right[node] = tree.add(outputs), tree.add(outputs)
-            pair = [(tree.left[node], node_rows[left]), (tree.right[node], node_rows[~left])]
-            following += pair
+            following += [
+                (tree.left[node], node_rows[left], node_extra[left_extra]),
+                (tree.right[node], node_rows[~left], node_extra[~left_extra]),
+            ]
             parent_hists[node] = hists[node]
             siblings[tree.left[node]] = (node, tree.right[node])
             siblings[tree.right[node]] = (node, tree.left[node])

@@ -71,7 +71,7 @@ def test_encrypted_histograms_grow_the_plaintext_twins_trees(breast) -> None:  #
         learning_rate=0.3,
         rule=SplitRule(),
     )
-    np.testing.assert_allclose(plain.train_loss_, twin.losses, rtol=1e-12)
+    np.testing.assert_allclose([r["loss"] for r in plain.history_], twin.losses, rtol=1e-12)
     assert sum(t.n_leaves for t in twin.trees) == sum(t.n_leaves for t in plain.label_part_.trees)
     # nothing the lab holds crosses in the clear: its columns, the gradients, its cuts
     lab_cuts = [c for c in encrypted.host_parts_["lab"].mapper.cuts_ if len(c)]
@@ -114,3 +114,35 @@ def test_a_hosts_bin_products_on_two_workers_are_those_of_one() -> None:
         for col in range(3):
             want[col][codes[r, col]] = want[col][codes[r, col]] * cts[r] % modulus
     assert [[int(v) for v in col] for col in got] == want
+
+
+def test_early_stopping_keeps_the_trees_up_to_the_best_validation_loss(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    model = SecureBoostClassifier(
+        n_estimators=60,
+        max_depth=4,
+        learning_rate=0.5,
+        early_stopping=True,
+        n_iter_no_change=3,
+        random_state=0,
+        protocol="plain",
+    ).fit(parts, y, label_party="imaging")
+    losses = [r["val_loss"] for r in model.history_]
+    best = int(np.argmin(losses)) + 1
+    assert len(model.history_) < 60 and len(model.history_) == best + 3  # stopped 3 after
+    assert model.n_estimators_ == best == len(model.label_part_.trees)
+    assert all(r["seconds"] > 0 and r["loss"] > 0 for r in model.history_)
+    again = SecureBoostClassifier(
+        n_estimators=best,
+        max_depth=4,
+        learning_rate=0.5,
+        early_stopping=True,
+        n_iter_no_change=3,
+        random_state=0,
+        protocol="plain",
+    ).fit(parts, y, label_party="imaging")
+    np.testing.assert_allclose(again.predict_proba(parts), model.predict_proba(parts))
+    with pytest.raises(ValueError, match="validation_fraction must be in"):
+        SecureBoostClassifier(early_stopping=True, validation_fraction=1.5).fit(
+            parts, y, label_party="imaging"
+        )
