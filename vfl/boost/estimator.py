@@ -20,14 +20,18 @@ not fallen by ``tol`` for ``n_iter_no_change`` trees, keeping the trees up to th
 hosts learn the held-out rows only as rows of the nodes they split. ``history_``: one record
 per tree grown (``epoch``, ``loss``, ``val_loss``, ``seconds``).
 
-Being built (issue #32): not yet ``save``/``load``, row and column subsampling, the privacy
-options, ``vflink party``; this module is not exported from ``vfl`` until they are.
+``save``/``load``: a folder of one file per party (:mod:`vfl.boost.part`); ``fit_party`` and
+``predict_party`` run one party's role in deployment.
+
+Being built (issue #32): not yet row and column subsampling, the privacy options, ``vflink
+party``; this module is not exported from ``vfl`` until they are.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,19 +39,15 @@ import pandas as pd
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.model_selection import train_test_split
 
+from vfl import persistence
 from vfl.boost.objectives import Logistic, Objective, Softmax, Squared
-from vfl.boost.protocol import (
-    BoostSpec,
-    HostResult,
-    HostRole,
-    HostScoreRole,
-    LabelResult,
-    LabelRole,
-    LabelScoreRole,
-)
+from vfl.boost.part import BoostPart
+from vfl.boost.protocol import BoostSpec, HostRole, HostScoreRole, LabelRole, LabelScoreRole
 from vfl.boost.splits import SplitRule
 from vfl.crypto.policy import KeyPolicy
-from vfl.estimator import FederatedEstimator, Role
+from vfl.estimator import FederatedEstimator, Role, run_deployed
+from vfl.federation.base import Federation
+from vfl.persistence import model_files
 from vfl.validation import check_data_parties, check_parts, label_party_of
 
 __all__ = ["SecureBoostClassifier", "SecureBoostRegressor"]
@@ -187,6 +187,43 @@ class _SecureBoost(FederatedEstimator):
 
     # -- fitting -------------------------------------------------------------------------------
 
+    def _targets(self, y: Any, index: pd.Index, label_party: str) -> Any:
+        values = np.asarray(y.loc[index] if isinstance(y, pd.Series) else y)
+        if values.shape != (len(index),):
+            raise ValueError(
+                f"labels of party {label_party!r}: expected {len(index)} values, one per row, "
+                f"got shape {values.shape}"
+            )
+        return values
+
+    def _roles(
+        self,
+        frames: dict[str, pd.DataFrame | None],
+        y: Any,
+        label_party: str,
+        parties: list[str],
+        rows: int,
+    ) -> tuple[dict[str, Role], BoostSpec]:
+        """The roles of the parties whose frames are given (the label party's needs ``y``)."""
+        for party, frame in frames.items():
+            if frame is None:
+                raise ValueError(f"party {party!r} holds no rows to train on")
+        label_frame = frames.get(label_party)
+        learn: tuple[Objective, Any] | None = None
+        strata = None
+        if label_frame is not None:
+            values = self._targets(y, label_frame.index, label_party)
+            learn = self._objective(values, label_party)
+            strata = learn[1] if isinstance(learn[0], (Logistic, Softmax)) else None
+        spec = self._spec(label_party, parties, rows, strata)
+        roles: dict[str, Role] = {}
+        for party, frame in frames.items():
+            if party == label_party and label_frame is not None and learn is not None:
+                roles[party] = LabelRole(spec, label_frame, learn[1], learn[0])
+            elif frame is not None:
+                roles[party] = HostRole(spec, frame)
+        return roles, spec
+
     def fit(
         self,
         parts: dict[str, pd.DataFrame],
@@ -196,59 +233,190 @@ class _SecureBoost(FederatedEstimator):
         keep_payloads: bool = False,
     ) -> _SecureBoost:
         """Fit on ``parts`` (``{party: DataFrame}``, rows aligned), ``y`` the label party's
-        targets (one per row)."""
+        targets (one per row); every party a thread of this process."""
         label_party = label_party_of(parts, label_party)
         frames = check_parts(parts, label_party)
         rows = len(frames[label_party])
-        values = np.asarray(y.loc[frames[label_party].index] if isinstance(y, pd.Series) else y)
-        if values.shape != (rows,):
-            raise ValueError(
-                f"labels of party {label_party!r}: expected {rows} values, one per row, got "
-                f"shape {values.shape}"
-            )
-        objective, targets = self._objective(values, label_party)
-        strata = targets if isinstance(objective, (Logistic, Softmax)) else None
-        spec = self._spec(label_party, list(frames), rows, strata)
-        roles: dict[str, Role] = {
-            p: HostRole(spec, frames[p]) for p in spec.parties if p != label_party
-        }
-        roles[label_party] = LabelRole(spec, frames[label_party], targets, objective)
+        roles, spec = self._roles(dict(frames), y, label_party, list(frames), rows)
         results = self._simulate(roles, keep_payloads=keep_payloads, rows=rows)
-        self.spec_ = spec
-        self.label_part_: LabelResult = results[label_party]
-        self.host_parts_: dict[str, HostResult] = {
-            p: results[p] for p in spec.parties if p != label_party
-        }
-        self.label_party_ = label_party
-        self.n_estimators_ = len(self.label_part_.trees)
-        self.history_ = list(self.label_part_.history)
-        self._fitted_ledger(None)
+        self._collect(results, spec)
         return self
+
+    def fit_party(
+        self,
+        federation: Federation,
+        frame: pd.DataFrame | None,
+        y: Any = None,
+        *,
+        label_party: str,
+        data_parties: list[str],
+    ) -> _SecureBoost:
+        """Run this party's role of training (deployment): ``frame`` its own aligned rows,
+        ``y`` its targets if it is ``label_party``."""
+        name = federation.name
+        if frame is None:
+            raise ValueError(f"party {name!r}: SecureBoost has no coordinator; give its rows")
+        frame = check_parts({name: frame}, name)[name]
+        roles, spec = self._roles({name: frame}, y, label_party, list(data_parties), len(frame))
+        self._collect(run_deployed(roles, federation), spec)
+        return self
+
+    def _collect(self, results: dict[str, Any], spec: BoostSpec) -> None:
+        """Each held party's part (in deployment, only this party's)."""
+        extra = {
+            "label_party": spec.label_party,
+            "data_parties": list(spec.parties),
+            "task": self._task,
+            "max_bin": spec.max_bin,
+        }
+        self.parts_: dict[str, BoostPart] = {}
+        for party, result in results.items():
+            if party == spec.label_party:  # the classes or the targets' scale: its own
+                self.parts_[party] = BoostPart(
+                    party,
+                    "active",
+                    result.mapper,
+                    result.table,
+                    result.trees,
+                    result.start,
+                    extra={**extra, **self._target_description()},
+                )
+                self.history_ = list(result.history)
+                self.n_estimators_ = len(result.trees)
+            else:
+                self.parts_[party] = BoostPart(
+                    party, "passive", result.mapper, result.table, extra=extra
+                )
+        self.label_party_, self.data_parties_ = spec.label_party, list(spec.parties)
+        if spec.label_party not in results:
+            self.history_ = []
+        self._fitted_ledger(None)
+
+    # -- scoring -------------------------------------------------------------------------------
 
     def _raw(self, parts: dict[str, pd.DataFrame]) -> np.ndarray[Any, Any]:
         """Raw scores ``(rows, outputs)`` of the rows of ``parts`` (simulated scoring)."""
-        self._check_fitted("label_part_")
+        self._check_fitted("parts_")
         frames = check_parts(parts, self.label_party_)
-        if sorted(frames) != sorted(self.spec_.parties):
+        if sorted(frames) != sorted(self.data_parties_) or sorted(self.parts_) != sorted(frames):
             raise ValueError(
-                f"predict needs the parties the model was fitted with: {sorted(self.spec_.parties)}"
-                f", got {sorted(frames)}"
+                f"predict needs the parties the model was fitted with: "
+                f"{sorted(self.data_parties_)}, got {sorted(frames)}"
             )
-        roles: dict[str, Role] = {
-            p: HostScoreRole(self.spec_, part, frames[p]) for p, part in self.host_parts_.items()
-        }
-        roles[self.label_party_] = LabelScoreRole(
-            self.spec_, self.label_part_, frames[self.label_party_]
-        )
-        out: np.ndarray[Any, Any] = self._simulate(
-            roles, fit=False, rows=len(frames[self.label_party_])
-        )[self.label_party_]
+        roles = self._score_roles(frames)
+        rows = len(frames[self.label_party_])
+        out: np.ndarray[Any, Any] = self._simulate(roles, fit=False, rows=rows)[self.label_party_]
         return out
+
+    def _score_roles(self, frames: dict[str, pd.DataFrame]) -> dict[str, Role]:
+        roles: dict[str, Role] = {}
+        for party, frame in frames.items():
+            part = self.parts_.get(party)
+            if part is None:
+                raise ValueError(f"party {party!r} has no fitted part: fit or load it first")
+            if party == self.label_party_:
+                roles[party] = LabelScoreRole(tuple(self.data_parties_), part, frame)
+            else:
+                roles[party] = HostScoreRole(self.label_party_, part, frame)
+        return roles
+
+    def predict_party(
+        self,
+        federation: Federation,
+        frame: pd.DataFrame | None,
+        *,
+        data_parties: list[str] | None = None,
+    ) -> np.ndarray[Any, Any] | None:
+        """Run this party's role of scoring (deployment): the label party gets what
+        ``predict_proba`` (classifiers) or ``predict`` (regressors) would give, the others
+        None."""
+        name = federation.name
+        if frame is None:
+            raise ValueError(f"party {name!r}: give its rows to score")
+        if data_parties is not None:
+            self.data_parties_ = list(data_parties)
+        frame = check_parts({name: frame}, name)[name]
+        raw = run_deployed(self._score_roles({name: frame}), federation)[name]
+        return None if raw is None else self._from_raw(np.asarray(raw))
+
+    # -- saving --------------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model to the folder ``path``: each held party's part as ``<party>.npz``
+        (a party saves only its own: a host's split thresholds stay in its file). Returns
+        the folder."""
+        self._check_fitted("parts_")
+        writers = {party: part.save for party, part in self.parts_.items()}
+        return persistence.save_parts(path, writers, getattr(self, "privacy_ledger_", None))
+
+    def load(self, *paths: str | Path, label_party: str | None = None) -> _SecureBoost:
+        """Read a model written by :meth:`save` (or ``vflink party``): its folder, or part
+        files (a party loads its own)."""
+        from vfl.privacy import PrivacyLedger
+
+        self.privacy_ledger_ = PrivacyLedger()
+        self.parts_ = {}
+        for path in model_files(paths):
+            if path.name == persistence.LEDGER:
+                self.privacy_ledger_ = PrivacyLedger.load(path)
+                continue
+            part = BoostPart.load(path)
+            if part.extra.get("task") != self._task:
+                raise ValueError(
+                    f"{path} holds a {part.extra.get('task')} model; load it with the "
+                    f"matching estimator, not {type(self).__name__}"
+                )
+            self.parts_[part.party] = part
+        if not self.parts_:
+            raise ValueError(f"no SecureBoost part in {[str(p) for p in paths]}")
+        extra = next(iter(self.parts_.values())).extra
+        self.label_party_ = label_party or str(extra["label_party"])
+        self.data_parties_ = [str(p) for p in extra["data_parties"]]
+        self._read_target_description(extra)
+        active = self.parts_.get(self.label_party_)
+        self.n_estimators_ = len(active.trees) if active is not None else 0
+        self.history_ = []
+        return self
+
+    # -- the targets -----------------------------------------------------------------------------
+
+    _task = ""
+
+    def _target_description(self) -> dict[str, Any]:
+        return {}
+
+    def _read_target_description(self, extra: dict[str, Any]) -> None:
+        pass
+
+    def _from_raw(self, raw: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        raise NotImplementedError
 
 
 class SecureBoostClassifier(ClassifierMixin, _SecureBoost):  # type: ignore[misc]
     """Vertical gradient-boosted trees for binary and multiclass labels (see the module
     docstring)."""
+
+    _task = "classification"
+
+    def _target_description(self) -> dict[str, Any]:
+        """The classes, at the label party (a host never learns them)."""
+        classes = getattr(self, "classes_", None)
+        if classes is None:
+            return {}
+        return {"classes": [c.item() if isinstance(c, np.generic) else c for c in classes]}
+
+    def _read_target_description(self, extra: dict[str, Any]) -> None:
+        if "classes" in extra:
+            self.classes_ = np.array(extra["classes"])
+
+    def _from_raw(self, raw: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """Class probabilities ``(rows, classes)``."""
+        if raw.shape[1] == 1:
+            p = 1.0 / (1.0 + np.exp(-raw[:, 0]))
+            return np.column_stack([1 - p, p])
+        z = np.exp(raw - raw.max(axis=1, keepdims=True))
+        out: np.ndarray[Any, Any] = z / z.sum(axis=1, keepdims=True)
+        return out
 
     def _objective(self, y: np.ndarray[Any, Any], label_party: str) -> tuple[Objective, Any]:
         self.classes_, codes = np.unique(y, return_inverse=True)
@@ -267,13 +435,7 @@ class SecureBoostClassifier(ClassifierMixin, _SecureBoost):  # type: ignore[misc
         return out
 
     def predict_proba(self, parts: dict[str, pd.DataFrame]) -> np.ndarray[Any, Any]:
-        raw = self._raw(parts)
-        if raw.shape[1] == 1:
-            p = 1.0 / (1.0 + np.exp(-raw[:, 0]))
-            return np.column_stack([1 - p, p])
-        z = np.exp(raw - raw.max(axis=1, keepdims=True))
-        out: np.ndarray[Any, Any] = z / z.sum(axis=1, keepdims=True)
-        return out
+        return self._from_raw(self._raw(parts))
 
     def predict(self, parts: dict[str, pd.DataFrame]) -> np.ndarray[Any, Any]:
         out: np.ndarray[Any, Any] = self.classes_[np.argmax(self.predict_proba(parts), axis=1)]
@@ -284,6 +446,22 @@ class SecureBoostRegressor(RegressorMixin, _SecureBoost):  # type: ignore[misc]
     """Vertical gradient-boosted trees for real targets, fitted on the targets standardised
     at the label party (squared error; see the module docstring)."""
 
+    _task = "regression"
+
+    def _target_description(self) -> dict[str, Any]:
+        """The targets' mean and scale, at the label party (a host never learns them)."""
+        if not hasattr(self, "target_mean_"):
+            return {}
+        return {"target": [self.target_mean_, self.target_scale_]}
+
+    def _read_target_description(self, extra: dict[str, Any]) -> None:
+        if "target" in extra:
+            self.target_mean_, self.target_scale_ = (float(v) for v in extra["target"])
+
+    def _from_raw(self, raw: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        out: np.ndarray[Any, Any] = raw[:, 0] * self.target_scale_ + self.target_mean_
+        return out
+
     def _objective(self, y: np.ndarray[Any, Any], label_party: str) -> tuple[Objective, Any]:
         values = np.asarray(y, dtype=np.float64)
         if not np.all(np.isfinite(values)):
@@ -293,5 +471,4 @@ class SecureBoostRegressor(RegressorMixin, _SecureBoost):  # type: ignore[misc]
         return Squared(), (values - self.target_mean_) / self.target_scale_
 
     def predict(self, parts: dict[str, pd.DataFrame]) -> np.ndarray[Any, Any]:
-        out: np.ndarray[Any, Any] = self._raw(parts)[:, 0] * self.target_scale_ + self.target_mean_
-        return out
+        return self._from_raw(self._raw(parts))

@@ -563,10 +563,11 @@ class Decisions(Message):
 
 
 class HostScoreRole:
-    """A host's side of scoring: its table and bins, its rows."""
+    """A host's side of scoring: its part (bins and split table; a :class:`HostResult` or a
+    loaded :class:`~vfl.boost.part.BoostPart`), its rows."""
 
-    def __init__(self, spec: BoostSpec, part: HostResult, frame: pd.DataFrame) -> None:
-        self.spec, self.part, self.frame = spec, part, frame
+    def __init__(self, label_party: str, part: Any, frame: pd.DataFrame) -> None:
+        self.label_party, self.part, self.frame = label_party, part, frame
 
     def __call__(self, fed: Federation) -> None:
         codes = self.part.mapper.transform(self.frame)
@@ -574,22 +575,22 @@ class HostScoreRole:
         left = np.zeros((len(table.feature), len(codes)), dtype=np.uint8)
         for split in range(len(table.feature)):
             left[split] = table.goes_left(split, codes, missing)
-        BOOST.send(fed, self.spec.label_party, "decisions", Decisions(left=left))
+        BOOST.send(fed, self.label_party, "decisions", Decisions(left=left))
 
 
 class LabelScoreRole:
     """The label party's side of scoring: routes its rows through the trees, asking each host
     which way its splits send them; returns the raw scores ``(rows, outputs)``."""
 
-    def __init__(self, spec: BoostSpec, part: LabelResult, frame: pd.DataFrame) -> None:
-        self.spec, self.part, self.frame = spec, part, frame
+    def __init__(self, parties: tuple[str, ...], part: Any, frame: pd.DataFrame) -> None:
+        self.parties, self.part, self.frame = parties, part, frame
 
     def __call__(self, fed: Federation) -> np.ndarray[Any, Any]:
         part = self.part
         codes = part.mapper.transform(self.frame)
         rows = len(codes)
         decisions: dict[str, Any] = {}
-        for host in (p for p in self.spec.parties if p != fed.name):
+        for host in (p for p in self.parties if p != fed.name):
             left = np.asarray(BOOST.recv(fed, host, "decisions", Decisions).left)
             if left.ndim != 2 or left.shape[1] != rows:
                 Decisions.refuse(host, "left", f"has shape {left.shape}, {rows} rows scored")

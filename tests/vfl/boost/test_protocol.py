@@ -39,13 +39,12 @@ def breast() -> tuple[dict[str, pd.DataFrame], pd.Series]:
 
 def _structure(model: SecureBoostClassifier) -> list[Any]:
     out = []
-    for tree in model.label_part_.trees:
+    for tree in model.parts_[model.label_party_].trees:
         out.append((tree.owner, tree.split, tree.left, [np.round(v, 12) for v in tree.value]))
     tables = {
-        p: (t.table.feature, t.table.bin, t.table.missing_left)
-        for p, t in model.host_parts_.items()
+        p: (t.table.feature, t.table.bin, t.table.missing_left) for p, t in model.parts_.items()
     }
-    own = model.label_part_.table
+    own = model.parts_[model.label_party_].table
     return [out, tables, (own.feature, own.bin, own.missing_left)]
 
 
@@ -72,9 +71,11 @@ def test_encrypted_histograms_grow_the_plaintext_twins_trees(breast) -> None:  #
         rule=SplitRule(),
     )
     np.testing.assert_allclose([r["loss"] for r in plain.history_], twin.losses, rtol=1e-12)
-    assert sum(t.n_leaves for t in twin.trees) == sum(t.n_leaves for t in plain.label_part_.trees)
+    assert sum(t.n_leaves for t in twin.trees) == sum(
+        t.n_leaves for t in plain.parts_["imaging"].trees
+    )
     # nothing the lab holds crosses in the clear: its columns, the gradients, its cuts
-    lab_cuts = [c for c in encrypted.host_parts_["lab"].mapper.cuts_ if len(c)]
+    lab_cuts = [c for c in encrypted.parts_["lab"].mapper.cuts_ if len(c)]
     secret = {"lab": [parts["lab"].to_numpy()] + [np.asarray(c) for c in lab_cuts]}
     assert find_plaintext(encrypted.transcript_, secret) == []
     p0 = np.full(len(y), y.mean())
@@ -130,7 +131,7 @@ def test_early_stopping_keeps_the_trees_up_to_the_best_validation_loss(breast) -
     losses = [r["val_loss"] for r in model.history_]
     best = int(np.argmin(losses)) + 1
     assert len(model.history_) < 60 and len(model.history_) == best + 3  # stopped 3 after
-    assert model.n_estimators_ == best == len(model.label_part_.trees)
+    assert model.n_estimators_ == best == len(model.parts_["imaging"].trees)
     assert all(r["seconds"] > 0 and r["loss"] > 0 for r in model.history_)
     again = SecureBoostClassifier(
         n_estimators=best,
@@ -146,3 +147,54 @@ def test_early_stopping_keeps_the_trees_up_to_the_best_validation_loss(breast) -
         SecureBoostClassifier(early_stopping=True, validation_fraction=1.5).fit(
             parts, y, label_party="imaging"
         )
+
+
+def test_saved_parts_score_as_the_model_and_each_holds_only_its_party(breast, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from vfl.boost.part import BoostPart
+
+    parts, y = breast
+    model = SecureBoostClassifier(n_estimators=4, max_depth=3, **SMALL).fit(
+        parts, y, label_party="imaging"
+    )
+    folder = model.save(tmp_path / "model")
+    again = SecureBoostClassifier().load(folder)
+    np.testing.assert_array_equal(again.predict_proba(parts), model.predict_proba(parts))
+    assert list(again.classes_) == [0, 1] and again.n_estimators_ == 4
+    lab = BoostPart.load(folder / "lab.npz")
+    imaging = BoostPart.load(folder / "imaging.npz")
+    assert lab.role == "passive" and lab.trees == [] and lab.start is None
+    assert "classes" not in lab.extra and imaging.extra["classes"] == [0, 1]
+    assert lab.input_columns == list(parts["lab"].columns)  # its own columns, no other's
+    assert imaging.input_columns == list(parts["imaging"].columns)
+    assert len(lab.table.feature) == sum(t.owner.count(1) for t in imaging.trees)
+    with pytest.raises(ValueError, match="holds a classification model"):
+        SecureBoostRegressor().load(folder)
+
+
+def test_each_party_on_its_own_federation_trains_and_scores(breast) -> None:  # type: ignore[no-untyped-def]
+    """fit_party/predict_party, each party a role of its own (the in-process federation
+    standing in for the network): the same model as the simulated fit."""
+    from vfl.federation import LocalFederation
+
+    parts, y = breast
+    options: dict[str, Any] = dict(n_estimators=3, max_depth=2, **SMALL)
+    models = {p: SecureBoostClassifier(**options) for p in parts}
+
+    def role(name: str) -> Any:
+        def run(fed: Any) -> Any:
+            model = models[name].fit_party(
+                fed,
+                parts[name],
+                y if name == "imaging" else None,
+                label_party="imaging",
+                data_parties=list(parts),
+            )
+            return model.predict_party(fed, parts[name])
+
+        return run
+
+    out = LocalFederation(timeout=60).run({p: role(p) for p in parts})
+    assert out["lab"] is None
+    simulated = SecureBoostClassifier(**options).fit(parts, y, label_party="imaging")
+    assert _structure(models["imaging"])[0] == _structure(simulated)[0]
+    np.testing.assert_allclose(out["imaging"], simulated.predict_proba(parts))
