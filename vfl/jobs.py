@@ -3,7 +3,8 @@
 :func:`register` (the ``vertical`` entry point of the ``vflink.families`` group) adds to the
 registries of :mod:`vfl.registry` the learners ``vflink party`` can run with ``[job] model =
 "..."`` -- ``"logistic"`` (binary or multiclass), ``"linear"`` (regression), ``"poisson"``
-(counts) and ``"split"`` (a split neural network, :mod:`vfl.split`) -- and the modules of its
+(counts), ``"split"`` (a split neural network, :mod:`vfl.split`), ``"secureboost"`` and
+``"secureboost_regression"`` (gradient-boosted trees, :mod:`vfl.boost`) -- and the modules of its
 comparison rows (:mod:`vfl.comparison.vertical`, :mod:`vfl.comparison.split`). A job says how
 to build its estimator from ``[job.params]`` and how the label party evaluates the held-out
 rows (metrics and a predictions table), so a new learner adds a :class:`~vfl.registry.Job`
@@ -50,6 +51,8 @@ __all__ = [
     "LOGISTIC",
     "MECHANISMS",
     "POISSON",
+    "SECUREBOOST",
+    "SECUREBOOST_REGRESSION",
     "SPLIT",
     "privacy_from_params",
     "register",
@@ -278,6 +281,20 @@ def _evaluate_split(
     return metrics, columns
 
 
+def _secureboost(**params: Any) -> Any:
+    """Vertical gradient-boosted trees (:mod:`vfl.boost`): a classifier."""
+    from vfl.boost.estimator import SecureBoostClassifier
+
+    return SecureBoostClassifier(**params)
+
+
+def _secureboost_regression(**params: Any) -> Any:
+    """Vertical gradient-boosted trees (:mod:`vfl.boost`): a regressor."""
+    from vfl.boost.estimator import SecureBoostRegressor
+
+    return SecureBoostRegressor(**params)
+
+
 LOGISTIC = Job(
     "logistic",
     _logistic,
@@ -297,9 +314,26 @@ SPLIT = Job(
 )
 
 
+SECUREBOOST = Job(
+    "secureboost",
+    _secureboost,
+    _evaluate_split,
+    ("test_auc", "test_accuracy"),
+    present=_present_split,
+    protocols=False,
+)
+SECUREBOOST_REGRESSION = Job(
+    "secureboost_regression",
+    _secureboost_regression,
+    _evaluate_regressor,
+    ("test_r2", "test_rmse"),
+    protocols=False,
+)
+
+
 def register() -> None:
     """Add the vertical family's jobs and modules of comparison rows to :mod:`vfl.registry`."""
-    for job in (LOGISTIC, LINEAR, POISSON, SPLIT):
+    for job in (LOGISTIC, LINEAR, POISSON, SPLIT, SECUREBOOST, SECUREBOOST_REGRESSION):
         register_job(job)
     register_scheme_module("vertical", "vfl.comparison.vertical")
     register_scheme_module("split", "vfl.comparison.split", needs=("torch",))

@@ -68,8 +68,8 @@ def test_config_errors_name_the_file_the_party_and_the_fix(tmp_path: Path) -> No
     for extra, message in [
         (
             'model = "svm"\n',
-            "model must be one of \\['linear', 'logistic', 'poisson', 'split', 'transfer'\\], "
-            "got 'svm'",
+            "model must be one of \\['linear', 'logistic', 'poisson', 'secureboost', "
+            "'secureboost_regression', 'split', 'transfer'\\], got 'svm'",
         ),
         ("[job.model]\nmax_iter = 3\n", "\\[job.model\\] is now \\[job.params\\]"),
         ('model = "linear"\n[job.params]\nmax_iterations = 3\n', "unexpected keyword"),

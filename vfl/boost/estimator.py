@@ -21,7 +21,8 @@ hosts learn the held-out rows only as rows of the nodes they split. ``history_``
 per tree grown (``epoch``, ``loss``, ``val_loss``, ``seconds``).
 
 ``save``/``load``: a folder of one file per party (:mod:`vfl.boost.part`); ``fit_party`` and
-``predict_party`` run one party's role in deployment.
+``predict_party`` run one party's role in deployment. After ``fit``: ``n_iter_`` trees were
+grown, ``n_estimators_`` kept (fewer with early stopping).
 
 Being built (issue #32): not yet row and column subsampling, the privacy options, ``vflink
 party``; this module is not exported from ``vfl`` until they are.
@@ -254,8 +255,10 @@ class _SecureBoost(FederatedEstimator):
         """Run this party's role of training (deployment): ``frame`` its own aligned rows,
         ``y`` its targets if it is ``label_party``."""
         name = federation.name
+        if name != label_party and name not in data_parties:
+            return self  # a coordinator of the deployment: SecureBoost has no role for it
         if frame is None:
-            raise ValueError(f"party {name!r}: SecureBoost has no coordinator; give its rows")
+            raise ValueError(f"party {name!r} holds no rows to train on")
         frame = check_parts({name: frame}, name)[name]
         roles, spec = self._roles({name: frame}, y, label_party, list(data_parties), len(frame))
         self._collect(run_deployed(roles, federation), spec)
@@ -283,13 +286,14 @@ class _SecureBoost(FederatedEstimator):
                 )
                 self.history_ = list(result.history)
                 self.n_estimators_ = len(result.trees)
+                self.n_iter_ = len(result.history)
             else:
                 self.parts_[party] = BoostPart(
                     party, "passive", result.mapper, result.table, extra=extra
                 )
         self.label_party_, self.data_parties_ = spec.label_party, list(spec.parties)
         if spec.label_party not in results:
-            self.history_ = []
+            self.history_, self.n_iter_ = [], 0
         self._fitted_ledger(None)
 
     # -- scoring -------------------------------------------------------------------------------
@@ -331,6 +335,8 @@ class _SecureBoost(FederatedEstimator):
         ``predict_proba`` (classifiers) or ``predict`` (regressors) would give, the others
         None."""
         name = federation.name
+        if frame is None and name not in getattr(self, "parts_", {}):
+            return None  # a coordinator of the deployment: no role here
         if frame is None:
             raise ValueError(f"party {name!r}: give its rows to score")
         if data_parties is not None:
@@ -368,7 +374,10 @@ class _SecureBoost(FederatedEstimator):
                 )
             self.parts_[part.party] = part
         if not self.parts_:
-            raise ValueError(f"no SecureBoost part in {[str(p) for p in paths]}")
+            if paths or label_party is None:
+                raise ValueError(f"no SecureBoost part in {[str(p) for p in paths]}")
+            self.label_party_, self.data_parties_, self.history_ = label_party, [], []
+            return self  # a coordinator, which holds no part
         extra = next(iter(self.parts_.values())).extra
         self.label_party_ = label_party or str(extra["label_party"])
         self.data_parties_ = [str(p) for p in extra["data_parties"]]
