@@ -87,6 +87,7 @@ FAMILIES = {
     "embedding-inversion": "split",
     "embedding-geometry": "split",
     "bloom-frequency": "linkage",
+    "instance-space": "vertical",
     "overlap-label": "transfer",
     "gradient-inversion": "horizontal",
     "gradient-matching": "horizontal",
@@ -279,6 +280,12 @@ def _membership() -> tuple[tuple[Any, ...], dict[str, Any]]:
     return (model.predict_proba, (x[:20], y[:20]), (x[20:], y[20:]), [0, 1]), {}
 
 
+def _instance_space() -> tuple[tuple[Any, ...], dict[str, Any]]:
+    labels = np.array([0, 1] * 30)
+    view = [np.arange(60), np.flatnonzero(labels == 1)[:25], np.arange(0, 60, 3)]  # a pure node
+    return (view, labels), {"known_fraction": 0.2}
+
+
 def _backdoor() -> tuple[tuple[Any, ...], dict[str, Any]]:
     def predict(x: Any) -> Any:
         return (np.asarray(x)[:, 0] > 3).astype(int)
@@ -297,6 +304,7 @@ SETTINGS: dict[str, Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]] = {
     "embedding-inversion": _embedding_inversion,
     "embedding-geometry": _embedding_geometry,
     "bloom-frequency": _bloom_frequency,
+    "instance-space": _instance_space,
     "overlap-label": _overlap_label,
     "gradient-inversion": _gradient_inversion,
     "gradient-matching": lambda: _gradient_inversion(steps=30),

@@ -20,7 +20,9 @@ The audits, by family (the bare functions they call stay public, as kernels):
 * vertical -- ``"label-solve"`` (:class:`~vfl.audit.labels.LabelSolveAudit`): the label
   party's binary labels from a passive party's first-batch gradient, by integer solving;
   ``"label-direction"`` (:class:`~vfl.audit.labels.LabelDirectionAudit`): the same labels in
-  every batch, by the sign of each row against the gradient; ``"score-solve"``
+  every batch, by the sign of each row against the gradient; ``"instance-space"``
+  (:class:`~vfl.audit.boost.InstanceSpaceAudit`): the labels from the node row sets a
+  SecureBoost host saw; ``"score-solve"``
   (:class:`~vfl.audit.scores.ScoreSolveAudit`): a one-column passive party's column (and so
   its scores) from the label party's view accumulated over the epochs;
 * split learning -- ``"split-label-norm"``, ``"split-label-direction"`` (labels from the
@@ -62,6 +64,7 @@ _EXPORTS = {
     "EmbeddingInversionAudit": "vfl.audit.split",
     "EmbeddingGeometryAudit": "vfl.audit.split",
     "BloomFrequencyAudit": "vfl.audit.linkage",
+    "InstanceSpaceAudit": "vfl.audit.boost",
     "Leak": "vfl.audit.transcript",
     "PlaintextAudit": "vfl.audit.transcript",
     "find_plaintext": "vfl.audit.transcript",
@@ -75,6 +78,7 @@ __all__ = [
     "BloomFrequencyAudit",
     "EmbeddingGeometryAudit",
     "EmbeddingInversionAudit",
+    "InstanceSpaceAudit",
     "LabelDirectionAudit",
     "LabelSolveAudit",
     "Leak",
@@ -90,6 +94,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from vfl.audit.base import Audit, AuditResult
+    from vfl.audit.boost import InstanceSpaceAudit
     from vfl.audit.labels import LabelDirectionAudit, LabelSolveAudit
     from vfl.audit.linkage import BloomFrequencyAudit
     from vfl.audit.registry import (

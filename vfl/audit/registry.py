@@ -46,6 +46,7 @@ BUILTIN_MODULES = (
     "vfl.audit.split",
     "vfl.audit.transcript",
     "vfl.audit.linkage",
+    "vfl.audit.boost",
 )
 """``vfl``'s own audit modules, imported on the registry's first use."""
 

@@ -71,6 +71,7 @@ class _SecureBoost(FederatedEstimator):
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 10,
         tol: float = 1e-7,
+        local_first_tree: bool = False,
         protocol: str = "paillier",
         key_bits: int = 2048,
         insecure: bool = False,
@@ -90,6 +91,7 @@ class _SecureBoost(FederatedEstimator):
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
         self.tol = tol
+        self.local_first_tree = local_first_tree
         self.protocol = protocol
         self.key_bits = key_bits
         self.insecure = insecure
@@ -101,7 +103,12 @@ class _SecureBoost(FederatedEstimator):
     # -- hyperparameters ---------------------------------------------------------------------
 
     def _spec(
-        self, label_party: str, parties: list[str], rows: int, strata: np.ndarray[Any, Any] | None
+        self,
+        label_party: str,
+        parties: list[str],
+        rows: int,
+        strata: np.ndarray[Any, Any] | None,
+        keep_views: bool = False,
     ) -> BoostSpec:
         for name in ("n_estimators", "max_depth"):
             value = getattr(self, name)
@@ -144,6 +151,8 @@ class _SecureBoost(FederatedEstimator):
             n_iter_no_change=int(self.n_iter_no_change),
             tol=float(self.tol),
             verbose=int(self.verbose),
+            local_first_tree=bool(self.local_first_tree),
+            keep_views=keep_views,
         )
 
     def _validation(self, rows: int, strata: np.ndarray[Any, Any] | None) -> Any:
@@ -204,6 +213,7 @@ class _SecureBoost(FederatedEstimator):
         label_party: str,
         parties: list[str],
         rows: int,
+        keep_views: bool = False,
     ) -> tuple[dict[str, Role], BoostSpec]:
         """The roles of the parties whose frames are given (the label party's needs ``y``)."""
         for party, frame in frames.items():
@@ -216,7 +226,7 @@ class _SecureBoost(FederatedEstimator):
             values = self._targets(y, label_frame.index, label_party)
             learn = self._objective(values, label_party)
             strata = learn[1] if isinstance(learn[0], (Logistic, Softmax)) else None
-        spec = self._spec(label_party, parties, rows, strata)
+        spec = self._spec(label_party, parties, rows, strata, keep_views)
         roles: dict[str, Role] = {}
         for party, frame in frames.items():
             if party == label_party and label_frame is not None and learn is not None:
@@ -232,15 +242,21 @@ class _SecureBoost(FederatedEstimator):
         *,
         label_party: str | None = None,
         keep_payloads: bool = False,
+        keep_views: bool = False,
     ) -> _SecureBoost:
         """Fit on ``parts`` (``{party: DataFrame}``, rows aligned), ``y`` the label party's
-        targets (one per row); every party a thread of this process."""
+        targets (one per row); every party a thread of this process. ``keep_views``: keep
+        each host's instance space (``views_[host]``: the row positions of every node it was
+        asked about), for :class:`vfl.audit.InstanceSpaceAudit`."""
         label_party = label_party_of(parts, label_party)
         frames = check_parts(parts, label_party)
         rows = len(frames[label_party])
-        roles, spec = self._roles(dict(frames), y, label_party, list(frames), rows)
+        roles, spec = self._roles(dict(frames), y, label_party, list(frames), rows, keep_views)
         results = self._simulate(roles, keep_payloads=keep_payloads, rows=rows)
         self._collect(results, spec)
+        self.views_ = {
+            p: r.view for p, r in results.items() if getattr(r, "view", None) is not None
+        }
         return self
 
     def fit_party(

@@ -97,6 +97,12 @@ class BoostSpec:
     n_iter_no_change: int = 10
     tol: float = 1e-7
     verbose: int = 0
+    local_first_tree: bool = False
+    """The first tree from the label party's columns alone (FATE's "complete secure"): the
+    hosts see nothing of it, the tree that follows the labels most closely."""
+    keep_views: bool = False
+    """Hosts keep what they saw (the rows of every node they were asked about), for the
+    audits."""
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -189,10 +195,12 @@ def _interleave(g: np.ndarray[Any, Any], h: np.ndarray[Any, Any]) -> np.ndarray[
 
 @dataclass
 class HostResult:
-    """A host's part of the model: its bins and its split table."""
+    """A host's part of the model: its bins and its split table; with ``keep_views``, the row
+    sets of every node it built a histogram for or split (its instance space)."""
 
     mapper: BinMapper
     table: SplitTable
+    view: list[np.ndarray[Any, Any]] | None = None
 
 
 class HostRole:
@@ -216,10 +224,11 @@ class HostRole:
             BOOST.send(fed, label, "base", Base(h_s=key.base_bytes()))
         gh: Any = None
         tree = 0
+        view: list[np.ndarray[Any, Any]] | None = [] if spec.keep_views else None
         while True:
             cmd = BOOST.recv(fed, label, "cmd", Command)
             if cmd.op == "end":
-                return HostResult(self.mapper, table)
+                return HostResult(self.mapper, table, view)
             if cmd.op == "tree":
                 if not 0 < cmd.outputs <= 1 << 10:
                     Command.refuse(label, "outputs", f"is {cmd.outputs}")
@@ -244,6 +253,8 @@ class HostRole:
                 tree += 1
             elif cmd.op == "hist":
                 nodes = self._nodes(cmd, label)
+                if view is not None:
+                    view.extend(r.copy() for r in nodes)
                 if key is None:
                     hists = [
                         histogram(codes[r], gh[0][r], gh[1][r], spec.max_bin + 1) for r in nodes
@@ -256,6 +267,8 @@ class HostRole:
                 BOOST.send(fed, label, "hist", message)
             elif cmd.op == "split":
                 rows = self._rows(cmd.rows, label)
+                if view is not None:
+                    view.append(rows.copy())
                 if not (0 <= cmd.feature < codes.shape[1] and 0 <= cmd.bin < spec.max_bin):
                     Command.refuse(label, "feature", f"names column {cmd.feature}, bin {cmd.bin}")
                 split = table.add(
@@ -491,13 +504,14 @@ class LabelRole:
         sources: dict[str, Any] = {fed.name: own, **remotes}
         result = LabelResult(mapper, own.table, [], self.objective.start(self.y))
         with EpochProgress(fed.name, spec.n_estimators, spec.verbose, desc="tree") as shown:
-            self._boost(sources, remotes, result, shown)
+            self._boost(fed.name, sources, remotes, result, shown)
         for p in hosts:
             BOOST.send(fed, p, "cmd", Command(op="end"))
         return result
 
     def _boost(
         self,
+        fed_name: str,
         sources: dict[str, Any],
         remotes: dict[str, RemoteSource],
         result: LabelResult,
@@ -515,13 +529,15 @@ class LabelRole:
             began = time.perf_counter()
             g, h = self.objective.gradients(raw, y)
             gi, hi = to_fixed(g), to_fixed(h)
-            for remote in remotes.values():
+            alone = spec.local_first_tree and t == 0
+            for remote in [] if alone else remotes.values():
                 remote.start(gi, hi)
             tree = grow(
-                sources,
+                {fed_name: sources[fed_name]} if alone else sources,
                 gi,
                 hi,
                 spec.rule,
+                parties=list(sources),
                 max_depth=spec.max_depth,
                 learning_rate=spec.learning_rate,
                 rows=train,

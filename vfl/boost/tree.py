@@ -182,15 +182,17 @@ def grow(
     learning_rate: float,
     rows: np.ndarray[Any, Any] | None = None,
     extra: np.ndarray[Any, Any] | None = None,
+    parties: list[str] | None = None,
 ) -> Tree:
     """One tree on the rows ``rows`` (all by default) from the fixed-point ``g`` and ``h``
     (``(rows, outputs)`` int64, :func:`to_fixed`), level by level; ``sources`` in the order
     ties go (the label party's own columns first, by convention). ``extra`` rows (the
     validation rows) are routed with the node they reach but grow nothing: their leaves
-    land in ``tree.train_leaf`` too."""
+    land in ``tree.train_leaf`` too. ``parties``: the tree's list of owners, where ``sources``
+    is a part of them (by default, the sources)."""
     outputs = g.shape[1]
     scale = 2.0**-FG
-    tree = Tree(list(sources))
+    tree = Tree(list(parties) if parties is not None else list(sources))
     all_rows = np.arange(len(g)) if rows is None else np.asarray(rows, dtype=np.int64)
     root = tree.add(outputs)
     tree.train_leaf = np.full(len(g), -1, dtype=np.int64)
