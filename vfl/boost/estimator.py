@@ -7,7 +7,10 @@ rows through the trees, each host answering for its own splits.
 
 Options as XGBoost users know them: ``n_estimators``, ``max_depth``, ``learning_rate``,
 ``min_child_weight``, ``reg_lambda``, ``min_split_loss`` (XGBoost's ``gamma``), ``max_bin``.
-Multiclass fits one multi-output tree per round (XGBoost's ``multi_strategy=
+``subsample`` (the share of the rows each tree grows on, drawn by the label party: the hosts
+see each tree's rows, random, and the others only where they split) and ``colsample_bytree``
+(each party offers each tree a share of its own columns, drawn by itself) also halve the
+ciphertext work at 0.5. Multiclass fits one multi-output tree per round (XGBoost's ``multi_strategy=
 "multi_output_tree"``): every class's gradient pair travels in one plaintext, so a round
 costs one encryption per row whatever the number of classes. ``protocol="paillier"``
 (default, 2048-bit keys) or ``"plain"`` (the plaintext simulation: the same trees, gradients
@@ -24,8 +27,8 @@ per tree grown (``epoch``, ``loss``, ``val_loss``, ``seconds``).
 ``predict_party`` run one party's role in deployment. After ``fit``: ``n_iter_`` trees were
 grown, ``n_estimators_`` kept (fewer with early stopping).
 
-Being built (issue #32): not yet row and column subsampling, the privacy options, ``vflink
-party``; this module is not exported from ``vfl`` until they are.
+Being built (issue #32): not yet GOSS, noise on the gradients (with its spend in the ledger),
+the XGBoost comparison; this module is not exported from ``vfl`` until they are.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ class _SecureBoost(FederatedEstimator):
         reg_lambda: float = 1.0,
         min_split_loss: float = 0.0,
         max_bin: int = 32,
+        subsample: float = 1.0,
+        colsample_bytree: float = 1.0,
         early_stopping: str | bool = "auto",
         validation_fraction: float = 0.1,
         n_iter_no_change: int = 10,
@@ -87,6 +92,8 @@ class _SecureBoost(FederatedEstimator):
         self.reg_lambda = reg_lambda
         self.min_split_loss = min_split_loss
         self.max_bin = max_bin
+        self.subsample = subsample
+        self.colsample_bytree = colsample_bytree
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
@@ -118,6 +125,10 @@ class _SecureBoost(FederatedEstimator):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
+        for name in ("subsample", "colsample_bytree"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 < value <= 1):
+                raise ValueError(f"{name} must be in (0, 1], got {value!r}")
         for name in ("min_child_weight", "min_split_loss"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
@@ -153,6 +164,9 @@ class _SecureBoost(FederatedEstimator):
             verbose=int(self.verbose),
             local_first_tree=bool(self.local_first_tree),
             keep_views=keep_views,
+            subsample=float(self.subsample),
+            colsample_bytree=float(self.colsample_bytree),
+            seed=self.random_state,
         )
 
     def _validation(self, rows: int, strata: np.ndarray[Any, Any] | None) -> Any:

@@ -103,6 +103,13 @@ class BoostSpec:
     keep_views: bool = False
     """Hosts keep what they saw (the rows of every node they were asked about), for the
     audits."""
+    subsample: float = 1.0
+    """The share of the training rows each tree grows on (drawn by the label party; the
+    others are routed with the tree, as the held-out rows are)."""
+    colsample_bytree: float = 1.0
+    """The share of its columns each party offers each tree (drawn by that party)."""
+    seed: int | None = None
+    """Simulation randomness (row and column sampling); None: each party's OS randomness."""
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -151,6 +158,8 @@ class Histograms(Message):
     data: Any = None
     g: np.ndarray | None = None
     h: np.ndarray | None = None
+    columns: np.ndarray | None = None
+    """The host's columns this tree offers (column subsampling), in the histograms' order."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +199,24 @@ def _interleave(g: np.ndarray[Any, Any], h: np.ndarray[Any, Any]) -> np.ndarray[
     return out
 
 
+def _rng(seed: int | None, party: str) -> np.random.Generator:
+    """A party's sampling randomness: from ``seed`` and its name, or from the OS."""
+    if seed is None:
+        return np.random.default_rng()
+    return np.random.default_rng([seed, *party.encode()])
+
+
+def _sample_size(count: int, share: float) -> int:
+    return count if share >= 1 else max(1, round(share * count))
+
+
+def _sampled(rng: np.random.Generator, count: int, share: float) -> np.ndarray[Any, Any]:
+    """``share`` of ``count`` columns (or rows), sorted; all of them at 1."""
+    if share >= 1:
+        return np.arange(count)
+    return np.sort(rng.choice(count, size=_sample_size(count, share), replace=False))
+
+
 # -- the host -------------------------------------------------------------------------------------
 
 
@@ -225,6 +252,8 @@ class HostRole:
         gh: Any = None
         tree = 0
         view: list[np.ndarray[Any, Any]] | None = [] if spec.keep_views else None
+        rng = _rng(spec.seed, fed.name)
+        used = np.arange(codes.shape[1])
         while True:
             cmd = BOOST.recv(fed, label, "cmd", Command)
             if cmd.op == "end":
@@ -233,6 +262,8 @@ class HostRole:
                 if not 0 < cmd.outputs <= 1 << 10:
                     Command.refuse(label, "outputs", f"is {cmd.outputs}")
                 self.outputs = cmd.outputs
+                used = _sampled(rng, codes.shape[1], spec.colsample_bytree)
+                sample = self._rows(cmd.rows, label) if cmd.rows is not None else None
                 if key is None:
                     plain = BOOST.recv(fed, label, "gh", PlainGH, tree)
                     gh = (
@@ -245,25 +276,36 @@ class HostRole:
                     got = vector_from(
                         key, BOOST.recv(fed, label, "gh", Encrypted, tree).data, label
                     )
-                    gh = got.ciphertexts
-                    if len(gh) != spec.rows:
+                    expected = spec.rows if sample is None else len(sample)
+                    if got.size != expected:
                         Encrypted.refuse(
-                            label, "data", f"holds {len(gh)} rows, {spec.rows} expected"
+                            label, "data", f"holds {got.size} rows, {expected} expected"
                         )
+                    gh = got.ciphertexts
+                    if sample is not None:  # the tree's rows only: others never summed
+                        full: list[Any] = [None] * spec.rows
+                        for r, c in zip(sample.tolist(), gh, strict=True):
+                            full[r] = c
+                        gh = full
                 tree += 1
             elif cmd.op == "hist":
                 nodes = self._nodes(cmd, label)
                 if view is not None:
                     view.extend(r.copy() for r in nodes)
+                offered = codes[:, used]
                 if key is None:
                     hists = [
-                        histogram(codes[r], gh[0][r], gh[1][r], spec.max_bin + 1) for r in nodes
+                        histogram(offered[r], gh[0][r], gh[1][r], spec.max_bin + 1) for r in nodes
                     ]
                     message = Histograms(
-                        g=np.stack([hg for hg, _ in hists]), h=np.stack([hh for _, hh in hists])
+                        g=np.stack([hg for hg, _ in hists]),
+                        h=np.stack([hh for _, hh in hists]),
+                        columns=used,
                     )
                 else:
-                    message = Histograms(data=self._encrypted(key, codes, gh, nodes))
+                    message = Histograms(
+                        data=self._encrypted(key, offered, gh, nodes), columns=used
+                    )
                 BOOST.send(fed, label, "hist", message)
             elif cmd.op == "split":
                 rows = self._rows(cmd.rows, label)
@@ -373,15 +415,21 @@ class RemoteSource:
         self.key = key
         self.tree = 0
 
-    def start(self, g: np.ndarray[Any, Any], h: np.ndarray[Any, Any]) -> None:
-        """Send a tree's gradients (encrypted with the host's base)."""
-        BOOST.send(self.fed, self.host, "cmd", Command(op="tree", outputs=self.outputs))
+    def start(
+        self, g: np.ndarray[Any, Any], h: np.ndarray[Any, Any], rows: np.ndarray[Any, Any]
+    ) -> None:
+        """Send a tree's gradients of ``rows`` (encrypted with the host's base)."""
+        sample = None if len(rows) == self.spec.rows else rows
+        BOOST.send(
+            self.fed, self.host, "cmd", Command(op="tree", outputs=self.outputs, rows=sample)
+        )
         if self.key is None:
             BOOST.send(self.fed, self.host, "gh", PlainGH(g=g, h=h), self.tree)
         else:
             public, secret = self.key
             packing = gh_packing(self.outputs, self.spec.rows, public.n_length)
-            plains = slots.plaintexts(_interleave(g, h), packing, int(public.n))
+            pairs = _interleave(g[rows], h[rows])
+            plains = slots.plaintexts(pairs, packing, int(public.n))
             cts = secret.raw_encrypt(plains, workers=self.spec.workers)
             BOOST.send(
                 self.fed, self.host, "gh", Encrypted(data=slots.block(public, cts)), self.tree
@@ -401,8 +449,10 @@ class RemoteSource:
             Command(op="hist", rows=np.concatenate(nodes), sizes=sizes),
         )
         got = BOOST.recv(self.fed, self.host, "hist", Histograms)
+        self.used = self._offered(got.columns)
+        columns = len(self.used)
         width = self.spec.max_bin + 1
-        shape = (len(nodes), self.columns, width, self.outputs)
+        shape = (len(nodes), columns, width, self.outputs)
         if self.key is None:
             hg, hh = np.asarray(got.g, dtype=np.float64), np.asarray(got.h, dtype=np.float64)
             if hg.shape != shape or hh.shape != shape:
@@ -413,15 +463,13 @@ class RemoteSource:
         per = _bins_per_ct(packing, self.outputs)
         chunks = -(-width // per)
         vector = vector_from(public, got.data, self.host)
-        cts = slots.expect(
-            vector, len(nodes) * self.columns * chunks, Histograms, self.host, "data"
-        )
+        cts = slots.expect(vector, len(nodes) * columns * chunks, Histograms, self.host, "data")
         plains = secret.raw_decrypt(cts, workers=DECRYPT_THREADS)
         n = int(public.n)
-        values = np.empty((len(nodes), self.columns, width, 2 * self.outputs))
+        values = np.empty((len(nodes), columns, width, 2 * self.outputs))
         i = 0
         for node in range(len(nodes)):
-            for col in range(self.columns):
+            for col in range(columns):
                 for start in range(0, width, per):
                     count = min(per, width - start)
                     layout = RowPacking(count * 2 * self.outputs, packing.slot_bits, packing.per_ct)
@@ -437,6 +485,23 @@ class RemoteSource:
                     i += 1
         return [(values[k, :, :, 0::2], values[k, :, :, 1::2]) for k in range(len(nodes))]
 
+    def _offered(self, columns: Any) -> np.ndarray[Any, Any]:
+        """The host's columns of this tree's histograms, checked: distinct, its own, as many
+        as ``colsample_bytree`` gives."""
+        if columns is None:
+            Histograms.refuse(self.host, "columns", "are missing")
+        used = np.asarray(columns, dtype=np.int64)
+        count = _sample_size(self.columns, self.spec.colsample_bytree)
+        if (
+            used.shape != (count,)
+            or len(np.unique(used)) != count
+            or (count and (used.min() < 0 or used.max() >= self.columns))
+        ):
+            Histograms.refuse(
+                self.host, "columns", f"are not {count} distinct of its {self.columns} columns"
+            )
+        return used
+
     def split(
         self, rows: np.ndarray[Any, Any], candidate: Candidate
     ) -> tuple[int, np.ndarray[Any, Any]]:
@@ -447,7 +512,7 @@ class RemoteSource:
             Command(
                 op="split",
                 rows=rows,
-                feature=candidate.feature,
+                feature=int(self.used[candidate.feature]),
                 bin=candidate.bin,
                 missing_left=candidate.missing_left,
             ),
@@ -525,13 +590,18 @@ class LabelRole:
         train = np.arange(len(y)) if val is None else np.setdiff1d(np.arange(len(y)), val)
         raw = np.tile(result.start, (len(y), 1))
         best_loss, since = np.inf, 0
+        rng = _rng(spec.seed, fed_name)
+        own = sources[fed_name]
         for t in range(spec.n_estimators):
             began = time.perf_counter()
             g, h = self.objective.gradients(raw, y)
             gi, hi = to_fixed(g), to_fixed(h)
             alone = spec.local_first_tree and t == 0
+            rows = train[_sampled(rng, len(train), spec.subsample)]
+            routed = np.setdiff1d(np.arange(len(y)), rows)  # held out or not sampled
+            own.columns = _sampled(rng, own.codes.shape[1], spec.colsample_bytree)
             for remote in [] if alone else remotes.values():
-                remote.start(gi, hi)
+                remote.start(gi, hi, rows)
             tree = grow(
                 {fed_name: sources[fed_name]} if alone else sources,
                 gi,
@@ -540,8 +610,8 @@ class LabelRole:
                 parties=list(sources),
                 max_depth=spec.max_depth,
                 learning_rate=spec.learning_rate,
-                rows=train,
-                extra=val,
+                rows=rows,
+                extra=routed,
             )
             raw = raw + np.stack(tree.value)[tree.train_leaf]
             result.trees.append(tree)

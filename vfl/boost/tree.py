@@ -22,7 +22,7 @@ out) and its trees equal these.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -92,15 +92,19 @@ class LocalSource:
         self.codes, self.missing, self.rule = codes, int(missing), rule
         self.table = SplitTable()
         self.width = int(missing) + 1
+        self.columns = np.arange(codes.shape[1])
+        """The columns this tree may split on (column subsampling; all by default)."""
 
     def histograms(
         self, nodes: list[np.ndarray[Any, Any]], g: np.ndarray[Any, Any], h: np.ndarray[Any, Any]
     ) -> list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
-        return [histogram(self.codes[rows], g[rows], h[rows], self.width) for rows in nodes]
+        codes = self.codes[:, self.columns]
+        return [histogram(codes[rows], g[rows], h[rows], self.width) for rows in nodes]
 
     def split(
         self, rows: np.ndarray[Any, Any], candidate: Candidate
     ) -> tuple[int, np.ndarray[Any, Any]]:
+        candidate = replace(candidate, feature=int(self.columns[candidate.feature]))
         split = self.table.add(candidate)
         return split, self.table.goes_left(split, self.codes[rows], self.missing)
 

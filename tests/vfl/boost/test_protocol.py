@@ -198,3 +198,22 @@ def test_each_party_on_its_own_federation_trains_and_scores(breast) -> None:  # 
     simulated = SecureBoostClassifier(**options).fit(parts, y, label_party="imaging")
     assert _structure(models["imaging"])[0] == _structure(simulated)[0]
     np.testing.assert_allclose(out["imaging"], simulated.predict_proba(parts))
+
+
+def test_row_and_column_sampling_grow_each_tree_on_a_share(breast) -> None:  # type: ignore[no-untyped-def]
+    parts, y = breast
+    options: dict[str, Any] = dict(
+        n_estimators=4, max_depth=3, subsample=0.5, colsample_bytree=0.5, random_state=3
+    )
+    model = SecureBoostClassifier(**options, **SMALL).fit(
+        parts, y, label_party="imaging", keep_views=True
+    )
+    roots = [v for v in model.views_["lab"] if len(v) == 150]  # each tree's root: half the rows
+    assert len(roots) == 4 and len({r.tobytes() for r in roots}) == 4
+    used = set(model.parts_["lab"].table.feature) | set(model.parts_["imaging"].table.feature)
+    assert used  # splits happened on the offered columns
+    plain = SecureBoostClassifier(**options, protocol="plain").fit(parts, y, label_party="imaging")
+    np.testing.assert_allclose(model.predict_proba(parts), plain.predict_proba(parts))
+    assert roc_auc_score(y, model.predict_proba(parts)[:, 1]) > 0.95
+    with pytest.raises(ValueError, match=r"subsample must be in \(0, 1\]"):
+        SecureBoostClassifier(subsample=0.0).fit(parts, y, label_party="imaging")
