@@ -52,6 +52,9 @@ from vfl.crypto.policy import KeyPolicy
 from vfl.estimator import FederatedEstimator, Role, run_deployed
 from vfl.federation.base import Federation
 from vfl.persistence import model_files
+from vfl.privacy import GaussianGradientDP, RandomizedResponse, record_randomized_response
+from vfl.privacy.accounting import resolve_noise_multiplier
+from vfl.privacy.mechanisms import randomized_response
 from vfl.validation import check_data_parties, check_parts, label_party_of
 
 __all__ = ["SecureBoostClassifier", "SecureBoostRegressor"]
@@ -77,6 +80,7 @@ class _SecureBoost(FederatedEstimator):
         n_iter_no_change: int = 10,
         tol: float = 1e-7,
         local_first_tree: bool = False,
+        privacy: Any = None,
         protocol: str = "paillier",
         key_bits: int = 2048,
         insecure: bool = False,
@@ -99,6 +103,7 @@ class _SecureBoost(FederatedEstimator):
         self.n_iter_no_change = n_iter_no_change
         self.tol = tol
         self.local_first_tree = local_first_tree
+        self.privacy = privacy
         self.protocol = protocol
         self.key_bits = key_bits
         self.insecure = insecure
@@ -167,7 +172,30 @@ class _SecureBoost(FederatedEstimator):
             subsample=float(self.subsample),
             colsample_bytree=float(self.colsample_bytree),
             seed=self.random_state,
+            gradient_noise=self._gradient_noise(),
         )
+
+    def _gradient_noise(self) -> float:
+        """The Gaussian noise's standard deviation on each row's gradients under
+        ``privacy=GaussianGradientDP``, else 0."""
+        privacy = self.privacy
+        if not isinstance(privacy, GaussianGradientDP):
+            return 0.0
+        multiplier = resolve_noise_multiplier(
+            noise_multiplier=None,
+            epsilon=privacy.epsilon,
+            delta=privacy.delta,
+            steps=int(self.n_estimators),
+            what="GaussianGradientDP",
+        )
+        return multiplier * self._sensitivity
+
+    @property
+    def _sensitivity(self) -> float:
+        """How far one label moves its row's gradients (L2): 1, or sqrt(2) with several
+        classes (two of the row's entries move by 1)."""
+        classes = getattr(self, "classes_", None)
+        return 1.0 if classes is None or len(classes) <= 2 else float(np.sqrt(2.0))
 
     def _validation(self, rows: int, strata: np.ndarray[Any, Any] | None) -> Any:
         """The held-out rows of early stopping (stratified by class for a classifier), or
@@ -177,7 +205,12 @@ class _SecureBoost(FederatedEstimator):
                 f"early_stopping must be 'auto', True or False, got {self.early_stopping!r}"
             )
         on = rows > 10_000 if self.early_stopping == "auto" else bool(self.early_stopping)
-        if not on:
+        if self.privacy is not None and self.early_stopping is True:
+            raise ValueError(
+                "early_stopping=True reads the held-out rows' labels, which privacy= does not "
+                "cover: pass early_stopping=False (or 'auto', which is off with privacy)"
+            )
+        if not on or self.privacy is not None:
             return None
         if not 0 < self.validation_fraction < 1:
             raise ValueError(
@@ -236,10 +269,13 @@ class _SecureBoost(FederatedEstimator):
         label_frame = frames.get(label_party)
         learn: tuple[Objective, Any] | None = None
         strata = None
+        self._check_privacy()
+        self._fitted_ledger(None)
         if label_frame is not None:
             values = self._targets(y, label_frame.index, label_party)
             learn = self._objective(values, label_party)
             strata = learn[1] if isinstance(learn[0], (Logistic, Softmax)) else None
+            learn = self._private(learn, label_party)
         spec = self._spec(label_party, parties, rows, strata, keep_views)
         roles: dict[str, Role] = {}
         for party, frame in frames.items():
@@ -324,7 +360,45 @@ class _SecureBoost(FederatedEstimator):
         self.label_party_, self.data_parties_ = spec.label_party, list(spec.parties)
         if spec.label_party not in results:
             self.history_, self.n_iter_ = [], 0
-        self._fitted_ledger(None)
+
+    # -- label privacy -------------------------------------------------------------------------
+
+    def _check_privacy(self) -> None:
+        privacy = self.privacy
+        if privacy is None:
+            return
+        if not isinstance(privacy, (GaussianGradientDP, RandomizedResponse)):
+            raise ValueError(
+                "privacy must be GaussianGradientDP(epsilon) or RandomizedResponse(epsilon), "
+                f"got {privacy!r}"
+            )
+        if self._task != "classification":
+            raise ValueError(
+                f"privacy={type(privacy).__name__}(...) protects class labels: "
+                f"{type(self).__name__} has none (regression targets are not covered)"
+            )
+        privacy.check()
+
+    def _private(self, learn: tuple[Objective, Any], label_party: str) -> tuple[Objective, Any]:
+        """The label party's targets under ``privacy=`` (randomised response draws new
+        labels once, from the OS), and the spend in ``privacy_ledger_``."""
+        privacy, ledger = self.privacy, self.privacy_ledger_
+        objective, targets = learn
+        if isinstance(privacy, RandomizedResponse):
+            codes = np.asarray(targets).astype(np.int64)
+            noisy = randomized_response(codes, classes=len(self.classes_), epsilon=privacy.epsilon)
+            record_randomized_response(ledger, holder=label_party, epsilon=privacy.epsilon)
+            return objective, noisy.astype(np.asarray(targets).dtype)
+        if isinstance(privacy, GaussianGradientDP):
+            ledger.record(
+                holder=label_party,
+                data="its labels (noisy gradients, one release per tree)",
+                mechanism="gaussian",
+                noise_multiplier=self._gradient_noise() / self._sensitivity,
+                sensitivity=self._sensitivity,
+                steps=int(self.n_estimators),
+            )
+        return objective, targets
 
     # -- scoring -------------------------------------------------------------------------------
 

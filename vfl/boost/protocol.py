@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from vfl.boost.bins import BinMapper
-from vfl.boost.objectives import Objective
+from vfl.boost.objectives import CLIP, Objective
 from vfl.boost.splits import Candidate, SplitRule
 from vfl.boost.tree import FG, LocalSource, SplitTable, Tree, grow, histogram, to_fixed
 from vfl.crypto import parallel, slots
@@ -53,6 +53,7 @@ from vfl.crypto.packing import RowPacking, unpack_signed
 from vfl.crypto.policy import Base, KeyPolicy, PublicKeyMessage, vector_from
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, Namespace
+from vfl.privacy.mechanisms import gaussian_noise
 from vfl.progress import EpochProgress
 
 __all__ = [
@@ -110,6 +111,9 @@ class BoostSpec:
     """The share of its columns each party offers each tree (drawn by that party)."""
     seed: int | None = None
     """Simulation randomness (row and column sampling); None: each party's OS randomness."""
+    gradient_noise: float = 0.0
+    """The standard deviation of the Gaussian noise on each row's gradients, per tree
+    (:class:`~vfl.privacy.GaussianGradientDP`; 0: none)."""
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -595,6 +599,9 @@ class LabelRole:
         for t in range(spec.n_estimators):
             began = time.perf_counter()
             g, h = self.objective.gradients(raw, y)
+            if spec.gradient_noise > 0:  # label DP: OS randomness, then clipped (post-processing)
+                g = g + gaussian_noise(g.shape, sigma=spec.gradient_noise)
+                g = np.clip(g, -CLIP, CLIP)
             gi, hi = to_fixed(g), to_fixed(h)
             alone = spec.local_first_tree and t == 0
             rows = train[_sampled(rng, len(train), spec.subsample)]

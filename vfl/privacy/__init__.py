@@ -40,13 +40,14 @@ from vfl.privacy.mechanisms import (
     laplace_scale,
     randomized_response,
 )
-from vfl.privacy.options import GaussianLabelDP, RandomizedResponse
+from vfl.privacy.options import GaussianGradientDP, GaussianLabelDP, RandomizedResponse
 
 __all__ = [
     "ACCOUNTANTS",
     "CALIBRATIONS",
     "MECHANISMS",
     "Accountant",
+    "GaussianGradientDP",
     "GaussianLabelDP",
     "LedgerEntry",
     "Mechanism",
