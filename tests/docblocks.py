@@ -19,7 +19,8 @@ PROMISED = re.compile(r"print\(.*\)\s+# (\{.*\}|(?:True|False)(?: True| False)*)
 # the one substitution: the estimators' default keys -> 1024-bit demo keys
 DEMO_KEYS = (
     re.compile(
-        r"\b(Vertical(?:Logistic|Linear|Poisson)Regression|FederatedTransferClassifier)\((?!.*key_bits)"
+        r"\b(Vertical(?:Logistic|Linear|Poisson)Regression|FederatedTransferClassifier"
+        r"|SecureBoost(?:Classifier|Regressor))\((?!.*key_bits)"
     ),
     r"\1(key_bits=1024, insecure=True, ",
 )

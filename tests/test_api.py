@@ -35,8 +35,14 @@ EXPECTED = {
     "FederatedClassifier",
     "FederatedRegressor",
     "FederatedLasso",
+    "SecureBoostClassifier",
+    "SecureBoostRegressor",
 }
 """Every public estimator; a new one must join the checks below (and this set)."""
+
+BOOSTING = {"SecureBoostClassifier", "SecureBoostRegressor"}
+"""The number of trees is ``n_estimators``, as XGBoost and LightGBM users know it (issue #32),
+not ``max_iter``; every other shared name is the same."""
 
 LOCAL = {"EncoderTransferClassifier"}
 """Runs at one party alone: no federation, so no ``timeout`` (nor ``protocol``)."""
@@ -93,7 +99,8 @@ def test_every_public_estimator_is_checked() -> None:
 def test_the_same_concept_has_the_same_name_and_default(name: str) -> None:
     cls = ESTIMATORS[name]
     params = _params(cls)
-    assert "max_iter" in params and "verbose" in params
+    assert ("n_estimators" if name in BOOSTING else "max_iter") in params
+    assert "verbose" in params
     assert params["verbose"].default == 0
     if name not in NO_RANDOMNESS:
         assert params["random_state"].default is None  # fresh randomness unless seeded
@@ -348,6 +355,17 @@ def _split_case(name: str, target: Callable[[pd.DataFrame], Any]) -> Any:
     return fit, lambda model: model.predict(parts)
 
 
+def _boost_case(name: str, target: Callable[[pd.DataFrame], Any]) -> Any:
+    frame = _table()
+    parts = _vertical(frame)
+
+    def fit() -> Any:
+        model = ESTIMATORS[name](n_estimators=2, max_depth=2, random_state=0, **SMALL_KEYS)
+        return model.fit(parts, target(frame), label_party="a")
+
+    return fit, lambda model: model.predict(parts)
+
+
 CASES: dict[str, Callable[[], Any]] = {
     "VerticalLogisticRegression": lambda: _vertical_case("VerticalLogisticRegression", _labels),
     "VerticalLinearRegression": lambda: _vertical_case(
@@ -373,6 +391,10 @@ CASES: dict[str, Callable[[], Any]] = {
         early_stopping=False,
     ),
     "FederatedLasso": _lasso_case,
+    "SecureBoostClassifier": lambda: _boost_case("SecureBoostClassifier", _labels),
+    "SecureBoostRegressor": lambda: _boost_case(
+        "SecureBoostRegressor", lambda f: f["a1"] + f["b1"]
+    ),
 }
 
 

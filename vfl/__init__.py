@@ -11,6 +11,7 @@ Sub-packages and modules (see the README's folder map):
   checks and the model format every estimator shares;
 * :mod:`vfl.linear` -- vertical linear models (logistic, multiclass, linear regression);
 * :mod:`vfl.split` -- split neural networks (:class:`vfl.SplitNNClassifier`), their defences;
+* :mod:`vfl.boost` -- gradient-boosted trees, SecureBoost (:class:`vfl.SecureBoostClassifier`);
 * :mod:`vfl.preprocessing` (:class:`vfl.PartyPreprocessor`) -- each party's own imputation,
   one-hot encoding and scaling, fitted on its own rows;
 * :mod:`vfl.alignment` (:func:`vfl.align`) -- aligning parties' rows to their common
@@ -45,11 +46,15 @@ _EXPORTS = {
     "VerticalFrames": "vfl.validation",
     "SplitNNClassifier": "vfl.split",
     "SplitNNRegressor": "vfl.split",
+    "SecureBoostClassifier": "vfl.boost",
+    "SecureBoostRegressor": "vfl.boost",
 }
 
 __all__ = [
     "PartyPreprocessor",
     "PrivacyLedger",
+    "SecureBoostClassifier",
+    "SecureBoostRegressor",
     "SplitNNClassifier",
     "SplitNNRegressor",
     "VerticalFrames",
@@ -63,6 +68,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from vfl.alignment import align, align_party
+    from vfl.boost import SecureBoostClassifier, SecureBoostRegressor
     from vfl.linear import (
         VerticalLinearRegression,
         VerticalLogisticRegression,

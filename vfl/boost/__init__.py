@@ -1,9 +1,32 @@
-"""Vertical gradient boosting (SecureBoost), being built for issue #32.
+"""Vertical gradient boosting: SecureBoost on the Paillier engine.
 
-So far: each party's bins (:mod:`vfl.boost.bins`), XGBoost's split gain with a learned side
-for missing values (:mod:`vfl.boost.splits`), level-wise trees from every party's histograms
-with sibling subtraction and thresholds kept by their owner (:mod:`vfl.boost.tree`), the
-losses (:mod:`vfl.boost.objectives`) and the plaintext twin (:mod:`vfl.boost.twin`), tested
-against an exact reference split for split. Not yet: the encrypted protocol, the estimators,
-``vflink party`` and the audits.
+* :class:`SecureBoostClassifier`, :class:`SecureBoostRegressor` (:mod:`vfl.boost.estimator`):
+  the estimators;
+* :mod:`vfl.boost.protocol`: the roles (the label party grows the trees; every other party
+  builds encrypted histograms of its own columns and keeps its splits' thresholds);
+* :mod:`vfl.boost.bins` (each party's cuts), :mod:`vfl.boost.splits` (XGBoost's gain, a
+  learned side for missing values), :mod:`vfl.boost.tree` (level-wise trees from every
+  party's histograms, sibling subtraction), :mod:`vfl.boost.objectives`,
+  :mod:`vfl.boost.part` (a party's saved part), :mod:`vfl.boost.twin` (the plaintext twin,
+  for tests).
+
+What a host learns is measured by :class:`vfl.audit.InstanceSpaceAudit`.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from linkage.lazy import lazy_exports
+
+_EXPORTS = {
+    "SecureBoostClassifier": "vfl.boost.estimator",
+    "SecureBoostRegressor": "vfl.boost.estimator",
+}
+
+__all__ = ["SecureBoostClassifier", "SecureBoostRegressor"]
+
+if TYPE_CHECKING:
+    from vfl.boost.estimator import SecureBoostClassifier, SecureBoostRegressor
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
