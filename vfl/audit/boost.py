@@ -76,7 +76,9 @@ class InstanceSpaceAudit(Audit):
             pool = np.flatnonzero(positive == value)
             take = max(1, round(known_fraction * len(pool)))
             known[rng.choice(pool, size=min(take, len(pool)), replace=False)] = True
-        first = x[:, 0] if x.shape[1] else np.zeros(rows)  # the first node below the root
+        root = len(np.unique(np.asarray(view[0])))  # the first tree's root: its rows
+        below = [j for j in range(x.shape[1]) if 0 < x[:, j].sum() < root]
+        first = x[:, below[0]] if below else np.zeros(rows)  # the first node below it
         details: dict[str, Any] = {
             "node sets": x.shape[1],
             "known rows": int(known.sum()),

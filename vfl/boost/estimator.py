@@ -20,15 +20,18 @@ Early stopping (``early_stopping="auto"``: from 10,000 rows, as scikit-learn's
 ``HistGradientBoosting``): the label party holds out ``validation_fraction`` of the rows
 (stratified by class), routes them with each tree as it grows, and stops when their loss has
 not fallen by ``tol`` for ``n_iter_no_change`` trees, keeping the trees up to the best. The
-hosts learn the held-out rows only as rows of the nodes they split. ``history_``: one record
-per tree grown (``epoch``, ``loss``, ``val_loss``, ``seconds``).
+hosts learn which rows are held out (each tree's root lists the rows it grows on).
+``history_``: one record per tree grown (``epoch``, ``loss``, ``val_loss``, ``seconds``).
 
 ``save``/``load``: a folder of one file per party (:mod:`vfl.boost.part`); ``fit_party`` and
 ``predict_party`` run one party's role in deployment. After ``fit``: ``n_iter_`` trees were
 grown, ``n_estimators_`` kept (fewer with early stopping).
 
-Being built (issue #32): not yet GOSS, noise on the gradients (with its spend in the ledger),
-the XGBoost comparison; this module is not exported from ``vfl`` until they are.
+Label privacy (``privacy=``): :class:`~vfl.privacy.GaussianGradientDP` (noise on each row's
+gradients per tree; the fit then starts from 0, not from the labels' mean) or
+:class:`~vfl.privacy.RandomizedResponse`; what a host infers is measured by
+:class:`vfl.audit.InstanceSpaceAudit`. Not done: GOSS (its sample would tell the hosts which
+rows have large gradients).
 """
 
 from __future__ import annotations
@@ -233,8 +236,8 @@ class _SecureBoost(FederatedEstimator):
         return np.sort(held)
 
     def _workers(self, rows: int) -> Any:
-        """``workers``, or by default both cores from 2,048 rows (below, starting processes
-        costs more than it saves)."""
+        """``workers``, or by default one process per core (at most 4) from 2,048 rows
+        (below, starting processes costs more than it saves)."""
         if self.workers is not None:
             return self.workers
         return min(os.cpu_count() or 1, 4) if rows >= 2048 else 1
@@ -301,6 +304,7 @@ class _SecureBoost(FederatedEstimator):
         label_party = label_party_of(parts, label_party)
         frames = check_parts(parts, label_party)
         rows = len(frames[label_party])
+        _check_size(rows)
         roles, spec = self._roles(dict(frames), y, label_party, list(frames), rows, keep_views)
         results = self._simulate(roles, keep_payloads=keep_payloads, rows=rows)
         self._collect(results, spec)
@@ -326,6 +330,7 @@ class _SecureBoost(FederatedEstimator):
         if frame is None:
             raise ValueError(f"party {name!r} holds no rows to train on")
         frame = check_parts({name: frame}, name)[name]
+        _check_size(len(frame))
         roles, spec = self._roles({name: frame}, y, label_party, list(data_parties), len(frame))
         self._collect(run_deployed(roles, federation), spec)
         return self
@@ -485,8 +490,9 @@ class _SecureBoost(FederatedEstimator):
         extra = next(iter(self.parts_.values())).extra
         self.label_party_ = label_party or str(extra["label_party"])
         self.data_parties_ = [str(p) for p in extra["data_parties"]]
-        self._read_target_description(extra)
         active = self.parts_.get(self.label_party_)
+        if active is not None:  # the classes or the targets' scale: in its part only
+            self._read_target_description(active.extra)
         self.n_estimators_ = len(active.trees) if active is not None else 0
         self.history_ = []
         return self
@@ -503,6 +509,19 @@ class _SecureBoost(FederatedEstimator):
 
     def _from_raw(self, raw: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         raise NotImplementedError
+
+
+MAX_ROWS = 1 << 23
+"""The most rows a fit takes: sums of fixed-point gradients up to 64 (``2**30``) stay exact
+in float64 below ``2**53``."""
+
+
+def _check_size(rows: int) -> None:
+    if rows > MAX_ROWS:
+        raise ValueError(
+            f"SecureBoost fits at most {MAX_ROWS:,} rows ({rows:,} given): sample the rows "
+            "(subsample= draws a share per tree, but the fit still holds them all)"
+        )
 
 
 class SecureBoostClassifier(ClassifierMixin, _SecureBoost):  # type: ignore[misc]

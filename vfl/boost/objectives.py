@@ -9,9 +9,10 @@ hessian of the loss in the raw score (``(rows, outputs)``).
 * :class:`Squared` (regression on standardised targets): ``g = f - y``, ``h = 1``; starts at
   0 (the mean, once standardised).
 
-Gradients and hessians of all three lie in ``[-1, 1]`` (the regression's after
-standardisation and within a few standard deviations: clipped at ``+-CLIP`` so that their
-fixed-point sums stay exact; see :data:`vfl.boost.tree.FG`).
+Logistic and softmax gradients and hessians lie in ``[-1, 1]``; the regression's gradients
+(standardised targets) and noised ones (:class:`~vfl.privacy.GaussianGradientDP`) are
+clipped at ``+-CLIP``, so that fixed-point sums of up to ``2**23`` rows stay exact (see
+:data:`vfl.boost.tree.FG`).
 """
 
 from __future__ import annotations

@@ -203,6 +203,13 @@ def _interleave(g: np.ndarray[Any, Any], h: np.ndarray[Any, Any]) -> np.ndarray[
     return out
 
 
+def _integers(values: Any) -> np.ndarray[Any, Any] | None:
+    """``values`` as int64 when they are an integer array, else None."""
+    if not isinstance(values, np.ndarray) or values.dtype.kind not in "iu":
+        return None
+    return values.astype(np.int64)
+
+
 def _rng(seed: int | None, party: str) -> np.random.Generator:
     """A party's sampling randomness: from ``seed`` and its name, or from the OS."""
     if seed is None:
@@ -260,10 +267,13 @@ class HostRole:
         used = np.arange(codes.shape[1])
         while True:
             cmd = BOOST.recv(fed, label, "cmd", Command)
-            if cmd.op == "end":
+            if cmd.op == "end":  # the splits the kept trees use (early stopping drops some)
+                if isinstance(cmd.bin, int) and 0 <= cmd.bin <= len(table.feature):
+                    del table.feature[cmd.bin :], table.bin[cmd.bin :]
+                    del table.missing_left[cmd.bin :]
                 return HostResult(self.mapper, table, view)
             if cmd.op == "tree":
-                if not 0 < cmd.outputs <= 1 << 10:
+                if not isinstance(cmd.outputs, int) or not 0 < cmd.outputs <= 1 << 10:
                     Command.refuse(label, "outputs", f"is {cmd.outputs}")
                 self.outputs = cmd.outputs
                 used = _sampled(rng, codes.shape[1], spec.colsample_bytree)
@@ -294,6 +304,10 @@ class HostRole:
                 tree += 1
             elif cmd.op == "hist":
                 nodes = self._nodes(cmd, label)
+                if gh is None or (
+                    key is not None and any(gh[r] is None for n in nodes for r in n.tolist())
+                ):
+                    Command.refuse(label, "rows", "include rows this tree holds no gradients of")
                 if view is not None:
                     view.extend(r.copy() for r in nodes)
                 offered = codes[:, used]
@@ -328,15 +342,19 @@ class HostRole:
                 Command.refuse(label, "op", f"is {cmd.op!r}")
 
     def _rows(self, rows: Any, label: str) -> np.ndarray[Any, Any]:
-        out = np.asarray(rows, dtype=np.int64)
-        if out.ndim != 1 or (out.size and (out.min() < 0 or out.max() >= self.spec.rows)):
+        out = _integers(rows)
+        if (
+            out is None
+            or out.ndim != 1
+            or (out.size and (out.min() < 0 or out.max() >= self.spec.rows))
+        ):
             Command.refuse(label, "rows", "are not positions of this fit's rows")
         return out
 
     def _nodes(self, cmd: Command, label: str) -> list[np.ndarray[Any, Any]]:
         rows = self._rows(cmd.rows, label)
-        sizes = np.asarray(cmd.sizes, dtype=np.int64)
-        if sizes.ndim != 1 or sizes.sum() != len(rows) or (sizes < 0).any():
+        sizes = _integers(cmd.sizes)
+        if sizes is None or sizes.ndim != 1 or sizes.sum() != len(rows) or (sizes < 0).any():
             Command.refuse(label, "sizes", "do not add up to the rows sent")
         return np.split(rows, np.cumsum(sizes)[:-1])
 
@@ -418,11 +436,13 @@ class RemoteSource:
         )
         self.key = key
         self.tree = 0
+        self.pinned: np.ndarray[Any, Any] | None = None
 
     def start(
         self, g: np.ndarray[Any, Any], h: np.ndarray[Any, Any], rows: np.ndarray[Any, Any]
     ) -> None:
         """Send a tree's gradients of ``rows`` (encrypted with the host's base)."""
+        self.pinned = None  # the columns the host offers this tree, from its first answer
         sample = None if len(rows) == self.spec.rows else rows
         BOOST.send(
             self.fed, self.host, "cmd", Command(op="tree", outputs=self.outputs, rows=sample)
@@ -453,7 +473,10 @@ class RemoteSource:
             Command(op="hist", rows=np.concatenate(nodes), sizes=sizes),
         )
         got = BOOST.recv(self.fed, self.host, "hist", Histograms)
-        self.used = self._offered(got.columns)
+        used = self._offered(got.columns)
+        if self.pinned is not None and not np.array_equal(used, self.pinned):
+            Histograms.refuse(self.host, "columns", "changed within a tree")
+        self.used = self.pinned = used
         columns = len(self.used)
         width = self.spec.max_bin + 1
         shape = (len(nodes), columns, width, self.outputs)
@@ -494,7 +517,9 @@ class RemoteSource:
         as ``colsample_bytree`` gives."""
         if columns is None:
             Histograms.refuse(self.host, "columns", "are missing")
-        used = np.asarray(columns, dtype=np.int64)
+        used = _integers(columns)
+        if used is None:
+            Histograms.refuse(self.host, "columns", "are not column indices")
         count = _sample_size(self.columns, self.spec.colsample_bytree)
         if (
             used.shape != (count,)
@@ -558,6 +583,9 @@ class LabelRole:
         own = LocalSource(codes, mapper.missing_bin, spec.rule)
         hosts = [p for p in spec.parties if p != fed.name]
         columns = {p: BOOST.recv(fed, p, "setup", HostSetup).columns for p in hosts}
+        for p, count in columns.items():
+            if not 0 < count <= 1 << 20:
+                HostSetup.refuse(p, "columns", f"is {count}")
         keys: dict[str, Any] = {p: None for p in hosts}
         if spec.policy is not None:
             public, secret = spec.policy.generate()
@@ -571,11 +599,17 @@ class LabelRole:
         outputs = self.objective.outputs
         remotes = {p: RemoteSource(fed, p, columns[p], spec, outputs, keys[p]) for p in hosts}
         sources: dict[str, Any] = {fed.name: own, **remotes}
-        result = LabelResult(mapper, own.table, [], self.objective.start(self.y))
+        # label DP: the starting score is a function of every label, so it starts from 0
+        start = self.objective.start(self.y)
+        result = LabelResult(mapper, own.table, [], 0.0 * start if spec.gradient_noise else start)
         with EpochProgress(fed.name, spec.n_estimators, spec.verbose, desc="tree") as shown:
             self._boost(fed.name, sources, remotes, result, shown)
-        for p in hosts:
-            BOOST.send(fed, p, "cmd", Command(op="end"))
+        for p in hosts:  # each host keeps the splits the kept trees use (ids grow with trees)
+            index = spec.parties.index(p)
+            used = [
+                s for t in result.trees for o, s in zip(t.owner, t.split, strict=True) if o == index
+            ]
+            BOOST.send(fed, p, "cmd", Command(op="end", bin=max(used, default=-1) + 1))
         return result
 
     def _boost(

@@ -33,8 +33,8 @@ __all__ = ["FG", "HistogramSource", "LocalSource", "SplitTable", "Tree", "grow",
 
 FG = 24
 """Fractional bits of the gradients and hessians. Their sums are exact in float64 while below
-``2**53``: ``2**29`` rows of values below 1 (logistic and softmax gradients and hessians are;
-squared error's are scaled by the booster)."""
+``2**53``: ``2**29`` rows of values below 1 (logistic and softmax), ``2**23`` of values up to
+64 (clipped regression and noised gradients; the estimators refuse more rows)."""
 
 
 def to_fixed(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

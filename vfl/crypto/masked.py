@@ -126,7 +126,7 @@ def zero_sum_masks(
         seeds[peer] = (seed, 1)
     for peer in parties[:mine]:
         seed = tags.recv(fed, peer, "seed", PairSeed).seed
-        if len(seed) != 32:
+        if not isinstance(seed, bytes) or len(seed) != 32:
             PairSeed.refuse(peer, "seed", f"holds {len(seed)} bytes, 32 expected")
         seeds[peer] = (seed, -1)
     width = (modulus.bit_length() + 128 + 7) // 8

@@ -286,8 +286,15 @@ def _held_share(share: np.ndarray[Any, Any] | None, peer: str) -> np.ndarray[Any
 
 def _eta(learning_rate: float) -> int:
     """The learning rate at ``2**-ETA_BITS``: ``eta * G`` (``G`` at ``2**-(FH+FD)``) is then
-    exactly at the weights' ``2**-FW``."""
-    return round(learning_rate * (1 << ETA_BITS))
+    exactly at the weights' ``2**-FW``. A rate that rounds to 0 would never move the shared
+    block: refused (0 itself means scoring, which steps nothing)."""
+    eta = round(learning_rate * (1 << ETA_BITS))
+    if learning_rate and eta == 0:
+        raise ValueError(
+            f"ProtectedLayer learning_rate {learning_rate:g} is below 2**-{ETA_BITS + 1}, the "
+            "step the shared block can take: raise it"
+        )
+    return eta
 
 
 def _layer_packing(

@@ -103,6 +103,7 @@ def test_gaussian_gradient_dp_brings_them_to_chance_and_records_its_spend(memori
     model, result = _attack(*memorised, privacy=GaussianGradientDP(4.0))
     assert not result.leaks and result.success_rate < 0.6, str(result)
     assert model.privacy_ledger_.epsilon() == pytest.approx(4.0, rel=0.01)
+    assert not model.parts_["imaging"].start.any()  # the labels' mean is not released
     parts, y = memorised
     with pytest.raises(ValueError, match="early_stopping=True reads the held-out rows' labels"):
         SecureBoostClassifier(privacy=GaussianGradientDP(4.0), early_stopping=True).fit(

@@ -132,6 +132,9 @@ def test_early_stopping_keeps_the_trees_up_to_the_best_validation_loss(breast) -
     best = int(np.argmin(losses)) + 1
     assert len(model.history_) < 60 and len(model.history_) == best + 3  # stopped 3 after
     assert model.n_estimators_ == best == len(model.parts_["imaging"].trees)
+    trees = model.parts_["imaging"].trees
+    kept = [s for t in trees for o, s in zip(t.owner, t.split, strict=True) if o == 1]
+    assert len(model.parts_["lab"].table.feature) == max(kept, default=-1) + 1  # no more
     assert all(r["seconds"] > 0 and r["loss"] > 0 for r in model.history_)
     again = SecureBoostClassifier(
         n_estimators=best,
@@ -169,6 +172,10 @@ def test_saved_parts_score_as_the_model_and_each_holds_only_its_party(breast, tm
     assert len(lab.table.feature) == sum(t.owner.count(1) for t in imaging.trees)
     with pytest.raises(ValueError, match="holds a classification model"):
         SecureBoostRegressor().load(folder)
+    # the label party's classes are read from its own part, wherever it is listed
+    hosts_first = {"lab": parts["lab"], "imaging": parts["imaging"]}
+    again = SecureBoostClassifier().load(model.save(tmp_path / "other"), label_party="imaging")
+    np.testing.assert_array_equal(again.predict_proba(hosts_first), model.predict_proba(parts))
 
 
 def test_each_party_on_its_own_federation_trains_and_scores(breast) -> None:  # type: ignore[no-untyped-def]

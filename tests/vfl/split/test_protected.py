@@ -144,6 +144,10 @@ def test_bad_options_get_clear_errors(breast) -> None:  # type: ignore[no-untype
         SplitNNClassifier(protocol=ProtectedLayer(key_bits=1024)).fit(
             parts, y, label_party="imaging"
         )
+    with pytest.raises(PartyFailedError, match=r"learning_rate 1e-09 is below 2\*\*-21"):
+        SplitNNClassifier(
+            protocol=ProtectedLayer(key_bits=512, insecure=True, learning_rate=1e-9), max_iter=1
+        ).fit(parts, y, label_party="imaging")
     huge = nn.Sequential(nn.Linear(12, 4), nn.ReLU())
     with torch.no_grad():
         huge[0].weight.fill_(1e4)
