@@ -27,6 +27,12 @@ hosts learn which rows are held out (each tree's root lists the rows it grows on
 ``predict_party`` run one party's role in deployment. After ``fit``: ``n_iter_`` trees were
 grown, ``n_estimators_`` kept (fewer with early stopping).
 
+``hide_nodes=True`` hides the instance space: per level the label party encrypts each row's
+gradients at the slots of the node it is in (zeros elsewhere, every row), a host sums over all
+rows and answers its splits for all rows, so it never learns a node's rows (nor the held-out
+or sampled rows). The trees are the same; the cost is one encryption per row per level
+instead of per tree.
+
 Label privacy (``privacy=``): :class:`~vfl.privacy.GaussianGradientDP` (noise on each row's
 gradients per tree; the fit then starts from 0, not from the labels' mean) or
 :class:`~vfl.privacy.RandomizedResponse`; what a host infers is measured by
@@ -83,6 +89,7 @@ class _SecureBoost(FederatedEstimator):
         n_iter_no_change: int = 10,
         tol: float = 1e-7,
         local_first_tree: bool = False,
+        hide_nodes: bool = False,
         privacy: Any = None,
         protocol: str = "paillier",
         key_bits: int = 2048,
@@ -106,6 +113,7 @@ class _SecureBoost(FederatedEstimator):
         self.n_iter_no_change = n_iter_no_change
         self.tol = tol
         self.local_first_tree = local_first_tree
+        self.hide_nodes = hide_nodes
         self.privacy = privacy
         self.protocol = protocol
         self.key_bits = key_bits
@@ -171,6 +179,7 @@ class _SecureBoost(FederatedEstimator):
             tol=float(self.tol),
             verbose=int(self.verbose),
             local_first_tree=bool(self.local_first_tree),
+            hide_nodes=bool(self.hide_nodes),
             keep_views=keep_views,
             subsample=float(self.subsample),
             colsample_bytree=float(self.colsample_bytree),

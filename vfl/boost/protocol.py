@@ -111,6 +111,10 @@ class BoostSpec:
     """The share of its columns each party offers each tree (drawn by that party)."""
     seed: int | None = None
     """Simulation randomness (row and column sampling); None: each party's OS randomness."""
+    hide_nodes: bool = False
+    """Hosts learn no node's rows: per level, the label party encrypts each row's gradients at
+    the slots of the node it is in (zeros elsewhere, every row), the hosts sum over all rows,
+    and a host's split answers for all rows (:class:`RemoteSource`)."""
     gradient_noise: float = 0.0
     """The standard deviation of the Gaussian noise on each row's gradients, per tree
     (:class:`~vfl.privacy.GaussianGradientDP`; 0: none)."""
@@ -272,11 +276,15 @@ class HostRole:
                     del table.feature[cmd.bin :], table.bin[cmd.bin :]
                     del table.missing_left[cmd.bin :]
                 return HostResult(self.mapper, table, view)
-            if cmd.op == "tree":
+            if cmd.op in ("tree", "level"):
+                if cmd.op == "tree":  # a new tree: its columns (gradients may come per level)
+                    used = _sampled(rng, codes.shape[1], spec.colsample_bytree)
+                    gh = None
+                    if cmd.outputs == 0:
+                        continue
                 if not isinstance(cmd.outputs, int) or not 0 < cmd.outputs <= 1 << 10:
                     Command.refuse(label, "outputs", f"is {cmd.outputs}")
                 self.outputs = cmd.outputs
-                used = _sampled(rng, codes.shape[1], spec.colsample_bytree)
                 sample = self._rows(cmd.rows, label) if cmd.rows is not None else None
                 if key is None:
                     plain = BOOST.recv(fed, label, "gh", PlainGH, tree)
@@ -326,8 +334,9 @@ class HostRole:
                     )
                 BOOST.send(fed, label, "hist", message)
             elif cmd.op == "split":
-                rows = self._rows(cmd.rows, label)
-                if view is not None:
+                hidden = cmd.rows is None  # hide_nodes: answer for every row
+                rows = np.arange(spec.rows) if hidden else self._rows(cmd.rows, label)
+                if view is not None and not hidden:
                     view.append(rows.copy())
                 if not (0 <= cmd.feature < codes.shape[1] and 0 <= cmd.bin < spec.max_bin):
                     Command.refuse(label, "feature", f"names column {cmd.feature}, bin {cmd.bin}")
@@ -443,15 +452,25 @@ class RemoteSource:
     ) -> None:
         """Send a tree's gradients of ``rows`` (encrypted with the host's base)."""
         self.pinned = None  # the columns the host offers this tree, from its first answer
+        if self.spec.hide_nodes:  # the gradients come per level, at their node's slots
+            BOOST.send(self.fed, self.host, "cmd", Command(op="tree", outputs=0))
+            return
         sample = None if len(rows) == self.spec.rows else rows
         BOOST.send(
             self.fed, self.host, "cmd", Command(op="tree", outputs=self.outputs, rows=sample)
         )
+        self._send_gh(g, h, rows)
+
+    def _send_gh(
+        self, g: np.ndarray[Any, Any], h: np.ndarray[Any, Any], rows: np.ndarray[Any, Any]
+    ) -> None:
+        """The gradients of ``rows`` (``g.shape[1]`` outputs), encrypted (or in the clear in the
+        plaintext simulation)."""
         if self.key is None:
             BOOST.send(self.fed, self.host, "gh", PlainGH(g=g, h=h), self.tree)
         else:
             public, secret = self.key
-            packing = gh_packing(self.outputs, self.spec.rows, public.n_length)
+            packing = gh_packing(g.shape[1], self.spec.rows, public.n_length)
             pairs = _interleave(g[rows], h[rows])
             plains = slots.plaintexts(pairs, packing, int(public.n))
             cts = secret.raw_encrypt(plains, workers=self.spec.workers)
@@ -463,6 +482,35 @@ class RemoteSource:
     def histograms(
         self, nodes: list[np.ndarray[Any, Any]], g: np.ndarray[Any, Any], h: np.ndarray[Any, Any]
     ) -> list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
+        if not self.spec.hide_nodes:
+            return self._histograms(nodes, self.outputs)
+        # hide_nodes: as many nodes per round as one plaintext holds; each row's pairs at the
+        # slots of its node, zeros elsewhere, every row sent; one histogram over all rows
+        k = self.outputs
+        key_bits = self.key[0].n_length if self.key is not None else 2048
+        cap = max(1, gh_packing(1, self.spec.rows, key_bits).per_ct // (2 * k))
+        everyone = np.arange(self.spec.rows)
+        out = []
+        for start in range(0, len(nodes), cap):
+            batch = nodes[start : start + cap]
+            wide_g = np.zeros((self.spec.rows, len(batch) * k), dtype=np.int64)
+            wide_h = np.zeros_like(wide_g)
+            for j, rows in enumerate(batch):
+                wide_g[rows, j * k : (j + 1) * k] = g[rows]
+                wide_h[rows, j * k : (j + 1) * k] = h[rows]
+            BOOST.send(self.fed, self.host, "cmd", Command(op="level", outputs=len(batch) * k))
+            self._send_gh(wide_g, wide_h, everyone)
+            ((hg, hh),) = self._histograms([everyone], len(batch) * k)
+            out += [
+                (hg[..., j * k : (j + 1) * k], hh[..., j * k : (j + 1) * k])
+                for j in range(len(batch))
+            ]
+        return out
+
+    def _histograms(
+        self, nodes: list[np.ndarray[Any, Any]], outputs: int
+    ) -> list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
+        """The host's histograms of ``nodes``, whose rows carry ``outputs`` pairs each."""
         if not nodes:
             return []
         sizes = np.array([len(r) for r in nodes], dtype=np.int64)
@@ -479,27 +527,27 @@ class RemoteSource:
         self.used = self.pinned = used
         columns = len(self.used)
         width = self.spec.max_bin + 1
-        shape = (len(nodes), columns, width, self.outputs)
+        shape = (len(nodes), columns, width, outputs)
         if self.key is None:
             hg, hh = np.asarray(got.g, dtype=np.float64), np.asarray(got.h, dtype=np.float64)
             if hg.shape != shape or hh.shape != shape:
                 Histograms.refuse(self.host, "g", f"has shape {hg.shape}, {shape} expected")
             return [(hg[i], hh[i]) for i in range(len(nodes))]
         public, secret = self.key
-        packing = gh_packing(self.outputs, self.spec.rows, public.n_length)
-        per = _bins_per_ct(packing, self.outputs)
+        packing = gh_packing(outputs, self.spec.rows, public.n_length)
+        per = _bins_per_ct(packing, outputs)
         chunks = -(-width // per)
         vector = vector_from(public, got.data, self.host)
         cts = slots.expect(vector, len(nodes) * columns * chunks, Histograms, self.host, "data")
         plains = secret.raw_decrypt(cts, workers=DECRYPT_THREADS)
         n = int(public.n)
-        values = np.empty((len(nodes), columns, width, 2 * self.outputs))
+        values = np.empty((len(nodes), columns, width, 2 * outputs))
         i = 0
         for node in range(len(nodes)):
             for col in range(columns):
                 for start in range(0, width, per):
                     count = min(per, width - start)
-                    layout = RowPacking(count * 2 * self.outputs, packing.slot_bits, packing.per_ct)
+                    layout = RowPacking(count * 2 * outputs, packing.slot_bits, packing.per_ct)
                     value = int(plains[i])
                     signed = value - n if value > n // 2 else value
                     try:
@@ -507,7 +555,7 @@ class RemoteSource:
                     except OverflowError:
                         Histograms.refuse(self.host, "data", "holds a sum beyond its slots")
                     values[node, col, start : start + count] = np.reshape(
-                        got_slots, (count, 2 * self.outputs)
+                        got_slots, (count, 2 * outputs)
                     )
                     i += 1
         return [(values[k, :, :, 0::2], values[k, :, :, 1::2]) for k in range(len(nodes))]
@@ -540,7 +588,7 @@ class RemoteSource:
             "cmd",
             Command(
                 op="split",
-                rows=rows,
+                rows=None if self.spec.hide_nodes else rows,
                 feature=int(self.used[candidate.feature]),
                 bin=candidate.bin,
                 missing_left=candidate.missing_left,
@@ -548,8 +596,11 @@ class RemoteSource:
         )
         part = BOOST.recv(self.fed, self.host, "part", Partition)
         left = np.asarray(part.left)
-        if left.shape != (len(rows),):
-            Partition.refuse(self.host, "left", f"has shape {left.shape}, {len(rows)} rows asked")
+        asked = self.spec.rows if self.spec.hide_nodes else len(rows)
+        if left.shape != (asked,):
+            Partition.refuse(self.host, "left", f"has shape {left.shape}, {asked} rows asked")
+        if self.spec.hide_nodes:  # the node's rows, which the host was not told
+            left = left[rows]
         return int(part.split), left.astype(bool)
 
 

@@ -113,3 +113,28 @@ def test_gaussian_gradient_dp_brings_them_to_chance_and_records_its_spend(memori
 
     with pytest.raises(ValueError, match="protects class labels"):
         SecureBoostRegressor(privacy=GaussianGradientDP(4.0)).fit(parts, y, label_party="imaging")
+
+
+def test_hidden_nodes_grow_the_same_trees_and_tell_the_host_nothing(fitted) -> None:  # type: ignore[no-untyped-def]
+    """``hide_nodes=True``: the same trees as the plain protocol, under Paillier; the host is
+    never told a node's rows, and the attack has nothing to work on (chance)."""
+    _, parts, y = fitted
+    small = {p: f.iloc[:200] for p, f in parts.items()}
+    target = y.iloc[:200]
+    options: dict[str, Any] = dict(n_estimators=3, max_depth=3, max_bin=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hidden = SecureBoostClassifier(
+            **options, hide_nodes=True, key_bits=1024, insecure=True
+        ).fit(small, target, label_party="imaging", keep_views=True)
+        plain = SecureBoostClassifier(**options, protocol="plain").fit(
+            small, target, label_party="imaging"
+        )
+    assert [t.owner for t in hidden.parts_["imaging"].trees] == [
+        t.owner for t in plain.parts_["imaging"].trees
+    ]
+    np.testing.assert_allclose(hidden.predict_proba(small), plain.predict_proba(small))
+    view = hidden.views_["lab"]
+    assert view and all(np.array_equal(v, np.arange(200)) for v in view)  # all rows, always
+    result = get_audit("instance-space")().run(view, target)
+    assert not result.leaks and result.success_rate == 0.5
