@@ -99,7 +99,12 @@ def test_multiclass_and_regression_fit_in_one_pass_of_the_protocol() -> None:
     assert reg.score({"a": x.iloc[:, :2], "b": x.iloc[:, 2:3]}, target) > 0.9
 
 
-def test_a_hosts_bin_products_on_two_workers_are_those_of_one() -> None:
+@pytest.mark.parametrize("executor", [False, True])
+def test_a_hosts_bin_products_on_two_workers_are_those_of_one(executor: bool) -> None:
+    """Two worker processes, or an executor the party runs (a Dask client is one: the
+    executor layer, :mod:`linkage.executors`; a thread pool here)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from vfl.boost.protocol import BoostSpec, HostRole
 
     rng = np.random.default_rng(0)
@@ -107,9 +112,10 @@ def test_a_hosts_bin_products_on_two_workers_are_those_of_one() -> None:
     cts = [int(v) for v in rng.integers(1, 2**62, size=2500)]
     codes = rng.integers(0, 9, size=(2500, 3)).astype(np.uint8)
     rows = np.sort(rng.choice(2500, size=2200, replace=False))
-    spec = BoostSpec("a", ("a", "b"), 1, 1, 0.3, SplitRule(), 8, None, 2500, workers=2)
-    host = HostRole(spec, pd.DataFrame())
-    got = host._products(cts, codes, rows, 9, modulus)
+    with ThreadPoolExecutor(2) as pool:
+        workers: Any = pool if executor else 2
+        spec = BoostSpec("a", ("a", "b"), 1, 1, 0.3, SplitRule(), 8, None, 2500, workers=workers)
+        got = HostRole(spec, pd.DataFrame())._products(cts, codes, rows, 9, modulus)
     want = [[1] * 9 for _ in range(3)]
     for r in rows:
         for col in range(3):
