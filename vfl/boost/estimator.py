@@ -559,6 +559,11 @@ class SecureBoostClassifier(ClassifierMixin, _SecureBoost):  # type: ignore[misc
         out: np.ndarray[Any, Any] = z / z.sum(axis=1, keepdims=True)
         return out
 
+    def _classes(self, y: np.ndarray[Any, Any]) -> Any:
+        """The targets as class codes (and ``classes_``)."""
+        self.classes_, codes = np.unique(y, return_inverse=True)
+        return codes.astype(np.float64) if len(self.classes_) == 2 else codes
+
     def _objective(self, y: np.ndarray[Any, Any], label_party: str) -> tuple[Objective, Any]:
         self.classes_, codes = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
