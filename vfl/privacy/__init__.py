@@ -10,7 +10,8 @@
   spend, composed per data holder; :mod:`vfl.privacy.entry` -- one recorded spend;
 * :mod:`vfl.privacy.checks` -- the parameter checks every privacy setting shares;
 * :mod:`vfl.privacy.options` -- the ``privacy=`` objects of the vertical estimators
-  (:class:`GaussianLabelDP`, :class:`RandomizedResponse`), each named after its mechanism.
+  (:class:`GaussianLabelDP`, :class:`GaussianGradientDP`, :class:`RandomizedResponse`), each
+  named after its mechanism.
 
 Importing this package loads numpy only; dp-accounting (about a second to import), scipy and
 pandas are imported when first needed.

@@ -100,7 +100,8 @@ class GaussianGradientDP:
     on the row's own label given the trees before. Changing one label moves its row's
     gradient by at most 1 (binary; ``sqrt(2)`` with several classes), so the whole fit is
     ``(epsilon, delta)``-DP for each label; the noise multiplier is calibrated by
-    dp-accounting over the trees. Early stopping, which reads the held-out rows' labels, is
+    dp-accounting over the trees. The fit starts from a score of 0 (not the labels' mean,
+    which every label moves), and early stopping, which reads the held-out rows' labels, is
     refused beside it.
 
     Parameters
