@@ -265,7 +265,7 @@ class HostRole:
             key = spec.policy.accept(BOOST.recv(fed, label, "key", PublicKeyMessage), label)
             BOOST.send(fed, label, "base", Base(h_s=key.base_bytes()))
         gh: Any = None
-        tree = 0
+        received = 0  # gradient messages so far (one per tree, or per level with hide_nodes)
         view: list[np.ndarray[Any, Any]] | None = [] if spec.keep_views else None
         rng = _rng(spec.seed, fed.name)
         used = np.arange(codes.shape[1])
@@ -287,7 +287,7 @@ class HostRole:
                 self.outputs = cmd.outputs
                 sample = self._rows(cmd.rows, label) if cmd.rows is not None else None
                 if key is None:
-                    plain = BOOST.recv(fed, label, "gh", PlainGH, tree)
+                    plain = BOOST.recv(fed, label, "gh", PlainGH, received)
                     gh = (
                         np.asarray(plain.g, dtype=np.float64),
                         np.asarray(plain.h, dtype=np.float64),
@@ -296,7 +296,7 @@ class HostRole:
                         PlainGH.refuse(label, "g", f"has shape {gh[0].shape}")
                 else:
                     got = vector_from(
-                        key, BOOST.recv(fed, label, "gh", Encrypted, tree).data, label
+                        key, BOOST.recv(fed, label, "gh", Encrypted, received).data, label
                     )
                     expected = spec.rows if sample is None else len(sample)
                     if got.size != expected:
@@ -309,7 +309,7 @@ class HostRole:
                         for r, c in zip(sample.tolist(), gh, strict=True):
                             full[r] = c
                         gh = full
-                tree += 1
+                received += 1
             elif cmd.op == "hist":
                 nodes = self._nodes(cmd, label)
                 if gh is None or (
@@ -444,7 +444,7 @@ class RemoteSource:
             outputs,
         )
         self.key = key
-        self.tree = 0
+        self.sent = 0  # gradient messages so far (the host counts them alike)
         self.pinned: np.ndarray[Any, Any] | None = None
 
     def start(
@@ -467,7 +467,7 @@ class RemoteSource:
         """The gradients of ``rows`` (``g.shape[1]`` outputs), encrypted (or in the clear in the
         plaintext simulation)."""
         if self.key is None:
-            BOOST.send(self.fed, self.host, "gh", PlainGH(g=g, h=h), self.tree)
+            BOOST.send(self.fed, self.host, "gh", PlainGH(g=g, h=h), self.sent)
         else:
             public, secret = self.key
             packing = gh_packing(g.shape[1], self.spec.rows, public.n_length)
@@ -475,9 +475,9 @@ class RemoteSource:
             plains = slots.plaintexts(pairs, packing, int(public.n))
             cts = secret.raw_encrypt(plains, workers=self.spec.workers)
             BOOST.send(
-                self.fed, self.host, "gh", Encrypted(data=slots.block(public, cts)), self.tree
+                self.fed, self.host, "gh", Encrypted(data=slots.block(public, cts)), self.sent
             )
-        self.tree += 1
+        self.sent += 1
 
     def histograms(
         self, nodes: list[np.ndarray[Any, Any]], g: np.ndarray[Any, Any], h: np.ndarray[Any, Any]
