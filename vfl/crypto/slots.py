@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from vfl.crypto import parallel
 from vfl.crypto.kernels import multiexp_rows
-from vfl.crypto.keys import PaillierPublicKey
+from vfl.crypto.keys import FULL_EXPONENT_BITS, PaillierPublicKey
 from vfl.crypto.packing import MIN_KAPPA, RowPacking, pack_rows, unpack_signed
 from vfl.crypto.parallel import Workers
 from vfl.crypto.rerandomize import rerandomize
@@ -107,11 +108,34 @@ def add_plain(
     return [c * (1 + n * m) % nsq for c, m in zip(cts, plain, strict=True)]
 
 
-def combine(bases: list[Any], groups: int, exponents: np.ndarray[Any, Any], nsq: Any) -> list[Any]:
+PARALLEL_ROWS = 32
+"""Rows below which :func:`combine` and :func:`for_owner` stay in the calling thread."""
+
+
+def combine(
+    bases: list[Any],
+    groups: int,
+    exponents: np.ndarray[Any, Any],
+    nsq: Any,
+    *,
+    workers: Workers = 1,
+) -> list[Any]:
     """For each row ``e`` of ``exponents``: ``prod_j bases[j, g] ** e[j]`` for every group
-    ``g`` (row-major): ``bases`` holds ``len(e)`` rows of ``groups`` ciphertexts."""
-    per_group = [multiexp_rows(bases[g::groups], list(exponents), nsq) for g in range(groups)]
-    return [per_group[g][i] for i in range(len(exponents)) for g in range(groups)]
+    ``g`` (row-major): ``bases`` holds ``len(e)`` rows of ``groups`` ciphertexts. With
+    ``workers``, the rows are split among worker processes (or an executor's tasks)."""
+    rows = list(exponents)
+    count = parallel.check_workers(workers)
+    if count > 1 and len(rows) >= PARALLEL_ROWS:
+        chunks = parallel.split(rows, count)
+        tasks = [(bases[g::groups], list(c), int(nsq)) for g in range(groups) for c in chunks]
+        done = parallel.map_processes(parallel.multiexp_rows_worker, tasks, workers)
+        per_group = [
+            [v for part in done[g * len(chunks) : (g + 1) * len(chunks)] for v in part]
+            for g in range(groups)
+        ]
+    else:
+        per_group = [multiexp_rows(bases[g::groups], rows, nsq) for g in range(groups)]
+    return [per_group[g][i] for i in range(len(rows)) for g in range(groups)]
 
 
 def unpack_rows(
@@ -171,9 +195,23 @@ def block(key: PaillierPublicKey, cts: list[Any]) -> CiphertextBlock:
     return EncryptedVector(key, cts, 0, fresh=True).to_wire()
 
 
-def for_owner(key: PaillierPublicKey, cts: list[Any]) -> list[Any]:
-    """Re-randomised for the key's owner, in the group of our base, where it encrypted."""
-    return rerandomize(EncryptedVector(key, cts, 0), for_key_owner="base").ciphertexts
+def for_owner(key: PaillierPublicKey, cts: list[Any], *, workers: Workers = 1) -> list[Any]:
+    """Re-randomised for the key's owner, in the group of our base, where it encrypted. With
+    ``workers``, the full-length powers of the base are drawn in worker processes (each
+    caching its own table of the base)."""
+    count = parallel.check_workers(workers)
+    if count < 2 or len(cts) < PARALLEL_ROWS or parallel.is_executor(workers):
+        return rerandomize(EncryptedVector(key, cts, 0), for_key_owner="base").ciphertexts
+    bits = key.n_length + FULL_EXPONENT_BITS
+    sizes = [len(part) for part in parallel.split(range(len(cts)), count)]
+    tasks = [(int(key.h_s), int(key.nsquare), bits, size) for size in sizes]
+    powers = [
+        r
+        for part in parallel.map_processes(parallel.random_powers_worker, tasks, workers)
+        for r in part
+    ]
+    nsq = key.nsquare
+    return [c * r % nsq for c, r in zip(cts, powers, strict=True)]
 
 
 def expect(

@@ -72,6 +72,7 @@ slots are sized for the fit's batch size (public).
 from __future__ import annotations
 
 import math
+import os
 import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -143,12 +144,20 @@ class ProtectedLayer:
         Paillier modulus of both parties' keys (2048 by default).
     insecure : bool
         Allow keys below 2048 bits (tests only; warns).
+    workers : int, optional
+        Worker processes of each party's multi-exponentiations and re-randomisations (default:
+        one per core, at most 4).
     """
 
     width: int | None = None
     learning_rate: float | None = None
     key_bits: int = 2048
     insecure: bool = False
+    workers: int | None = None
+
+    def worker_count(self) -> int:
+        """``workers``, or one per core (at most 4)."""
+        return self.workers if self.workers is not None else min(os.cpu_count() or 1, 4)
 
     def check(self) -> None:
         if self.width is not None and (
@@ -431,7 +440,10 @@ class SenderSide:
             raise RuntimeError(f"the protected layer with {self.label!r} has no encrypted share")
         key = self.peer_key
         self.h_int = slots.fixed(h, FH, HB, f"party {fed.name!r}: its embedding", _FIX)
-        out = slots.combine(self.encrypted, self.packing.groups, self.h_int, key.nsquare)
+        workers = self.layer.worker_count()
+        out = slots.combine(
+            self.encrypted, self.packing.groups, self.h_int, key.nsquare, workers=workers
+        )
         out = slots.add_plain(out, self.h_int.astype(object) @ share, self.packing, key)  # + h B
         share_block = None
         if training:
@@ -442,7 +454,10 @@ class SenderSide:
             fed,
             self.label,
             "encz",
-            Outputs(outputs=slots.block(key, slots.for_owner(key, out)), share=share_block),
+            Outputs(
+                outputs=slots.block(key, slots.for_owner(key, out, workers=workers)),
+                share=share_block,
+            ),
             *index,
         )
 
@@ -473,7 +488,9 @@ class SenderSide:
         groups = self.packing.groups
         delta = vector_from(key, message.delta, self.label)
         delta_cts = slots.expect(delta, n_rows * groups, Backward, self.label, "delta")
-        products = slots.combine(delta_cts, groups, self.h_int.T, key.nsquare)
+        products = slots.combine(
+            delta_cts, groups, self.h_int.T, key.nsquare, workers=self.layer.worker_count()
+        )
         # G = h^T d (k rows of m slots) under a mask M: the label party decrypts G + M and
         # steps A by it; we step B by M and [A]_L by the very ciphertexts we send
         masked, masks = mask_slots(
@@ -595,7 +612,10 @@ class LabelSide:
         )
         delta_cts = slots.encrypt_rows(self.secret, d_int, self.packing)
         g_pack = slots.packing(_g_bits(self.m), self.k, self.peer_key, masked=False)
-        grad = slots.combine(self.peer_share, g_pack.groups, d_int, self.peer_key.nsquare)
+        workers = self.layer.worker_count()
+        grad = slots.combine(
+            self.peer_share, g_pack.groups, d_int, self.peer_key.nsquare, workers=workers
+        )
         grad = slots.add_plain(grad, d_int.astype(object) @ share.T, g_pack, self.peer_key)
         LAYER.send(
             fed,
@@ -603,7 +623,9 @@ class LabelSide:
             "encd",
             Backward(
                 delta=slots.block(self.key, delta_cts),
-                grad=slots.block(self.peer_key, slots.for_owner(self.peer_key, grad)),
+                grad=slots.block(
+                    self.peer_key, slots.for_owner(self.peer_key, grad, workers=workers)
+                ),
             ),
             *index,
         )
