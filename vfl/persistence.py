@@ -27,7 +27,7 @@ import json
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from vfl.files import write_atomically
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "SavedPart",
     "arrays_to_state_dict",
     "dump_model",
     "label_party_of_parts",
@@ -133,6 +134,24 @@ def load_model(
     except OSError as exc:
         raise ValueError(f"cannot read the model file {path}: {exc}") from None
     return parse_model(data, kind=kind, source=str(path))
+
+
+class SavedPart:
+    """A party's part written as one model file: a subclass names its ``KIND`` and gives
+    ``_fields()`` (``(meta, arrays)``); :meth:`to_bytes` and :meth:`save` write them."""
+
+    KIND: ClassVar[str] = ""
+
+    def _fields(self) -> tuple[dict[str, Any], dict[str, np.ndarray[Any, Any]]]:
+        raise NotImplementedError
+
+    def to_bytes(self) -> bytes:
+        meta, arrays = self._fields()
+        return dump_model(self.KIND, meta, arrays)
+
+    def save(self, path: str | Path) -> Path:
+        meta, arrays = self._fields()
+        return save_model(path, self.KIND, meta, arrays)
 
 
 def state_dict_to_arrays(state_dict: Any, prefix: str = "") -> dict[str, np.ndarray[Any, Any]]:

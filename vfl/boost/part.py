@@ -26,9 +26,11 @@ KIND = "vertical-secureboost"
 
 
 @dataclass
-class BoostPart:
+class BoostPart(persistence.SavedPart):
     """``role``: ``"active"`` (the label party: ``trees`` and ``start`` set) or
     ``"passive"``; ``extra``: the hyperparameters and targets' description (JSON)."""
+
+    KIND = KIND
 
     party: str
     role: str
@@ -79,14 +81,6 @@ class BoostPart:
     def input_columns(self) -> list[str]:
         """The columns its bins read."""
         return list(self.mapper.columns_)
-
-    def to_bytes(self) -> bytes:
-        meta, arrays = self._fields()
-        return persistence.dump_model(KIND, meta, arrays)
-
-    def save(self, path: str | Path) -> Path:
-        meta, arrays = self._fields()
-        return persistence.save_model(path, KIND, meta, arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> BoostPart:

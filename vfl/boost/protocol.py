@@ -31,7 +31,6 @@ encrypted. Semi-honest parties.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -46,7 +45,7 @@ from vfl.boost.objectives import CLIP, Objective
 from vfl.boost.splits import Candidate, SplitRule
 from vfl.boost.tree import FG, LocalSource, SplitTable, Tree, grow, histogram, to_fixed
 from vfl.crypto import parallel, slots
-from vfl.crypto.kernels import bin_products
+from vfl.crypto.kernels import bin_products, horner_pack
 from vfl.crypto.keys import PaillierPrivateKey, PaillierPublicKey
 from vfl.crypto.messages import Encrypted
 from vfl.crypto.packing import RowPacking, unpack_signed
@@ -384,12 +383,7 @@ class HostRole:
         out = []
         for rows in nodes:
             for sums in self._products(gh, codes, rows, width, nsq):
-                for start in range(0, width, per):
-                    group = sums[start : start + per]
-                    acc = group[-1]
-                    for c in reversed(group[:-1]):
-                        acc = gmpy2.powmod(acc, shift, nsq) * c % nsq
-                    out.append(acc)
+                out += [horner_pack(sums[s : s + per], shift, nsq) for s in range(0, width, per)]
         return slots.block(key, slots.for_owner(key, out))
 
     def _products(
@@ -406,10 +400,10 @@ class HostRole:
         count = parallel.check_workers(self.spec.workers)
         if count < 2 or len(rows) < 2048:
             return bin_products(cts, codes[rows], width, nsq)
-        bounds = np.linspace(0, len(rows), count + 1).astype(int).tolist()
+        chunks = zip(parallel.split(cts, count), parallel.split(codes[rows], count), strict=True)
         parts = parallel.map_processes(
             parallel.bin_products_worker,
-            [(cts[a:b], codes[rows[a:b]], width, int(nsq)) for a, b in itertools.pairwise(bounds)],
+            [(c, b, width, int(nsq)) for c, b in chunks],
             self.spec.workers,
         )
         out = parts[0]

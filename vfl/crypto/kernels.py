@@ -30,6 +30,7 @@ __all__ = [
     "batch_invert",
     "bin_products",
     "crt_combine",
+    "horner_pack",
     "multiexp",
     "multiexp_big",
     "multiexp_rows",
@@ -312,6 +313,15 @@ def bin_products(
             sums[b] = sums[b] * c % modulus
         out.append(sums)
     return out
+
+
+def horner_pack(ciphertexts: Sequence[Int], shift: Int, modulus: Int) -> Any:
+    """One ciphertext of ``ciphertexts`` packed by Horner's rule: the first in the low slot,
+    each next one ``shift`` (a power of two) higher: ``prod_i c_i ** (shift ** i)``."""
+    acc = ciphertexts[-1]
+    for c in reversed(ciphertexts[:-1]):
+        acc = gmpy2.powmod(acc, shift, modulus) * c % modulus
+    return acc
 
 
 def crt_combine(xp: Int, xq: Int, p: Int, q: Int, q_inv_mod_p: Int) -> Any:

@@ -292,14 +292,23 @@ class PaillierPublicKey:
         parallel.check_workers(workers)
         return self._obfuscator.draw(count, workers)
 
-    def full_obfuscators(self, count: int) -> list[Any]:
+    def full_obfuscators(self, count: int, *, workers: parallel.Workers = None) -> list[Any]:
         """``count`` values ``h_s**a`` with ``a`` uniform on ``FULL_EXPONENT_BITS`` more bits
         than ``n`` has: statistically uniform on the group ``h_s`` generates, whatever its
         order (a fixed-base table of 7-bit windows, about 20 MiB for a 2048-bit key, built on
-        first use). See :func:`vfl.crypto.rerandomize.rerandomize` for what this hides."""
+        first use). See :func:`vfl.crypto.rerandomize.rerandomize` for what this hides.
+
+        With 2 or more ``workers`` (and at least 32 values), worker processes draw them, each
+        caching its own table of the base."""
+        bits = self.n_length + FULL_EXPONENT_BITS
+        processes = parallel.check_workers(workers)
+        if (processes > 1 or parallel.is_executor(workers)) and count >= 32:
+            sizes = [len(part) for part in parallel.split(range(count), processes)]
+            tasks = [(int(self.h_s), int(self.nsquare), bits, size) for size in sizes]
+            done = parallel.map_processes(parallel.random_powers_worker, tasks, workers)
+            return [r for part in done for r in part]
         with self._full_lock:
             if self._full_table is None:
-                bits = self.n_length + FULL_EXPONENT_BITS
                 self._full_table = FixedBaseTable(self.h_s, self.nsquare, bits, window=7)
         return self._full_table.random_powers(count)
 

@@ -36,11 +36,11 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import gmpy2
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from gmpy2 import mpz
 
 from vfl.crypto import fixedpoint
+from vfl.crypto.kernels import horner_pack
 from vfl.crypto.keys import PaillierPrivateKey
 from vfl.crypto.packing import MIN_KAPPA, PackingLayout, PackingMasks
 from vfl.crypto.rerandomize import rerandomize
@@ -175,11 +175,7 @@ def pack_masked(
     shift = mpz(1) << slot_bits
     packed = []
     for start in range(0, len(masked), slots):
-        group = masked[start : start + slots]
-        acc = group[-1]
-        for c in reversed(group[:-1]):  # slot 0 holds the group's first value
-            acc = gmpy2.powmod(acc, shift, nsq) * c % nsq
-        packed.append(acc)
+        packed.append(horner_pack(masked[start : start + slots], shift, nsq))
     return EncryptedVector(pk, packed, 0), PackingMasks(layout, vector.exponent, masks)
 
 

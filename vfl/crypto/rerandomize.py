@@ -52,7 +52,7 @@ def rerandomize(
     vector: EncryptedVector,
     *,
     for_key_owner: bool | Literal["base"] = False,
-    workers: int | None = None,
+    workers: Any = None,
 ) -> EncryptedVector:
     """The same plaintexts under fresh randomness (see the module docstring for the three
     strengths); the result is marked fresh, so ``to_wire()`` sends it as it is."""
@@ -61,7 +61,7 @@ def rerandomize(
     key = vector.public_key
     nsq = key.nsquare
     if for_key_owner == "base":
-        rs = key.full_obfuscators(vector.size)
+        rs = key.full_obfuscators(vector.size, workers=workers)
     else:
         rs = uniform_obfuscators(key.n, vector.size)
     out = [c * r % nsq for c, r in zip(vector.ciphertexts, rs, strict=True)]

@@ -28,7 +28,7 @@ import numpy as np
 
 from vfl.crypto import parallel
 from vfl.crypto.kernels import multiexp_rows
-from vfl.crypto.keys import FULL_EXPONENT_BITS, PaillierPublicKey
+from vfl.crypto.keys import PaillierPublicKey
 from vfl.crypto.packing import MIN_KAPPA, RowPacking, pack_rows, unpack_signed
 from vfl.crypto.parallel import Workers
 from vfl.crypto.rerandomize import rerandomize
@@ -109,7 +109,7 @@ def add_plain(
 
 
 PARALLEL_ROWS = 32
-"""Rows below which :func:`combine` and :func:`for_owner` stay in the calling thread."""
+"""Rows below which :func:`combine` stays in the calling thread."""
 
 
 def combine(
@@ -196,22 +196,10 @@ def block(key: PaillierPublicKey, cts: list[Any]) -> CiphertextBlock:
 
 
 def for_owner(key: PaillierPublicKey, cts: list[Any], *, workers: Workers = 1) -> list[Any]:
-    """Re-randomised for the key's owner, in the group of our base, where it encrypted. With
-    ``workers``, the full-length powers of the base are drawn in worker processes (each
-    caching its own table of the base)."""
-    count = parallel.check_workers(workers)
-    if count < 2 or len(cts) < PARALLEL_ROWS or parallel.is_executor(workers):
-        return rerandomize(EncryptedVector(key, cts, 0), for_key_owner="base").ciphertexts
-    bits = key.n_length + FULL_EXPONENT_BITS
-    sizes = [len(part) for part in parallel.split(range(len(cts)), count)]
-    tasks = [(int(key.h_s), int(key.nsquare), bits, size) for size in sizes]
-    powers = [
-        r
-        for part in parallel.map_processes(parallel.random_powers_worker, tasks, workers)
-        for r in part
-    ]
-    nsq = key.nsquare
-    return [c * r % nsq for c, r in zip(cts, powers, strict=True)]
+    """Re-randomised for the key's owner, in the group of our base, where it encrypted (the
+    base's powers drawn by ``workers``: :meth:`~vfl.crypto.PaillierPublicKey.full_obfuscators`)."""
+    vector = EncryptedVector(key, cts, 0)
+    return rerandomize(vector, for_key_owner="base", workers=workers).ciphertexts
 
 
 def expect(

@@ -19,8 +19,10 @@ KIND = "vfl.split.SplitPart"
 
 
 @dataclass
-class SplitPart:
+class SplitPart(persistence.SavedPart):
     """A party's part: ``bottom`` and ``top`` are parameter arrays by name (``state_dict``)."""
+
+    KIND = KIND
 
     party: str
     role: str
@@ -47,14 +49,6 @@ class SplitPart:
         arrays.update({f"bottom.{k}": v for k, v in self.bottom.items()})
         arrays.update({f"top.{k}": v for k, v in self.top.items()})
         return meta, arrays
-
-    def to_bytes(self) -> bytes:
-        meta, arrays = self._fields()
-        return persistence.dump_model(KIND, meta, arrays)
-
-    def save(self, path: str | Path) -> Path:
-        meta, arrays = self._fields()
-        return persistence.save_model(path, KIND, meta, arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> SplitPart:
