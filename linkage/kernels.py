@@ -84,6 +84,7 @@ def dice_all_pairs(
     group: int = GROUP,
     backend: str = "auto",
     progress: Any = None,
+    top_k: int | None = None,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Pairs with Dice ``>= floor`` (``> 0`` when the floor is 0) of two sets of packed filters.
 
@@ -99,6 +100,15 @@ def dice_all_pairs(
         Where the intersections come from.
     progress : callable, optional
         Wraps the iterable of A chunks (e.g. tqdm).
+    top_k : int, optional
+        Keep only the pairs that can be among the ``top_k`` best of their A record or of
+        their B record: each block drops the pairs below both its row's and its column's
+        ``top_k``-th best score in that block (a block holds a subset of a record's pairs, so
+        its ``top_k``-th best is never above the record's own; ties are kept). What comes
+        back is a superset of those pairs in which each of them keeps its rank, so
+        :func:`~linkage.threshold.top_k_pairs` on it selects exactly the pairs it would
+        select on all of them -- without sorting millions of pairs that no record ranks high
+        (FEBRL4 at floor 0.5: 14 million pairs, about 50,000 kept).
 
     Returns
     -------
@@ -109,6 +119,8 @@ def dice_all_pairs(
     """
     if not 0 <= floor <= 1:
         raise ValueError(f"floor must be in [0, 1], got {floor}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be a positive count of pairs, got {top_k}")
     if backend == "auto":
         backend = "torch" if _torch_int_mm() else "numpy"
     if backend not in ("torch", "numpy"):
@@ -156,6 +168,8 @@ def dice_all_pairs(
         for t_lo in range(lo, hi, tile):
             t_hi = min(t_lo + tile, hi)
             r, c, s, two = _block(engine, left, pa, sorted_pop_b, t_lo, t_hi, floor, group)
+            if top_k is not None:
+                r, c, s = _block_top_k(r, c, s, (len(rows), t_hi - t_lo), top_k)
             top = _merge_top_two(top, two)
             out_a.append(rows[r])
             out_b.append(order_b[t_lo + c])
@@ -293,6 +307,34 @@ def _block(
         r, c, exact = r[keep], c[keep], exact[keep]
     keep = exact >= floor if floor > 0 else exact > 0
     return r[keep], c[keep], exact[keep], two
+
+
+def _block_top_k(
+    r: np.ndarray[Any, Any],
+    c: np.ndarray[Any, Any],
+    s: np.ndarray[Any, Any],
+    shape: tuple[int, int],
+    k: int,
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The block's pairs that reach their row's or their column's ``k``-th best score in the
+    block (a dense partition per row and per column, no sort). The ``k``-th best comes from
+    float32 copies of the scores, so a pair is kept when its float32 score reaches it: float32
+    rounding is monotone, hence no pair that reaches the threshold in float64 is dropped (ties
+    and near-ties kept)."""
+    m, n = shape
+    if len(s) <= k or m * n == 0:
+        return r, c, s
+    dense = np.full((m, n), -1.0, dtype=np.float32)
+    mine = s.astype(np.float32)
+    dense[r, c] = mine
+    kth_row = (
+        -np.partition(-dense, k - 1, axis=1)[:, k - 1] if n >= k else np.full(m, -1, np.float32)
+    )
+    kth_col = (
+        -np.partition(-dense, k - 1, axis=0)[k - 1, :] if m >= k else np.full(n, -1, np.float32)
+    )
+    keep = (mine >= kth_row[r]) | (mine >= kth_col[c])
+    return r[keep], c[keep], s[keep]
 
 
 def _dense_floor(

@@ -61,6 +61,7 @@ def dice_pairs(
     chunk: int = _CHUNK,
     backend: str = "auto",
     workers: Workers = None,
+    top_k: int | None = None,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Dice scores of all pairs with ``score >= floor``, and each A record's best score.
 
@@ -77,6 +78,12 @@ def dice_pairs(
     them (``bits`` bytes per B record) and returns its pairs. The result is identical to the
     in-process one.
 
+    ``top_k``: only the pairs that can be among the ``top_k`` best of their A or their B
+    record come back (a superset from which :func:`~linkage.threshold.top_k_pairs` selects
+    exactly what it selects from all pairs; see :func:`~linkage.kernels.dice_all_pairs`):
+    :func:`match`'s greedy solver needs no more, and sorting every pair above a low floor
+    cost more than comparing them.
+
     Returns
     -------
     (ia, ib, scores, best)
@@ -87,7 +94,9 @@ def dice_pairs(
     """
     a.check_compatible(b)
     if is_executor(workers):
-        ia, ib, scores, best = _dice_pairs_on(workers, a.words, b.words, floor, chunk, backend)
+        ia, ib, scores, best = _dice_pairs_on(
+            workers, a.words, b.words, floor, chunk, backend, top_k
+        )
     else:
         check_workers(workers)  # a bad argument is named even where it changes nothing
         show = len(a) * len(b) >= PROGRESS_MIN_PAIRS
@@ -96,9 +105,15 @@ def dice_pairs(
             return _rows_compared(starts, len(a), chunk, show)
 
         ia, ib, scores, best = dice_all_pairs(
-            a.words, b.words, floor=floor, chunk=chunk, backend=backend, progress=progress
+            a.words,
+            b.words,
+            floor=floor,
+            chunk=chunk,
+            backend=backend,
+            progress=progress,
+            top_k=top_k,
         )
-    order = np.lexsort((ib, ia))  # one order however the work was cut
+    order = np.argsort(ia.astype(np.int64) << 32 | ib, kind="stable")  # however the work was cut
     return ia[order], ib[order], scores[order], best
 
 
@@ -118,6 +133,7 @@ def _dice_pairs_on(
     floor: float,
     chunk: int,
     backend: str,
+    top_k: int | None = None,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """:func:`dice_all_pairs` on ``executor``: A cut in popcount order into a few tasks per
     worker, each a whole number of ``chunk`` records, so that every task compares exactly the
@@ -132,7 +148,7 @@ def _dice_pairs_on(
     per_task = -(-n_a // (4 * executor_slots(executor)))
     per_task = max(chunk, -(-per_task // chunk) * chunk)
     cuts = [order_a[i : i + per_task] for i in range(0, n_a, per_task)]
-    tasks = [(words_a[rows], floor, chunk, backend) for rows in cuts]
+    tasks = [(words_a[rows], floor, chunk, backend, top_k) for rows in cuts]
     results = run_on_executor(executor, _dice_task, tasks, shared=(words_b,))
     best = np.zeros((n_a, 2))
     out_a, out_b, out_s = [], [], []
@@ -152,10 +168,11 @@ def _dice_task(
     floor: float,
     chunk: int,
     backend: str,
+    top_k: int | None,
     words_b: np.ndarray[Any, Any],
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """One task of :func:`_dice_pairs_on` (on a worker): its A records against all of B."""
-    return dice_all_pairs(words_a, words_b, floor=floor, chunk=chunk, backend=backend)
+    return dice_all_pairs(words_a, words_b, floor=floor, chunk=chunk, backend=backend, top_k=top_k)
 
 
 AUTO_BLOCKING_PAIRS = 50_000_000
@@ -231,7 +248,9 @@ def match(
         small = len(a) * len(b) <= AUTO_BLOCKING_PAIRS and len(b) * b.bits * 4 <= 2**30
         blocking = None if small else "lsh"
     if blocking is None:
-        ia, ib, scores, best = dice_pairs(a, b, floor=low, workers=workers)
+        # the greedy solver looks at each record's TOP_K best candidates only
+        top_k = TOP_K if method == "greedy" else None
+        ia, ib, scores, best = dice_pairs(a, b, floor=low, workers=workers, top_k=top_k)
         compared, how = len(a) * len(b), "all pairs"
     else:
         from linkage.blocking import block

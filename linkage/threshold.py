@@ -86,7 +86,9 @@ def top_k_pairs(
     ia: np.ndarray[Any, Any], ib: np.ndarray[Any, Any], scores: np.ndarray[Any, Any], k: int
 ) -> np.ndarray[Any, Any]:
     """Mask of the pairs among the ``k`` best (by score) of their ``a`` record or of their ``b``
-    record; scores closer than 2^-32 count as a tie, broken arbitrarily."""
+    record; scores closer than 2^-32 count as a tie, which the pairs' order breaks (the
+    earlier pair ranks first), so the same pairs in the same order always give the same
+    mask, whichever other pairs (below both records' ``k``-th best) are among them."""
     keep = np.zeros(len(scores), dtype=bool)
     if not len(scores):
         return keep
@@ -99,11 +101,11 @@ def top_k_pairs(
 def ranks_within(
     records: np.ndarray[Any, Any], scores: np.ndarray[Any, Any]
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """An order of the pairs by record, best score first within each (one integer sort on the
-    record and the score in 32 bits), and each pair's place among its record's pairs in that
-    order (0 for the best)."""
+    """An order of the pairs by record, best score first within each (one stable integer sort
+    on the record and the score in 32 bits: ties keep the pairs' order), and each pair's
+    place among its record's pairs in that order (0 for the best)."""
     worse = np.floor((1.0 - np.clip(scores, 0.0, 1.0)) * (2**32 - 1)).astype(np.int64)
-    order = np.argsort((np.asarray(records, dtype=np.int64) << 32) | worse)
+    order = np.argsort((np.asarray(records, dtype=np.int64) << 32) | worse, kind="stable")
     ordered = records[order]
     starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
     sizes = np.diff(np.append(starts, len(ordered)))

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from linkage.kernels import available_backends, dice_all_pairs
+from linkage.threshold import top_k_pairs
 
 BACKENDS = available_backends()
 
@@ -76,6 +77,38 @@ def test_kernel_equals_brute_force(backend: str, seed: int) -> None:
     for floor in (0.0, 0.3, 0.5, 0.8, 1.0):
         for chunk, tile, group in ((2048, 16384, 32), (7, 13, 4), (5, 40, 1), (64, 64, 64)):
             check(wa, wb, full, floor=floor, backend=backend, chunk=chunk, tile=tile, group=group)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("seed", range(3))
+def test_top_k_keeps_exactly_what_top_k_pairs_selects_from_all_pairs(
+    backend: str, seed: int
+) -> None:
+    """The kernel's per-block top-k filter: what it returns, ordered as :func:`dice_pairs`
+    orders pairs, gives the same top-k mask as all pairs do (ties included: records of a
+    few bits share many scores), on blocks that split rows and columns several ways."""
+    rng = np.random.default_rng(seed)
+    wa, wb = random_filters(rng, 150, 170, 1)
+    wb[5:25] = wb[4]  # twenty identical B records: ties across a record's ranks
+    dropped = 0
+    for floor, k in ((0.0, 1), (0.3, 3), (0.5, 5)):
+        for chunk, tile, group in ((2048, 16384, 32), (16, 24, 8), (7, 40, 4)):
+            kw = {"floor": floor, "backend": backend, "chunk": chunk, "tile": tile}
+            ia, ib, s, best = dice_all_pairs(wa, wb, group=group, **kw)
+            ja, jb, t, best_k = dice_all_pairs(wa, wb, group=group, top_k=k, **kw)
+            assert len(ja) <= len(ia)
+            dropped += len(ia) - len(ja)
+            np.testing.assert_array_equal(best, best_k)
+            chosen = []
+            for x, y, z in ((ia, ib, s), (ja, jb, t)):
+                order = np.lexsort((y, x))
+                x, y, z = x[order], y[order], z[order]
+                mask = top_k_pairs(x, y, z, k)
+                chosen.append(sorted(zip(x[mask].tolist(), y[mask].tolist(), strict=True)))
+            assert chosen[0] == chosen[1] and len(chosen[0]) > 0
+    assert dropped > 0
+    with pytest.raises(ValueError, match="top_k"):
+        dice_all_pairs(wa, wb, top_k=0)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
