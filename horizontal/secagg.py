@@ -16,7 +16,7 @@ server:
    another round or pair, or altered, is refused naming its sender;
 3. **masked input** -- each client in ``U1`` sends ``y = x + PRG(b) + sum_{v > u} PRG(s_uv) -
    sum_{v < u} PRG(s_uv)`` in the ring ``Z_{2**64}`` (``x`` its vector in fixed point,
-   :class:`Ring`; ``s_uv`` agreed from the ``s`` keys; PRG: the ChaCha20 keystream); the
+   :class:`Ring`; ``s_uv`` agreed from the ``s`` keys; PRG: the AES-256-CTR keystream); the
    server's ``U2`` (the paper's ``U3``) are those whose masked input arrived;
 4. **consistency** (the paper's ConsistencyCheck; ``SecAggConfig(consistency=True)``, the
    default) -- the server sends ``U2`` and the dropped clients whose mask keys it needs; each
@@ -105,7 +105,7 @@ from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -445,10 +445,34 @@ def _derive(secret: bytes, info: str) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info.encode()).derive(secret)
 
 
-def prg(seed: bytes, size: int) -> np.ndarray[Any, Any]:
-    """``size`` uniform ``uint64`` from a 32-byte seed (the ChaCha20 keystream)."""
-    cipher = Cipher(algorithms.ChaCha20(seed, b"\0" * 16), mode=None).encryptor()
-    out: np.ndarray[Any, Any] = np.frombuffer(cipher.update(b"\0" * (8 * size)), np.uint64).copy()
+_PRG_NONCE = b"\0" * 16
+_zeros = b""
+
+
+def _zero_bytes(count: int) -> memoryview:
+    """``count`` zero bytes, the keystream's plaintext, from one shared buffer (grown as
+    needed; bytes are immutable, so threads can share it)."""
+    global _zeros
+    if len(_zeros) < count:
+        _zeros = bytes(max(count, 2 * len(_zeros)))
+    return memoryview(_zeros)[:count]
+
+
+def prg(
+    seed: bytes, size: int, *, buffer: np.ndarray[Any, Any] | None = None
+) -> np.ndarray[Any, Any]:
+    """``size`` uniform ``uint64`` from a 32-byte seed: the AES-256-CTR keystream (AES-NI),
+    written straight into the array (into ``buffer``, at least ``size + 2`` long, when given:
+    the masks of a round reuse one).
+
+    Every seed keys one stream (a fresh self-mask seed, or a pairwise seed derived per round),
+    so the fixed counter block never repeats under a key."""
+    room = size + 2  # update_into wants a block's worth of spare room after the output
+    if buffer is None or len(buffer) < room or buffer.dtype != np.uint64:
+        buffer = np.empty(room, dtype=np.uint64)
+    stream = Cipher(algorithms.AES(seed), modes.CTR(_PRG_NONCE)).encryptor()
+    stream.update_into(_zero_bytes(8 * size), memoryview(buffer).cast("B"))
+    out: np.ndarray[Any, Any] = buffer[:size]
     return out
 
 
@@ -634,9 +658,10 @@ def client_round(
             f"than the threshold {config.threshold} needs; refusing to send its input"
         )
     masked = x + prg(seed, len(x))
-    for peer in u1 - {me}:
-        mask = prg(_pair_seed(s_key, s_pks[peer], round_), len(x))
-        masked = masked + mask if me < peer else masked - mask
+    scratch = np.empty(len(x) + 2, dtype=np.uint64)  # one keystream buffer for every mask
+    for peer in sorted(u1 - {me}):
+        mask = prg(_pair_seed(s_key, s_pks[peer], round_), len(x), buffer=scratch)
+        (np.add if me < peer else np.subtract)(masked, mask, out=masked)
     SECAGG.send(fed, server, "masked", Masked(values=masked), round_)
     if drop_after == "masked":
         return
@@ -826,8 +851,7 @@ def server_round(
         sig_pks=[keys[n].sig_pk for n in u1],
         signatures=[keys[n].signature for n in u1],
     )
-    for name in u1:
-        SECAGG.send(fed, name, "roster", roster, round_)
+    SECAGG.broadcast(fed, "roster", roster, round_, to=u1)  # encoded once, sent to each
     shared = gather(u1, "shares", Boxes)
     u1b = [n for n in u1 if n in shared]  # those whose shares reached the others
     if len(u1b) < t:
@@ -862,8 +886,7 @@ def server_round(
         )
     needed = [n for n in u1b if n in u2 or graph[n] & set(u2)]  # a lone dropout masks nobody
     dropped = [n for n in needed if n not in u2]
-    for name in u2:
-        SECAGG.send(fed, name, "survivors", Survivors(names=u2, dropped=dropped), round_)
+    SECAGG.broadcast(fed, "survivors", Survivors(names=u2, dropped=dropped), round_, to=u2)
     helpers = u2
     if config.consistency:
         helpers = _consistency(fed, gather, abort, config, roster, u2, len(clients), round_)
@@ -889,7 +912,8 @@ def server_round(
         )
     total = np.zeros(size, dtype=np.uint64)
     for name in u2:
-        total = total + masked[name].values
+        np.add(total, masked[name].values, out=total)
+    scratch = np.empty(size + 2, dtype=np.uint64)  # one keystream buffer for every mask
     for name in u2:  # remove the survivors' self-masks
         seed = _bytes(shamir_combine(shares[name], t), 32)
         if hashlib.sha256(seed).digest() != keys[name].commitment:
@@ -897,7 +921,7 @@ def server_round(
                 f"the shares of {name!r}'s self-mask do not rebuild the seed it committed to: "
                 f"a helper among {sorted(reveals)} sent a wrong share"
             )
-        total = total - prg(seed, size)
+        np.subtract(total, prg(seed, size, buffer=scratch), out=total)
     for name in dropped:  # remove their pairwise masks
         raw = _bytes(shamir_combine(shares[name], t), 32)
         private = X25519PrivateKey.from_private_bytes(raw)
@@ -909,8 +933,8 @@ def server_round(
         for peer in u2:
             if peer not in graph[name]:
                 continue
-            mask = prg(_pair_seed(private, keys[peer].s_pk, round_), size)
-            total = total - mask if peer < name else total + mask
+            mask = prg(_pair_seed(private, keys[peer].s_pk, round_), size, buffer=scratch)
+            (np.subtract if peer < name else np.add)(total, mask, out=total)
     return config.ring.decode(total), u2
 
 
@@ -942,6 +966,5 @@ def _consistency(
         least = f"the {needed} signatures needed"
         abort(signers, "signatures", len(signers), "consistency", refusal, least)
     forwarded = Signatures(signers=signers, signatures=[signed[n].signature for n in signers])
-    for name in signers:
-        SECAGG.send(fed, name, "signatures", forwarded, round_)
+    SECAGG.broadcast(fed, "signatures", forwarded, round_, to=signers)
     return signers

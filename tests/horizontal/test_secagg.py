@@ -18,6 +18,7 @@ from horizontal.secagg import (
     Ring,
     SecAggConfig,
     client_round,
+    prg,
     server_round,
     shamir_combine,
     shamir_split,
@@ -292,3 +293,26 @@ def test_secagg_plus_refuses_survivors_that_fall_apart_into_separate_pieces() ->
     )
     with pytest.raises(PartyFailedError, match="fall apart into separate"):
         _run(vectors, config, dict.fromkeys(cut, "shares"))
+
+
+def test_the_mask_prg_is_aes_ctr_and_a_reused_buffer_changes_nothing() -> None:
+    """The masks' PRG: AES-256-CTR's keystream (counter block 0) under the 32-byte seed,
+    whether written into a fresh array or into a round's reused buffer; uniform bytes."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    seeds = [bytes([i]) * 32 for i in range(3)]
+    reference = [
+        np.frombuffer(
+            Cipher(algorithms.AES(s), modes.CTR(b"\0" * 16)).encryptor().update(bytes(8 * 1001)),
+            np.uint64,
+        )
+        for s in seeds
+    ]
+    buffer = np.empty(2000, dtype=np.uint64)
+    for seed, expected in zip(seeds, reference, strict=True):
+        np.testing.assert_array_equal(prg(seed, 1001), expected)
+        np.testing.assert_array_equal(prg(seed, 1001, buffer=buffer), expected)
+        np.testing.assert_array_equal(prg(seed, 7), expected[:7])
+    assert not np.array_equal(reference[0], reference[1])
+    counts = np.bincount(reference[2].view(np.uint8), minlength=256)
+    assert stats.chisquare(counts).pvalue > 1e-4  # 8,008 bytes, about 31 of each value

@@ -72,6 +72,10 @@ class Proxy:
     def send(self, to: str, tag: str, payload: Any) -> None:
         self.fed.send(to, tag, self.rewrite(to, tag, payload))
 
+    def broadcast(self, tag: str, payload: Any, *, to: Any = None) -> None:
+        for peer in self.fed.peers if to is None else to:  # each copy rewritten on its own
+            self.send(peer, tag, payload)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.fed, name)
 
