@@ -22,7 +22,10 @@ aggregation, robust aggregation and compression, built on :mod:`vfl`'s runtime.
   :mod:`horizontal.attacks` -- the attacks as audits; :mod:`horizontal.participation` -- the
   sampled mean's error, cross-silo against cross-device;
 * :mod:`horizontal.lasso` -- :class:`FederatedLasso`: the Lasso and the elastic net by
-  proximal gradient, with secure aggregation and central or local DP.
+  proximal gradient, with secure aggregation and central or local DP;
+* :mod:`horizontal.flower` -- the same training on Flower's engine (a ServerApp and a
+  ClientApp), :mod:`horizontal.flower_local` -- a SuperLink and a SuperNode per client on
+  this machine, what ``fit(engine="flower")`` runs on.
 
 Names are exported lazily (as in :mod:`vfl`): ``import horizontal`` loads neither pandas nor
 SciPy until a name that needs them is used.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ else:
     torch = optional("torch", for_=__name__)
     nn = optional("torch.nn", for_=__name__)
 
-__all__ = ["ClientRole"]
+__all__ = ["ClientRole", "client_data", "feature_matrix"]
 
 _TRAINING = threading.BoundedSemaphore(int(os.environ.get("VFLINK_TRAIN_SLOTS", "1")))
 """Clients of one process that train at once. In simulation, a hundred clients' threads
@@ -209,3 +210,76 @@ class ClientRole:
             return values, targets
         t = (y.astype(float) - scaling.target_mean) / scaling.target_scale
         return values, torch.as_tensor(t, dtype=torch.float32).reshape(-1, 1)
+
+
+def client_data(
+    clients: Mapping[str, Any], label: str | None
+) -> dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], list[str]]]:
+    """Each client's ``(X, y, column names)`` from ``{client: (X, y)}`` or ``{client:
+    DataFrame}`` with the labels in column ``label``, checked (numeric columns without NaN,
+    one present label per row); the errors name the client, the column and the row."""
+    import pandas as pd
+
+    if not isinstance(clients, Mapping) or not clients:
+        raise ValueError("fit needs {client: (X, y)} or {client: DataFrame} with label=...")
+    out = {}
+    for name, value in clients.items():
+        if not isinstance(name, str):
+            raise ValueError(f"client names must be strings, got {name!r}")
+        if isinstance(value, pd.DataFrame):
+            if label is None or label not in value.columns:
+                raise ValueError(
+                    f"client {name!r}: a DataFrame needs label='<column>' naming its labels "
+                    f"({label!r} is not one of its columns)"
+                )
+            x_frame, y = value.drop(columns=[label]), value[label]
+        elif isinstance(value, tuple) and len(value) == 2:
+            x_frame, y = value
+        else:
+            raise ValueError(
+                f"client {name!r}: expected (X, y) or a DataFrame, got {type(value).__name__}"
+            )
+        x = feature_matrix(x_frame, f"client {name!r}")
+        labels = np.asarray(y)
+        if len(x) == 0:
+            raise ValueError(f"client {name!r} holds no rows; leave it out")
+        if labels.shape != (len(x),):
+            raise ValueError(f"client {name!r}: {len(labels)} labels for {len(x)} rows")
+        missing = np.flatnonzero(pd.isna(pd.Series(labels)).to_numpy())
+        if len(missing):
+            raise ValueError(f"client {name!r}: the label of row {int(missing[0])} is missing")
+        columns = (
+            [str(c) for c in x_frame.columns]
+            if isinstance(x_frame, pd.DataFrame)
+            else [f"x{j}" for j in range(x.shape[1])]
+        )
+        out[name] = (x, labels, columns)
+    return out
+
+
+def feature_matrix(x: Any, what: str) -> np.ndarray[Any, Any]:
+    """``x`` (a DataFrame of numeric columns or a 2-d array) as float64, checked: the errors
+    name ``what``, the column and the row."""
+    import pandas as pd
+
+    if isinstance(x, pd.DataFrame):
+        bad = [
+            c
+            for c in x.columns
+            if not pd.api.types.is_numeric_dtype(x[c]) or pd.api.types.is_bool_dtype(x[c])
+        ]
+        if bad:
+            raise ValueError(f"{what}: columns {bad} are not numeric; encode them first")
+        values = x.to_numpy(dtype=np.float64)
+    else:
+        values = np.asarray(x, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError(f"{what} must be 2-d (rows x columns), got shape {values.shape}")
+    bad_cells = ~np.isfinite(values)
+    if bad_cells.any():
+        row, col = np.argwhere(bad_cells)[0]
+        name = x.columns[col] if isinstance(x, pd.DataFrame) else int(col)
+        raise ValueError(
+            f"{what}: column {name!r} has NaN or inf (row {int(row)}); impute or drop it"
+        )
+    return values

@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from sklearn.base import clone
 
+from horizontal.client import client_data, feature_matrix
 from horizontal.model import build_module, load_vector
 from horizontal.strategies import FedAvg, FedLBFGS, Strategy, get_strategy
 from horizontal.training import ClientRole, FitResult, FitSpec, RoundRecord, ServerRole
@@ -96,6 +96,25 @@ class _Schedule:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+ENGINES = "vflink.horizontal_engines"
+"""The entry-point group of ``fit(engine=...)``'s engines beyond the in-process simulation
+(``flower``: :func:`horizontal.flower_local.fit_on_flower`), each
+``engine(estimator, clients, *, label) -> estimator``."""
+
+
+def _engine(name: str) -> Any:
+    """The engine ``name`` (an entry point of :data:`ENGINES`), loaded; its extra named when
+    the engine's module needs one that is missing."""
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep for ep in entry_points(group=ENGINES)}
+    if name not in found:
+        raise ValueError(f"engine must be 'vflink' or one of {sorted(found)}, got {name!r}")
+    if name == "flower":
+        require("flwr", for_="engine='flower'")
+    return found[name].load()
 
 
 class _FederatedModel(FederatedEstimator):
@@ -427,8 +446,10 @@ class _FederatedModel(FederatedEstimator):
         ledger: Any = None,
         callback: Any = None,
         adversaries: Any = None,
+        engine: str = "vflink",
     ) -> _FederatedModel:
-        """Train with the server and every client simulated in this process.
+        """Train with the server and every client simulated in this process, or on a Flower
+        deployment on this machine (``engine="flower"``).
 
         Parameters
         ----------
@@ -451,8 +472,23 @@ class _FederatedModel(FederatedEstimator):
             For audits (:mod:`horizontal.attacks`): ``{client: tamper(delta, round) -> delta}``
             makes those clients send what ``tamper`` returns instead of their honest update
             (a sign flip, a boosted backdoor).
+        engine : {"vflink", "flower"}
+            ``"vflink"`` simulates every party as a thread of this process; ``"flower"``
+            starts a Flower SuperLink and one SuperNode per client as OS processes, trains
+            there (:mod:`horizontal.flower_local`; the ``flower`` extra) and stops them: the
+            same model on the same data, names and ``random_state``. ``keep_payloads``,
+            ``callback`` and ``adversaries`` are simulation's own.
         """
         require("torch", for_=type(self).__name__)
+        if engine != "vflink":
+            if keep_payloads or callback is not None or adversaries or ledger is not None:
+                raise ValueError(
+                    "keep_payloads, callback, adversaries and ledger are the in-process "
+                    f"simulation's; leave them out with engine={engine!r}"
+                )
+            client_data(clients, label)  # bad input named before any process starts
+            fitted: _FederatedModel = _engine(engine)(self, clients, label=label)
+            return fitted
         data = client_data(clients, label)
         ledger = self._ledger(ledger)
         spec = self.fit_spec(list(data), ledger=ledger)
@@ -566,7 +602,7 @@ class _FederatedModel(FederatedEstimator):
 
     def _outputs(self, x: Any) -> np.ndarray[Any, Any]:
         self._check_fitted("module_")
-        values = _matrix(x, "X")
+        values = feature_matrix(x, "X")
         if values.shape[1] != self.n_features_in_:
             raise ValueError(
                 f"X has {values.shape[1]} columns; the model was fitted on {self.n_features_in_}"
@@ -780,30 +816,6 @@ class FederatedRegressor(_FederatedModel):
 # -- input checks ----------------------------------------------------------------------------------
 
 
-def _matrix(x: Any, what: str) -> np.ndarray[Any, Any]:
-    if isinstance(x, pd.DataFrame):
-        bad = [
-            c
-            for c in x.columns
-            if not pd.api.types.is_numeric_dtype(x[c]) or pd.api.types.is_bool_dtype(x[c])
-        ]
-        if bad:
-            raise ValueError(f"{what}: columns {bad} are not numeric; encode them first")
-        values = x.to_numpy(dtype=np.float64)
-    else:
-        values = np.asarray(x, dtype=np.float64)
-    if values.ndim != 2:
-        raise ValueError(f"{what} must be 2-d (rows x columns), got shape {values.shape}")
-    bad_cells = ~np.isfinite(values)
-    if bad_cells.any():
-        row, col = np.argwhere(bad_cells)[0]
-        name = x.columns[col] if isinstance(x, pd.DataFrame) else int(col)
-        raise ValueError(
-            f"{what}: column {name!r} has NaN or inf (row {int(row)}); impute or drop it"
-        )
-    return values
-
-
 def translate_renamed(old: dict[str, Any]) -> dict[str, Any]:
     """The current parameters that the deprecated keywords ``old`` (``rounds``,
     ``secure_aggregation``) spelled."""
@@ -825,46 +837,3 @@ def secure_protocol(secure_aggregation: Any) -> Any:
 
         return SecAggConfig(threshold=secure_aggregation)
     return secure_aggregation
-
-
-def client_data(
-    clients: Mapping[str, Any], label: str | None
-) -> dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], list[str]]]:
-    """Each client's ``(X, y, column names)`` from ``{client: (X, y)}`` or ``{client:
-    DataFrame}`` with the labels in column ``label``, checked (numeric columns without NaN,
-    one present label per row); the errors name the client, the column and the row."""
-    if not isinstance(clients, Mapping) or not clients:
-        raise ValueError("fit needs {client: (X, y)} or {client: DataFrame} with label=...")
-    out = {}
-    for name, value in clients.items():
-        if not isinstance(name, str):
-            raise ValueError(f"client names must be strings, got {name!r}")
-        if isinstance(value, pd.DataFrame):
-            if label is None or label not in value.columns:
-                raise ValueError(
-                    f"client {name!r}: a DataFrame needs label='<column>' naming its labels "
-                    f"({label!r} is not one of its columns)"
-                )
-            x_frame, y = value.drop(columns=[label]), value[label]
-        elif isinstance(value, tuple) and len(value) == 2:
-            x_frame, y = value
-        else:
-            raise ValueError(
-                f"client {name!r}: expected (X, y) or a DataFrame, got {type(value).__name__}"
-            )
-        x = _matrix(x_frame, f"client {name!r}")
-        labels = np.asarray(y)
-        if len(x) == 0:
-            raise ValueError(f"client {name!r} holds no rows; leave it out")
-        if labels.shape != (len(x),):
-            raise ValueError(f"client {name!r}: {len(labels)} labels for {len(x)} rows")
-        missing = np.flatnonzero(pd.isna(pd.Series(labels)).to_numpy())
-        if len(missing):
-            raise ValueError(f"client {name!r}: the label of row {int(missing[0])} is missing")
-        columns = (
-            [str(c) for c in x_frame.columns]
-            if isinstance(x_frame, pd.DataFrame)
-            else [f"x{j}" for j in range(x.shape[1])]
-        )
-        out[name] = (x, labels, columns)
-    return out

@@ -3,9 +3,10 @@
 
 A deployment that outgrows vflink's own gRPC federation can run the same training on
 Flower's SuperLink and SuperNodes: vflink's strategies (FedAvg, FedProx, FedSGD, FedAvgM,
-FedAdam), its client-level DP (:class:`~horizontal.privacy.ClientDP`, spends recorded in a
-vflink :class:`~vfl.privacy.PrivacyLedger`) and its robust aggregation run as a Flower
-``Strategy``, and its clients as a Flower ``ClientApp``::
+FedAdam, Scaffold), its DP (:class:`~horizontal.privacy.ClientDP`, ``LocalDP``,
+``RecordDP``, spends recorded in a vflink :class:`~vfl.privacy.PrivacyLedger`) and its
+robust aggregation run as a Flower ``Strategy``, and its clients as a Flower
+``ClientApp``::
 
     # the Flower app's module, named in its pyproject.toml's [tool.flwr.app.components]
     from horizontal import FederatedClassifier
@@ -33,12 +34,21 @@ scaling is told, its column sums and labels), then ``max_iter`` ``train`` rounds
 fitted estimator (``predict_proba`` works) is :meth:`VflinkStrategy.fitted`;
 :func:`server_app` saves it to the run config's ``model-path`` when given.
 
-Not (yet) on Flower: Scaffold (its clients keep a control variate across rounds), secure
-aggregation, compression, :class:`~horizontal.privacy.LocalDP` /
-:class:`~horizontal.privacy.RecordDP` (their spends are recorded at the clients), and the
-estimators' ``"auto"`` defaults -- FedLBFGS and early stopping, which end a fit by rounds
-Flower does not know in advance, and standardisation under DP: refused with a ValueError
-(pass ``strategy="fedavg"``, ``max_iter=<int>``).
+Scaffold runs with its server control variate sent down beside the weights and each client's
+change sent up (``ArrayRecord`` key ``"control"``); a client's own control variate stays in
+its node's ``context.state`` between rounds (:class:`ClientState`: Flower starts a ClientApp
+process per message). :class:`~horizontal.privacy.LocalDP` and
+:class:`~horizontal.privacy.RecordDP` record their spends at the client, in a ledger of its
+own; the reply carries them in vflink's wire format and the server's ledger records them
+under that client's name (a client naming another holder is refused).
+:mod:`horizontal.flower_local` starts a whole deployment on this machine (what
+``fit(engine="flower")`` uses).
+
+Not (yet) on Flower: secure aggregation (its five steps keep keys and shares between
+messages, which a ClientApp process per message would have to keep in the node's state),
+compression, and the estimators' ``"auto"`` defaults -- FedLBFGS and early stopping, which
+end a fit by rounds Flower does not know in advance, and standardisation under DP: refused
+with a ValueError (pass ``strategy="fedavg"``, ``max_iter=<int>``).
 """
 
 from __future__ import annotations
@@ -47,10 +57,12 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from horizontal.client import client_data
 from horizontal.model import build_module, flatten
 from horizontal.training import (
     FED,
@@ -65,6 +77,7 @@ from horizontal.training import (
     Update,
     aggregate_updates,
     check_diverged,
+    scaffold_control_step,
     settled,
 )
 from vfl.extras import optional
@@ -107,6 +120,7 @@ finally:
         os.environ["GRPC_VERBOSITY"] = _grpc_verbosity
 
 __all__ = [
+    "ClientState",
     "VflinkStrategy",
     "as_flower_strategy",
     "client_app",
@@ -123,6 +137,7 @@ Loader = Callable[[Context], tuple[str, Any, Any]]
 
 WEIGHTS = "weights"
 DELTA = "delta"
+CONTROL = "control"  # Scaffold's control variate: the server's down, a client's change up
 EXAMPLES = "num-examples"
 
 
@@ -167,8 +182,6 @@ def _encode(message: Any) -> bytes:
 def _check_supported(spec: FitSpec) -> None:
     """Refuse what the Flower path does not run (see the module docstring)."""
     problems = []
-    if spec.strategy.local.scaffold:
-        problems.append("Scaffold (its clients keep a control variate across rounds)")
     if spec.strategy.local.gradient:
         problems.append("FedLBFGS (strategy='auto' without DP): pass strategy='fedavg'")
     if spec.early_stopping:
@@ -179,9 +192,6 @@ def _check_supported(spec: FitSpec) -> None:
         problems.append("secure aggregation")
     if spec.compression is not None:
         problems.append("compression")
-    privacy = spec.privacy
-    if privacy is not None and not (privacy.client_level and hasattr(privacy, "noise_share")):
-        problems.append(f"{type(privacy).__name__} (only ClientDP's central noise)")
     if problems:
         raise ValueError(f"not supported on Flower's engine yet: {', '.join(problems)}")
 
@@ -201,8 +211,6 @@ def _client_spec(estimator: EstimatorLike, name: str, clients: Sequence[str] | N
 def client_profile(estimator: EstimatorLike, name: str, x: Any, y: Any) -> bytes:
     """This client's :class:`~horizontal.training.Profile` in vflink's wire format, as
     :class:`~horizontal.training.ClientRole` builds it at setup."""
-    from horizontal.estimator import client_data
-
     values, labels, columns = client_data({name: (x, y)}, None)[name]
     spec = _client_spec(estimator, name, None)
     mailbox = _Mailbox(name, [spec.server])
@@ -223,31 +231,98 @@ def client_train(
     clients: Sequence[str],
     scaling: Scaling,
     clip: float | None = None,
+    control: Vector | None = None,
+    state: ClientState | None = None,
 ) -> Update:
     """One round of this client's local training from the global ``weights``: vflink's
-    :meth:`ClientRole._round <horizontal.training.ClientRole>` (local SGD, FedProx, DP's
-    clipping), returning its :class:`~horizontal.training.Update`."""
-    from horizontal.estimator import client_data
+    :meth:`ClientRole._round <horizontal.training.ClientRole>` (local SGD, FedProx, Scaffold,
+    DP's clipping and local noise, DP-SGD), returning its :class:`~horizontal.training.Update`.
 
+    ``control`` is Scaffold's server control variate; ``state`` (a :class:`ClientState`)
+    carries what the client keeps between rounds -- Scaffold's own control variate -- and
+    receives the round's privacy spends (local and record-level DP record them at the
+    client), which :func:`client_app` sends to the server's ledger."""
     values, labels, columns = client_data({name: (x, y)}, None)[name]
     spec = _client_spec(estimator, name, clients)
     _check_supported(spec)
     spec = settled(spec, scaling)
+    state = state if state is not None else ClientState()
+    privacy = spec.privacy
+    local_spends = privacy is not None and not hasattr(privacy, "noise_share")
+    if local_spends:  # LocalDP / RecordDP: this client's own spends, in a ledger of its own
+        from vfl.privacy import PrivacyLedger
+
+        spec = replace(spec, ledger=PrivacyLedger(delta=privacy.delta))
     role = ClientRole(spec, values, labels, columns)
     xt, yt = role._tensors(values, labels, scaling)
     outputs = len(scaling.classes) if spec.task == "classification" else 1
     module = build_module(spec.module, xt.shape[1], outputs, spec.hidden, spec.random_state)
     loss_fn: Any = nn.CrossEntropyLoss() if spec.task == "classification" else nn.MSELoss()
-    task = Task(round=round_, weights=np.asarray(weights, dtype=np.float32), clip=clip)
+    task = Task(
+        round=round_,
+        weights=np.asarray(weights, dtype=np.float32),
+        clip=clip,
+        control=None if control is None else np.asarray(control, dtype=np.float32),
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as vflink's simulation trains: the same arithmetic
     try:
-        _, reply = role._round(_Mailbox(name, [spec.server]), module, xt, yt, loss_fn, task, None)
+        state.control, reply = role._round(
+            _Mailbox(name, [spec.server]), module, xt, yt, loss_fn, task, state.control
+        )
     finally:
         torch.set_num_threads(threads)
     if not isinstance(reply, Update):  # pragma: no cover - secure aggregation is refused
         raise TypeError("expected a model update")
+    if local_spends:
+        state.spends = list(spec.ledger.entries)
     return reply
+
+
+class ClientState:
+    """What a client keeps between Flower messages (Flower starts a ClientApp process per
+    message; :func:`client_app` keeps this in the node's ``context.state``): Scaffold's own
+    control variate ``c_k``, and the privacy spends of the last round, to report."""
+
+    CONTROL = "vflink-own-control"
+
+    def __init__(self, control: Vector | None = None) -> None:
+        self.control = control
+        self.spends: list[Any] = []
+
+    @classmethod
+    def load(cls, context: Context) -> ClientState:
+        record = context.state.array_records.get(cls.CONTROL)
+        control = None if record is None else record["control"].numpy().astype(np.float64)
+        return cls(control)
+
+    def save(self, context: Context) -> None:
+        if self.control is not None:
+            context.state[self.CONTROL] = ArrayRecord({"control": Array(self.control)})
+
+
+_SPEND_FIELDS = ("holder", "data", "mechanism", "noise_multiplier", "sampling_rate", "steps")
+
+
+def _spends_to_bytes(entries: Sequence[Any]) -> bytes:
+    """A client's privacy spends in vflink's wire format (never pickled)."""
+    return wire.encode([{f: getattr(e, f) for f in _SPEND_FIELDS} for e in entries])
+
+
+def _spends_from_bytes(data: bytes, client: str) -> list[dict[str, Any]]:
+    """The spends a client reported, checked: a list of dicts of the ledger's fields, each
+    held by the client that sent it."""
+    found = wire.decode(data)
+    if not isinstance(found, list) or not all(
+        isinstance(e, dict) and set(e) == set(_SPEND_FIELDS) for e in found
+    ):
+        raise ValueError(f"client {client!r} sent privacy spends that are not ledger entries")
+    for entry in found:
+        if entry["holder"] != client:
+            raise ValueError(
+                f"client {client!r} reported a privacy spend held by {entry['holder']!r}"
+            )
+    return found
 
 
 # -- the client app ----------------------------------------------------------------------------
@@ -285,23 +360,33 @@ def client_app(
         config = msg.content.config_records["config"]
         scaling = Scaling.from_payload(wire.decode(_bytes(config["scaling"])), "the server")
         clip = config.get("clip")
+        arrays = msg.content.array_records["arrays"]
+        state = ClientState.load(context)
         update = client_train(
             configured(context),
             name,
             x,
             y,
-            weights=msg.content.array_records["arrays"][WEIGHTS].numpy(),
+            weights=arrays[WEIGHTS].numpy(),
             round_=int(_number(config["round"])),
             clients=[str(c) for c in _list(config["clients"])],
             scaling=scaling,
             clip=None if clip is None else float(_number(clip)),
+            control=arrays[CONTROL].numpy() if CONTROL in arrays else None,
+            state=state,
         )
+        state.save(context)
         out = ConfigRecord({"client": name, "round": update.round})
         if update.unclipped is not None:
             out["unclipped"] = bool(update.unclipped)
+        if state.spends:
+            out["spends"] = _spends_to_bytes(state.spends)
+        reply = {DELTA: Array(np.asarray(update.delta))}
+        if update.control is not None:
+            reply[CONTROL] = Array(np.asarray(update.control))
         content = RecordDict(
             {
-                "arrays": ArrayRecord({DELTA: Array(np.asarray(update.delta))}),
+                "arrays": ArrayRecord(reply),
                 "metrics": MetricRecord({EXAMPLES: int(update.samples)}),
                 "config": out,
             }
@@ -353,6 +438,7 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
         self.state: dict[str, Any] = {}
         self.weights: Vector | None = None
         self._sampled: list[str] = []
+        self._spends: dict[str, list[dict[str, Any]]] = {}
         self._began = 0.0
 
     # -- setup -------------------------------------------------------------------------------
@@ -408,12 +494,12 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
             task["scaling"] = _encode(self.scaling)
         if self.clip is not None:
             task["clip"] = float(self.clip)
-        content = RecordDict(
-            {
-                "arrays": ArrayRecord({WEIGHTS: Array(self.weights.astype(np.float32))}),
-                "config": task,
-            }
-        )
+        down = {WEIGHTS: Array(self.weights.astype(np.float32))}
+        if spec.strategy.local.scaffold:
+            control = self.state.get("control")
+            control = np.zeros_like(self.weights) if control is None else control
+            down[CONTROL] = Array(np.asarray(control, dtype=np.float32))
+        content = RecordDict({"arrays": ArrayRecord(down), "config": task})
         missing = [c for c in self._sampled if c not in self.nodes]
         if missing:
             raise RuntimeError(f"no Flower node for the clients {missing}")
@@ -462,12 +548,16 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
             if client not in spec.clients:
                 raise ValueError(f"a reply from {client!r}, not a client of this fit")
             unclipped = config.get("unclipped")
+            arrays = msg.content.array_records["arrays"]
             found[client] = Update(
                 round=int(_number(config.get("round", round_))),
-                delta=msg.content.array_records["arrays"][DELTA].numpy().astype(np.float32),
+                delta=arrays[DELTA].numpy().astype(np.float32),
                 samples=int(_number(msg.content.metric_records["metrics"][EXAMPLES])),
                 unclipped=None if unclipped is None else bool(unclipped),
+                control=arrays[CONTROL].numpy().astype(np.float32) if CONTROL in arrays else None,
             )
+            if "spends" in config:
+                self._spends[client] = _spends_from_bytes(_bytes(config["spends"]), client)
         return {c: found[c] for c in spec.clients if c in found}
 
     def aggregate(
@@ -482,7 +572,17 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
         mean_delta, self.clip, norms = aggregate_updates(
             spec, updates, weights, round_, self.sizes, clip, len(spec.clients)
         )
-        new = spec.strategy.server_step(weights, mean_delta, self.state, control_step=None)
+        control_step = None
+        if spec.strategy.local.scaffold:
+            rows = (
+                self.sizes if self.sizes is not None else {c: u.samples for c, u in updates.items()}
+            )
+            control_step = scaffold_control_step(updates, weights, sum(rows.values()))
+        new = spec.strategy.server_step(weights, mean_delta, self.state, control_step=control_step)
+        if self.ledger is not None:  # local and record-level DP: the clients' own spends
+            for client in updates:
+                for entry in self._spends.pop(client, []):
+                    self.ledger.record(**entry)
         check_diverged(new, round_)
         record = RoundRecord(
             round=round_ + 1,

@@ -471,7 +471,7 @@ def prg(
     if buffer is None or len(buffer) < room or buffer.dtype != np.uint64:
         buffer = np.empty(room, dtype=np.uint64)
     stream = Cipher(algorithms.AES(seed), modes.CTR(_PRG_NONCE)).encryptor()
-    stream.update_into(_zero_bytes(8 * size), memoryview(buffer).cast("B"))
+    stream.update_into(_zero_bytes(8 * size), buffer.view(np.uint8).data)
     out: np.ndarray[Any, Any] = buffer[:size]
     return out
 

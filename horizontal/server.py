@@ -30,7 +30,13 @@ from horizontal.stopping import EarlyStopping
 from vfl.federation.base import Federation, FederationTimeoutError
 from vfl.progress import EpochProgress
 
-__all__ = ["DIVERGED", "ServerRole", "aggregate_updates", "check_diverged"]
+__all__ = [
+    "DIVERGED",
+    "ServerRole",
+    "aggregate_updates",
+    "check_diverged",
+    "scaffold_control_step",
+]
 
 logger = logging.getLogger("vflink.horizontal")
 
@@ -111,12 +117,8 @@ class ServerRole:
                     state["restart"] = True
                 replied = set(updates)
             control_step = None
-            if strategy.local.scaffold and updates:
-                control_step = np.zeros_like(weights)
-                for client, u in updates.items():
-                    if u.control is None or u.control.shape != weights.shape:
-                        Update.refuse(client, "control", f"is not {weights.size} values")
-                    control_step += (u.samples / total_rows) * u.control.astype(np.float64)
+            if strategy.local.scaffold:
+                control_step = scaffold_control_step(updates, weights, total_rows)
             weights = strategy.server_step(
                 weights, mean_delta, state, control_step=control_step, objective=objective
             )
@@ -385,6 +387,22 @@ def aggregate_updates(
     else:
         mean_delta = weighted_mean(deltas, samples)
     return mean_delta, clip, norms
+
+
+def scaffold_control_step(
+    updates: Mapping[str, Update], weights: Vector, total_rows: int
+) -> Vector | None:
+    """Scaffold's change of the server control variate: the clients' control changes weighted
+    by their rows over all clients' rows (None when nobody replied); each change checked.
+    Shared by vflink's own server and :mod:`horizontal.flower`."""
+    if not updates:
+        return None
+    step = np.zeros_like(weights)
+    for client, u in updates.items():
+        if u.control is None or u.control.shape != weights.shape:
+            Update.refuse(client, "control", f"is not {weights.size} values")
+        step += (u.samples / total_rows) * u.control.astype(np.float64)
+    return step
 
 
 def check_diverged(weights: Vector, round_: int) -> None:

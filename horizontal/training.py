@@ -53,7 +53,13 @@ from horizontal.plan import (
     settled,
     told,
 )
-from horizontal.server import DIVERGED, ServerRole, aggregate_updates, check_diverged
+from horizontal.server import (
+    DIVERGED,
+    ServerRole,
+    aggregate_updates,
+    check_diverged,
+    scaffold_control_step,
+)
 
 __all__ = [
     "DIVERGED",
@@ -72,6 +78,7 @@ __all__ = [
     "default_alpha",
     "default_step",
     "is_linear",
+    "scaffold_control_step",
     "settled",
     "told",
 ]

@@ -1,22 +1,14 @@
 """The horizontal path on Flower's engine (:mod:`horizontal.flower`, the extra ``flower``).
 
 Fast tests run the Flower strategy and client app in this process (a stand-in grid hands
-the messages to the client app); the ``network`` test starts a SuperLink and two SuperNodes
-on loopback and runs the app with ``flwr run``.
+the messages to the client app); the ``network`` test fits with ``engine="flower"``: a
+SuperLink and ten SuperNodes on loopback (:mod:`horizontal.flower_local`), the app run with
+``flwr run``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import textwrap
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -206,11 +198,12 @@ def test_flower_protocol_in_process_trains_vflinks_model(strategy: Any) -> None:
 
 
 def test_unsupported_settings_are_refused() -> None:
-    from horizontal import Scaffold
+    from horizontal import SecAggConfig
 
-    strategy = as_flower_strategy(Scaffold(), max_iter=1)
-    with pytest.raises(ValueError, match="Scaffold"):
-        strategy.begin(["a", "b"])
+    with pytest.raises(ValueError, match="secure aggregation"):
+        as_flower_strategy("fedavg", max_iter=1, protocol=SecAggConfig(threshold=2)).begin(
+            ["a", "b"]
+        )
     # the estimators' "auto" defaults end a fit at a round Flower does not know in advance
     with pytest.raises(ValueError, match="FedLBFGS"):
         as_flower_strategy("auto", module="linear", max_iter=5).begin(["a", "b"])
@@ -220,197 +213,92 @@ def test_unsupported_settings_are_refused() -> None:
         as_flower_strategy(
             "fedavg", max_iter=2, privacy=ClientDP(noise_multiplier=1.0), classes=[0, 1]
         ).begin(["a", "b"])
+    with pytest.raises(ValueError, match="engine must be"):
+        FederatedClassifier(max_iter=1).fit(_cohort()[0], engine="ray")
+
+
+def test_scaffold_keeps_each_clients_control_variate_in_its_node_state() -> None:
+    """Scaffold on Flower: the server's control variate travels down, each client's change up,
+    and each client's own ``c_k`` stays in its node's ``context.state`` from round to round
+    (Flower starts a process per message): three rounds give vflink's own model."""
+    from horizontal import Scaffold
+
+    train, _ = _cohort()
+    params = {"module": "linear", "max_iter": 3, "strategy": Scaffold(), "random_state": 0}
+    params |= {"learning_rate": 0.1, "local_epochs": 2}
+    grid = _InProcessGrid(client_app(FederatedClassifier(**params), _loader(train)), 2)
+    model = run_server(grid, FederatedClassifier(**params), min_nodes=2, timeout=60)
+    own = FederatedClassifier(**params).fit(train)
+    np.testing.assert_allclose(model.weights_, own.weights_, atol=1e-5)
+    fedavg = FederatedClassifier(**(params | {"strategy": "fedavg"})).fit(train)
+    assert np.abs(fedavg.weights_ - own.weights_).max() > 1e-3  # the control variates mattered
+    for context in grid.contexts.values():
+        kept = context.state.array_records["vflink-own-control"]["control"].numpy()
+        assert kept.shape == own.weights_.shape and np.abs(kept).max() > 0
+
+
+def test_local_dp_spends_reach_the_servers_ledger_as_in_vflink(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LocalDP on Flower: each client clips and noises its own update and records its spend
+    in a ledger of its own; the reply carries the spends (vflink's wire format), which the
+    server's ledger records under the client's name. With the noise at zero the model is
+    vflink's; the ledger gives the same epsilon."""
+    from horizontal import LocalDP
+
+    monkeypatch.setattr("horizontal.privacy.gaussian_noise", lambda size, sigma: np.zeros(size))
+    train, _ = _cohort()
+    privacy = LocalDP(noise_multiplier=1.5, clip=0.05)
+    params = {"module": "linear", "max_iter": 2, "strategy": "fedavg", "random_state": 0}
+    params |= {"learning_rate": 0.1, "privacy": privacy, "standardize": False, "classes": [0, 1]}
+    grid = _InProcessGrid(client_app(FederatedClassifier(**params), _loader(train)), 2)
+    model = run_server(grid, FederatedClassifier(**params), min_nodes=2, timeout=60)
+    own = FederatedClassifier(**params).fit(train)
+    np.testing.assert_allclose(model.weights_, own.weights_, atol=1e-5)
+    assert len(model.privacy_ledger_) == len(own.privacy_ledger_) == 4  # 2 clients x 2 rounds
+    assert sorted(model.privacy_ledger_.holders()) == sorted(own.privacy_ledger_.holders())
+    assert model.epsilon_ == pytest.approx(own.epsilon_)
 
 
 # -- SuperLink and SuperNodes on loopback --------------------------------------------------------
 
-APP = '''
-"""vflink on Flower: the test's app."""
-from horizontal import FederatedClassifier
-from horizontal.flower import client_app, server_app
-from vfl.datasets import make_hospital_cohort
 
-PARAMS = {PARAMS!r}
-
-
-def load(context):
-    cohort = make_hospital_cohort(3, 1200, random_state=0)
-    name = ["hospital_1", "hospital_2"][int(context.node_config["partition-id"])]
-    frame = cohort[name]
-    return name, frame.drop(columns=["diagnosis"]), frame["diagnosis"]
-
-
-server = server_app(FederatedClassifier(**PARAMS), min_nodes=2, timeout=240)
-client = client_app(FederatedClassifier(**PARAMS), load)
-'''
-
-PYPROJECT = """
-[build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
-
-[project]
-name = "vflinkflower"
-version = "1.0.0"
-description = "vflink on Flower"
-license = "Apache-2.0"
-dependencies = []
-
-[tool.hatch.build.targets.wheel]
-packages = ["."]
-
-[tool.flwr.app]
-publisher = "vflink"
-
-[tool.flwr.app.components]
-serverapp = "vflink_flower_app:server"
-clientapp = "vflink_flower_app:client"
-
-[tool.flwr.app.config]
-model-path = ""
-"""
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def _wait_port(port: int, process: subprocess.Popen[bytes], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"nothing listens on {port} after {seconds} s")
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes started by the test, each the leader of its own group: the group is killed
-    at the end (a SuperLink's and SuperNode's app subprocesses with it)."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:  # the leader and whatever it started in its group
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-    for process in started:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
-        with contextlib.suppress(ProcessLookupError):  # what outlived SIGTERM
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
+def _flower_processes() -> list[int]:
+    """Processes of Flower's running on this machine (SuperLink, SuperNodes, their apps)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if any(name in command for name in (b"flower-superlink", b"flower-supernode", b"flwr-")):
+            found.append(int(entry.name))
+    return found
 
 
 @pytest.mark.network
-def test_superlink_and_two_supernodes_train_as_vflink(
-    tmp_path: Path, processes: list[subprocess.Popen[bytes]]
-) -> None:
-    bin_dir = Path(sys.executable).parent
-    if shutil.which("flower-superlink", path=str(bin_dir)) is None:
-        pytest.skip("flower-superlink is not installed beside this Python")
-    params = {
-        "module": "linear",
-        "max_iter": 3,
-        "learning_rate": 0.1,
-        "strategy": "fedavg",  # "auto" would be FedLBFGS, which Flower's fixed rounds refuse
-        "random_state": 0,
-    }
-    app = tmp_path / "app"
-    app.mkdir()
-    (app / "pyproject.toml").write_text(PYPROJECT)
-    (app / "vflink_flower_app.py").write_text(
-        textwrap.dedent(APP).replace("{PARAMS!r}", repr(params))
-    )
-    home = tmp_path / "flwr"
-    (home).mkdir()
-    link, node_1, node_2 = _free_ports(3)
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "test"\n\n[superlink.test]\naddress = "127.0.0.1:{link}"\n'
-        "insecure = true\n"
-    )
-    env = {
-        **os.environ,
-        "FLWR_HOME": str(home),
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-    }
-    log = tmp_path / "logs"
-    log.mkdir()
+def test_ten_supernodes_train_scaffold_as_the_simulation_and_leave_no_process() -> None:
+    """``fit(engine="flower")``: a SuperLink and ten SuperNodes as OS processes, Scaffold's
+    control variates down and up: the simulation's model, then no Flower process left.
 
-    def start(name: str, *args: str) -> subprocess.Popen[bytes]:
-        out = (log / f"{name}.log").open("wb")
-        process = subprocess.Popen(
-            [str(bin_dir / args[0]), *args[1:]],
-            env=env,
-            cwd=tmp_path,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        processes.append(process)
-        return process
+    One round: Flower starts a ClientApp process per message (about 4 s of CPU each here,
+    mostly imports), so each round of ten nodes costs 40 s of CPU; the control variates kept
+    in a node's state across rounds are tested in process
+    (``test_scaffold_keeps_each_clients_control_variate_in_its_node_state``)."""
+    from horizontal import Scaffold
 
-    superlink = start(
-        "superlink",
-        "flower-superlink",
-        "--insecure",
-        "--disable-runtime-dependency-installation",
-        "--port",
-        str(link),
-    )
-    try:
-        _wait_port(link, superlink, 60)
-        for k, port in enumerate([node_1, node_2]):
-            start(
-                f"supernode_{k}",
-                "flower-supernode",
-                "--insecure",
-                "--superlink",
-                f"127.0.0.1:{link}",
-                "--port",
-                str(port),
-                "--node-config",
-                f"partition-id={k} num-partitions=2",
-            )
-        model_path = tmp_path / "model.npz"
-        run = subprocess.run(
-            [
-                str(bin_dir / "flwr"),
-                "run",
-                str(app),
-                "test",
-                "--run-config",
-                f'model-path="{model_path}"',
-            ],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-        assert run.returncode == 0, run.stdout.decode() + run.stderr.decode()
-        deadline = time.monotonic() + 240
-        while not model_path.exists() and time.monotonic() < deadline:
-            time.sleep(1)
-        assert model_path.exists(), "no model after 240 s"
-    except BaseException:
-        for file in sorted(log.iterdir()):
-            sys.stderr.write(f"--- {file.name}\n{file.read_text(errors='replace')[-4000:]}\n")
-        raise
-    flower_model = FederatedClassifier(**params).load(model_path)
-    train, held_out = _cohort()
+    before = set(_flower_processes())
+    cohort = make_hospital_cohort(10, 150, random_state=0)
+    train = {name: (f.drop(columns=[LABEL]), f[LABEL]) for name, f in cohort.items()}
+    params = {"module": "linear", "max_iter": 1, "learning_rate": 0.1, "random_state": 0}
+    params |= {"strategy": Scaffold(), "local_epochs": 2, "timeout": 300}
+    flower = FederatedClassifier(**params).fit(train, engine="flower")
     own = FederatedClassifier(**params).fit(train)
-    x, y = held_out.drop(columns=[LABEL]), held_out[LABEL]
-    auc = roc_auc_score(y, flower_model.predict_proba(x)[:, 1])
-    assert auc == pytest.approx(roc_auc_score(y, own.predict_proba(x)[:, 1]), abs=1e-4)
-    np.testing.assert_allclose(flower_model.weights_, own.weights_, atol=1e-4)
+    np.testing.assert_allclose(flower.weights_, own.weights_, atol=1e-5)
+    assert [r.replied for r in flower.rounds_] == [10]
+    x = train["hospital_1"][0]
+    np.testing.assert_allclose(flower.predict_proba(x), own.predict_proba(x), atol=1e-5)
+    assert list(flower.classes_) == list(own.classes_)
+    assert not set(_flower_processes()) - before
