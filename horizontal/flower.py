@@ -44,17 +44,24 @@ under that client's name (a client naming another holder is refused).
 :mod:`horizontal.flower_local` starts a whole deployment on this machine (what
 ``fit(engine="flower")`` uses).
 
-Not (yet) on Flower: secure aggregation (its five steps keep keys and shares between
-messages, which a ClientApp process per message would have to keep in the node's state),
-compression, and the estimators' ``"auto"`` defaults -- FedLBFGS and early stopping, which
-end a fit by rounds Flower does not know in advance, and standardisation under DP: refused
-with a ValueError (pass ``strategy="fedavg"``, ``max_iter=<int>``).
+Secure aggregation runs over Flower's messages (:func:`secagg_step`): the train reply
+carries a client's first step, then each of the protocol's steps is a Flower round trip
+relaying vflink's own messages (wire bytes in a ``ConfigRecord``); a client's step runs its
+round again from the start in a fresh process, its secrets drawn again from a key kept in
+its node's state (:meth:`horizontal.secagg.Draws.resumable`), and sends what is new. A node
+that stops answering is a dropout the protocol survives.
+
+Not (yet) on Flower: compression, and the estimators' ``"auto"`` defaults -- FedLBFGS and
+early stopping, which end a fit by rounds Flower does not know in advance, and
+standardisation under DP: refused with a ValueError (pass ``strategy="fedavg"``,
+``max_iter=<int>``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -126,6 +133,7 @@ __all__ = [
     "client_app",
     "client_train",
     "run_server",
+    "secagg_step",
     "server_app",
 ]
 
@@ -188,8 +196,6 @@ def _check_supported(spec: FitSpec) -> None:
         problems.append("early stopping (max_iter='auto'): pass max_iter=<int>")
     if spec.dp_scaling is not None:
         problems.append("standardisation under DP (a setup of several steps)")
-    if spec.secure_aggregation is not None:
-        problems.append("secure aggregation")
     if spec.compression is not None:
         problems.append("compression")
     if problems:
@@ -198,11 +204,11 @@ def _check_supported(spec: FitSpec) -> None:
 
 def _client_spec(estimator: EstimatorLike, name: str, clients: Sequence[str] | None) -> FitSpec:
     """The client's copy of the agreed plan (every client's name once the server sent them;
-    at the query step only its own)."""
+    at the query step only its own, and the plain protocol: the profile is the same)."""
     from sklearn.base import clone
 
     if clients is None:
-        estimator = clone(estimator).set_params(min_clients=None)
+        estimator = clone(estimator).set_params(min_clients=None, protocol="plain")
         clients = [name]
     spec: FitSpec = estimator.fit_spec(list(clients))
     return spec
@@ -233,7 +239,7 @@ def client_train(
     clip: float | None = None,
     control: Vector | None = None,
     state: ClientState | None = None,
-) -> Update:
+) -> Update | Vector:
     """One round of this client's local training from the global ``weights``: vflink's
     :meth:`ClientRole._round <horizontal.training.ClientRole>` (local SGD, FedProx, Scaffold,
     DP's clipping and local noise, DP-SGD), returning its :class:`~horizontal.training.Update`.
@@ -241,7 +247,9 @@ def client_train(
     ``control`` is Scaffold's server control variate; ``state`` (a :class:`ClientState`)
     carries what the client keeps between rounds -- Scaffold's own control variate -- and
     receives the round's privacy spends (local and record-level DP record them at the
-    client), which :func:`client_app` sends to the server's ledger."""
+    client), which :func:`client_app` sends to the server's ledger. Under secure aggregation
+    the result is the vector this client adds to the secure sum (:func:`secagg_step` runs its
+    round)."""
     values, labels, columns = client_data({name: (x, y)}, None)[name]
     spec = _client_spec(estimator, name, clients)
     _check_supported(spec)
@@ -272,11 +280,11 @@ def client_train(
         )
     finally:
         torch.set_num_threads(threads)
-    if not isinstance(reply, Update):  # pragma: no cover - secure aggregation is refused
-        raise TypeError("expected a model update")
     if local_spends:
         state.spends = list(spec.ledger.entries)
-    return reply
+    if isinstance(reply, Update):
+        return reply
+    return np.asarray(reply, dtype=np.float64)
 
 
 class ClientState:
@@ -325,6 +333,175 @@ def _spends_from_bytes(data: bytes, client: str) -> list[dict[str, Any]]:
     return found
 
 
+# -- secure aggregation over Flower's messages --------------------------------------------------
+
+RELAY_TAGS = "relay-tags"
+RELAY_PAYLOADS = "relay-payloads"
+SECAGG_STATE = "vflink-secagg"
+SECAGG_VECTOR = "vflink-secagg-vector"
+
+
+def secagg_step(
+    estimator: EstimatorLike,
+    name: str,
+    context: Context,
+    inbound: Sequence[tuple[str, bytes]],
+    *,
+    start: tuple[Vector, int, int, Sequence[str]] | None = None,
+) -> list[tuple[str, bytes]]:
+    """One step of this client's secure aggregation (:func:`horizontal.secagg.client_round`)
+    on Flower, where each message is handled by a new process: the round runs again from its
+    start on every message the server relayed so far (``inbound`` added to those kept in the
+    node's ``context.state``), with its secrets drawn again identically from a key kept there
+    (:meth:`~horizontal.secagg.Draws.resumable`, drawn from the OS at ``start``), until it
+    waits for a message not yet relayed; what it sent beyond what earlier steps sent is
+    returned, ``(tag, wire bytes)``, for the server. ``start`` -- ``(vector, round, peers,
+    clients)`` -- begins a round: the vector to add, the round, the clients sampled in it
+    and every client of the fit. The vector, the key and the relayed messages stay in this
+    node's state, as Flower's own SecAgg+ mod keeps its keys; a finished round clears them."""
+    from horizontal.secagg import Draws, client_round
+
+    if start is not None:
+        vector, round_, peers, clients = start
+        context.state[SECAGG_VECTOR] = ArrayRecord({"vector": Array(np.asarray(vector))})
+        context.state[SECAGG_STATE] = ConfigRecord(
+            {
+                "key": secrets.token_bytes(32),
+                "round": int(round_),
+                "peers": int(peers),
+                "clients": [str(c) for c in clients],
+                "tags": [],
+                "payloads": [],
+                "sent": 0,
+            }
+        )
+    if SECAGG_STATE not in context.state.config_records:
+        raise ValueError(f"client {name!r}: a secure aggregation step outside a round")
+    record = context.state.config_records[SECAGG_STATE]
+    tags = [str(t) for t in _list(record["tags"])] + [t for t, _ in inbound]
+    payloads = [_bytes(p) for p in _list(record["payloads"])] + [p for _, p in inbound]
+    spec = _client_spec(estimator, name, [str(c) for c in _list(record["clients"])])
+    mailbox = _Mailbox(name, [spec.server])
+    for tag, data in zip(tags, payloads, strict=True):
+        mailbox.put(spec.server, tag, data)
+    vector = context.state.array_records[SECAGG_VECTOR]["vector"].numpy()
+    done = True
+    try:
+        client_round(
+            mailbox,
+            spec.server,
+            vector,
+            spec.secure_aggregation,
+            int(_number(record["round"])),
+            clients=int(_number(record["peers"])),
+            draws=Draws.resumable(_bytes(record["key"])),
+        )
+    except FederationTimeoutError:  # waits for the server's next step
+        done = False
+    sent = int(_number(record["sent"]))
+    new = [(tag, data) for _, tag, data in mailbox.outbox[sent:]]
+    if done:
+        del context.state[SECAGG_STATE]
+        del context.state[SECAGG_VECTOR]
+    else:
+        record["tags"], record["payloads"] = tags, payloads
+        record["sent"] = len(mailbox.outbox)
+    return new
+
+
+def _relayed(config: Any) -> list[tuple[str, bytes]]:
+    """The vflink messages a Flower message relays (its config's tags and payloads)."""
+    tags = [str(t) for t in _list(config.get(RELAY_TAGS, []))]
+    payloads = [_bytes(p) for p in _list(config.get(RELAY_PAYLOADS, []))]
+    if len(tags) != len(payloads):
+        raise ValueError("a relay message has not one payload per tag")
+    return list(zip(tags, payloads, strict=True))
+
+
+def _relay_record(messages: Sequence[tuple[str, bytes]], **extra: Any) -> ConfigRecord:
+    return ConfigRecord(
+        {RELAY_TAGS: [t for t, _ in messages], RELAY_PAYLOADS: [p for _, p in messages], **extra}
+    )
+
+
+class _Relay(Federation):
+    """The server's federation for a round of secure aggregation over Flower: what the
+    server's role sends is held per client until it waits for an answer; then each client
+    with held messages gets one Flower message carrying them, and what its step sends back
+    lands in the inbox. A client whose step fails or times out is a dropout (the protocol
+    copes); a reply is attributed to the node it came from, never to the name it claims."""
+
+    def __init__(
+        self,
+        name: str,
+        clients: Sequence[str],
+        grid: Grid,
+        nodes: Mapping[str, int],
+        round_: int,
+        timeout: float,
+    ) -> None:
+        super().__init__(name, clients)
+        self.grid, self.nodes, self.round, self.seconds = grid, dict(nodes), round_, timeout
+        self.by_node = {node: client for client, node in self.nodes.items()}
+        self.held: dict[str, list[tuple[str, bytes]]] = {}
+        self.inbox: dict[tuple[str, str], list[bytes]] = {}
+
+    def put(self, frm: str, tag: str, data: bytes) -> None:
+        self.inbox.setdefault((frm, tag), []).append(data)
+
+    def _send_bytes(self, to: str, tag: str, data: bytes) -> None:
+        self.held.setdefault(to, []).append((tag, data))
+
+    def flush(self) -> None:
+        """One Flower round trip: every client's held messages, and what it answered."""
+        due, self.held = self.held, {}
+        if not due:
+            return
+        asks = [
+            Message(
+                RecordDict({"config": _relay_record(messages, round=self.round)}),
+                self.nodes[client],
+                MessageType.TRAIN,
+                group_id=f"secagg-{self.round}",
+            )
+            for client, messages in due.items()
+        ]
+        for reply in self.grid.send_and_receive(asks, timeout=self.seconds):
+            client = self.by_node.get(reply.metadata.src_node_id)
+            if client is None:
+                continue
+            if reply.has_error():
+                logger.warning(
+                    "client %r dropped out of secure aggregation: %s", client, reply.error.reason
+                )
+                continue
+            for tag, data in _relayed(reply.content.config_records["config"]):
+                self.put(client, tag, data)
+
+    def _recv_bytes(
+        self, frm: str, tag: str, deadline: float, *, explicit_timeout: bool = False
+    ) -> bytes:
+        if not self.inbox.get((frm, tag)):
+            self.flush()
+        queue = self.inbox.get((frm, tag))
+        if not queue:
+            raise FederationTimeoutError(f"no {tag!r} from {frm!r} over Flower")
+        return queue.pop(0)
+
+    def _gather_bytes(
+        self,
+        senders: tuple[str, ...],
+        tag: str,
+        deadline: float,
+        *,
+        need: int,
+        explicit_timeout: bool = False,
+    ) -> dict[str, bytes]:
+        if any(not self.inbox.get((s, tag)) for s in senders):
+            self.flush()
+        return {s: self.inbox[(s, tag)].pop(0) for s in senders if self.inbox.get((s, tag))}
+
+
 # -- the client app ----------------------------------------------------------------------------
 
 
@@ -358,6 +535,9 @@ def client_app(
     def train(msg: Message, context: Context) -> Message:
         name, x, y = load(context)
         config = msg.content.config_records["config"]
+        if RELAY_TAGS in config:  # a step of secure aggregation
+            answer = secagg_step(configured(context), name, context, _relayed(config))
+            return Message(RecordDict({"config": _relay_record(answer)}), reply_to=msg)
         scaling = Scaling.from_payload(wire.decode(_bytes(config["scaling"])), "the server")
         clip = config.get("clip")
         arrays = msg.content.array_records["arrays"]
@@ -376,6 +556,17 @@ def client_app(
             state=state,
         )
         state.save(context)
+        if not isinstance(update, Update):  # secure aggregation: the round's first step
+            round_ = int(_number(config["round"]))
+            peers = int(_number(config.get("peers", 1)))
+            clients = [str(c) for c in _list(config["clients"])]
+            first = secagg_step(
+                configured(context), name, context, [], start=(update, round_, peers, clients)
+            )
+            extra = {"client": name, "round": round_}
+            if state.spends:
+                extra["spends"] = _spends_to_bytes(state.spends)
+            return Message(RecordDict({"config": _relay_record(first, **extra)}), reply_to=msg)
         out = ConfigRecord({"client": name, "round": update.round})
         if update.unclipped is not None:
             out["unclipped"] = bool(update.unclipped)
@@ -439,6 +630,7 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
         self.weights: Vector | None = None
         self._sampled: list[str] = []
         self._spends: dict[str, list[dict[str, Any]]] = {}
+        self._grid: Grid | None = None
         self._began = 0.0
 
     # -- setup -------------------------------------------------------------------------------
@@ -494,6 +686,9 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
             task["scaling"] = _encode(self.scaling)
         if self.clip is not None:
             task["clip"] = float(self.clip)
+        if spec.secure_aggregation is not None:
+            task["peers"] = len(self._sampled)
+        self._grid = grid
         down = {WEIGHTS: Array(self.weights.astype(np.float32))}
         if spec.strategy.local.scaffold:
             control = self.state.get("control")
@@ -515,6 +710,12 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
         if self.weights is None:
             raise RuntimeError("aggregate_train before configure_train")
         round_ = server_round - 1
+        if spec.secure_aggregation is not None:
+            self.weights, record = self.secure_round(replies, round_)
+            record.seconds = time.perf_counter() - self._began if self._began else 0.0
+            self.history.append(record)
+            metrics = MetricRecord({"replied": record.replied})
+            return ArrayRecord({WEIGHTS: Array(self.weights)}), metrics
         updates = self.read_updates(replies, round_)
         need = ServerRole(spec)._needed(len(self._sampled))
         if len(updates) < need:
@@ -533,6 +734,36 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
         )
         metrics = MetricRecord({"replied": record.replied, "drift": record.drift})
         return ArrayRecord({WEIGHTS: Array(self.weights)}), metrics
+
+    def secure_round(self, replies: Iterable[Message], round_: int) -> tuple[Vector, RoundRecord]:
+        """A round of secure aggregation over Flower's messages: the train replies carry each
+        client's first step (its keys); vflink's server role
+        (:meth:`ServerRole._secure_round <horizontal.training.ServerRole>`) then runs over a
+        relay that carries its messages to the clients' steps (:func:`secagg_step`), a Flower
+        round trip per step. The server sees the survivors' sum only."""
+        spec = self._spec()
+        if self.weights is None or self._grid is None:
+            raise RuntimeError("aggregate_train before configure_train")
+        timeout = float(self.estimator.timeout or 600.0)
+        relay = _Relay(spec.server, spec.clients, self._grid, self.nodes, round_, timeout)
+        by_node = {node: client for client, node in self.nodes.items()}
+        for msg in replies:
+            client = by_node.get(msg.metadata.src_node_id)
+            if client is None or msg.has_error():
+                continue
+            config = msg.content.config_records["config"]
+            for tag, data in _relayed(config):
+                relay.put(client, tag, data)
+            if "spends" in config:
+                self._spends[client] = _spends_from_bytes(_bytes(config["spends"]), client)
+        role = ServerRole(spec)
+        role.total_rows = sum((self.sizes or {}).values())
+        weights, record = role._secure_round(relay, self._sampled, self.weights, self.state, round_)
+        if self.ledger is not None:  # local DP: the clients' own spends
+            for client in list(self._spends):
+                for entry in self._spends.pop(client):
+                    self.ledger.record(**entry)
+        return weights, record
 
     def read_updates(self, replies: Iterable[Message], round_: int) -> dict[str, Update]:
         """The replies as vflink updates, by client in the plan's order (replies with an

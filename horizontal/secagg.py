@@ -115,6 +115,7 @@ from vfl.federation.messages import Message, MessageError, Namespace
 
 __all__ = [
     "PRIME",
+    "Draws",
     "Ring",
     "SecAggAbortedError",
     "SecAggConfig",
@@ -147,20 +148,72 @@ class SecAggConsistencyError(SecAggAbortedError):
     client reveals nothing."""
 
 
+# -- where a client's secrets come from ---------------------------------------------------------
+
+
+class Draws:
+    """The source of a client round's secrets (its key pairs, self-mask seed, share
+    polynomials, nonces): the OS (``secrets``) by default. :meth:`resumable` gives a stream
+    that a client running its round as several processes (on Flower, a process per message)
+    draws again identically in each: the AES-256-CTR keystream under a 32-byte key drawn from
+    the OS once per round and kept only in that client's own state -- what a CSPRNG is, its
+    seed never fixed, never sent."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        if key is not None and len(key) != 32:
+            raise ValueError("a resumable draw stream is keyed by 32 bytes")
+        self._stream = (
+            None
+            if key is None
+            else Cipher(algorithms.AES(key), modes.CTR(_PRG_NONCE)).encryptor()
+        )
+
+    @classmethod
+    def resumable(cls, key: bytes) -> Draws:
+        """The stream keyed by ``key`` (draw it with ``secrets.token_bytes(32)``)."""
+        return cls(key)
+
+    def token(self, n: int) -> bytes:
+        """``n`` uniform bytes."""
+        if self._stream is None:
+            return secrets.token_bytes(n)
+        return self._stream.update(bytes(n))
+
+    def below(self, bound: int) -> int:
+        """A uniform integer in ``[0, bound)`` (from 128 bits more than ``bound`` needs: a
+        bias below 2^-128)."""
+        if self._stream is None:
+            return secrets.randbelow(bound)
+        return int.from_bytes(self.token((bound.bit_length() + 7) // 8 + 16), "big") % bound
+
+    def x25519(self) -> X25519PrivateKey:
+        return X25519PrivateKey.from_private_bytes(self.token(32))
+
+    def ed25519(self) -> Ed25519PrivateKey:
+        return Ed25519PrivateKey.from_private_bytes(self.token(32))
+
+
+OS_DRAWS = Draws()
+"""Draws from the OS (``secrets``): every round's default."""
+
+
 # -- Shamir's secret sharing -------------------------------------------------------------------
 
 
-def shamir_split(secret: int, xs: Sequence[int], threshold: int) -> dict[int, int]:
+def shamir_split(
+    secret: int, xs: Sequence[int], threshold: int, *, draws: Draws | None = None
+) -> dict[int, int]:
     """Shares ``{x: f(x)}`` of ``secret`` for the points ``xs`` (distinct, non-zero), ``f`` a
     random polynomial of degree ``threshold - 1`` with ``f(0) = secret`` over :data:`PRIME`
-    (coefficients from the OS)."""
+    (coefficients from ``draws``: the OS by default)."""
     if not 0 <= secret < PRIME:
         raise ValueError("a secret must be an integer in [0, PRIME)")
     if not 1 <= threshold <= len(xs):
         raise ValueError(f"threshold {threshold} must be between 1 and the {len(xs)} shares")
     if len(set(xs)) != len(xs) or any(not 0 < x < PRIME for x in xs):
         raise ValueError("share points must be distinct and non-zero")
-    coefficients = [secret] + [secrets.randbelow(PRIME) for _ in range(threshold - 1)]
+    draws = draws or OS_DRAWS
+    coefficients = [secret] + [draws.below(PRIME) for _ in range(threshold - 1)]
     out = {}
     for x in xs:
         acc = 0
@@ -545,6 +598,7 @@ def client_round(
     clients: int,
     identity: Ed25519PrivateKey | None = None,
     drop_after: str | None = None,
+    draws: Draws | None = None,
 ) -> None:
     """This client's side of one secure aggregation of ``vector``.
 
@@ -567,6 +621,10 @@ def client_round(
     drop_after : str, optional
         Tests: stop after the named step, ``"keys"``, ``"shares"``, ``"masked"`` or
         ``"signature"`` (signed the survivor set, then gone before unmasking).
+    draws : Draws, optional
+        Where its secrets come from: the OS by default; :meth:`Draws.resumable` for a round
+        run again from the start in each of several processes (each run then sends the same
+        messages, so a runner can send only what is new: :mod:`horizontal.flower`).
 
     Raises
     ------
@@ -582,9 +640,10 @@ def client_round(
     """
     me = fed.name
     x = config.ring.encode(vector, clients)
-    sig_key = _signing_key(config, me, identity)
-    c_key, s_key = X25519PrivateKey.generate(), X25519PrivateKey.generate()
-    seed = secrets.token_bytes(32)
+    draws = draws or OS_DRAWS
+    sig_key = _signing_key(config, me, identity, draws)
+    c_key, s_key = draws.x25519(), draws.x25519()
+    seed = draws.token(32)
     c_pk, s_pk = _raw(c_key.public_key()), _raw(s_key.public_key())
     SECAGG.send(
         fed,
@@ -624,11 +683,11 @@ def client_round(
     graph = neighbourhoods(names, config.neighbours, round_)
     peers = sorted(graph[me])
     ours = [points[n] for n in [me, *peers]]
-    b_shares = shamir_split(_int(seed), ours, config.threshold)
-    s_shares = shamir_split(_int(_private_raw(s_key)), ours, config.threshold)
+    b_shares = shamir_split(_int(seed), ours, config.threshold, draws=draws)
+    s_shares = shamir_split(_int(_private_raw(s_key)), ours, config.threshold, draws=draws)
     boxes = []
     for peer in peers:
-        nonce = secrets.token_bytes(12)
+        nonce = draws.token(12)
         plain = _bytes(b_shares[points[peer]]) + _bytes(s_shares[points[peer]])
         aead = ChaCha20Poly1305(_share_key(c_key, c_pks[peer]))
         boxes.append(nonce + aead.encrypt(nonce, plain, _aad(round_, me, peer)))
@@ -708,12 +767,12 @@ def client_round(
 
 
 def _signing_key(
-    config: SecAggConfig, me: str, identity: Ed25519PrivateKey | None
+    config: SecAggConfig, me: str, identity: Ed25519PrivateKey | None, draws: Draws
 ) -> Ed25519PrivateKey | None:
     """The key this client signs with: its long-term identity (with ``config.identities``),
     else one drawn for the round (consistency on), else none."""
     if config.identities is None:
-        return Ed25519PrivateKey.generate() if config.consistency else None
+        return draws.ed25519() if config.consistency else None
     if identity is None:
         raise ValueError(
             f"party {me!r}: SecAggConfig.identities lists the clients' long-term keys, but "

@@ -198,12 +198,9 @@ def test_flower_protocol_in_process_trains_vflinks_model(strategy: Any) -> None:
 
 
 def test_unsupported_settings_are_refused() -> None:
-    from horizontal import SecAggConfig
 
-    with pytest.raises(ValueError, match="secure aggregation"):
-        as_flower_strategy("fedavg", max_iter=1, protocol=SecAggConfig(threshold=2)).begin(
-            ["a", "b"]
-        )
+    with pytest.raises(ValueError, match="compression"):
+        as_flower_strategy("fedavg", max_iter=1, compression=8).begin(["a", "b"])
     # the estimators' "auto" defaults end a fit at a round Flower does not know in advance
     with pytest.raises(ValueError, match="FedLBFGS"):
         as_flower_strategy("auto", module="linear", max_iter=5).begin(["a", "b"])
@@ -258,6 +255,82 @@ def test_local_dp_spends_reach_the_servers_ledger_as_in_vflink(
     assert len(model.privacy_ledger_) == len(own.privacy_ledger_) == 4  # 2 clients x 2 rounds
     assert sorted(model.privacy_ledger_.holders()) == sorted(own.privacy_ledger_.holders())
     assert model.epsilon_ == pytest.approx(own.epsilon_)
+
+
+class _DroppingGrid(_InProcessGrid):
+    """The in-process grid, recording every reply; ``drop`` (a node) stops answering after
+    ``after`` secure-aggregation steps (``after=-1``: from its train message on), as a
+    SuperNode that went away."""
+
+    def __init__(self, app: Any, partitions: int, drop: int | None = None, after: int = 0) -> None:
+        super().__init__(app, partitions)
+        self.drop, self.after, self.steps = drop, after, 0
+        self.replies: list[Message] = []
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float) -> list[Message]:
+        from flwr.app import Error
+
+        out = []
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            relay = "relay-tags" in msg.content.config_records.get("config", {})
+            train = msg.metadata.message_type == "train"
+            if node == self.drop and (relay or (train and self.after < 0)):
+                self.steps += 1
+                if self.steps > self.after:
+                    out.append(Message(Error(code=0, reason="gone"), reply_to=msg))
+                    continue
+            out.append(self.app(msg, self.contexts[node]))
+        self.replies += out
+        return out
+
+
+@pytest.mark.parametrize("strategy", ["fedavg", "scaffold"])
+def test_secure_aggregation_over_flowers_messages_gives_the_simulations_model(
+    strategy: str,
+) -> None:
+    """vflink's secure aggregation relayed by Flower's messages, every client step a fresh
+    ClientApp call (its secrets drawn again from the key in its node state): ten clients,
+    two rounds, the simulation's model; no reply carries an array (no update leaves a client
+    in the clear), and each node's round state is cleared after the round."""
+    from horizontal import Scaffold, SecAggConfig
+
+    cohort = make_hospital_cohort(10, 100, random_state=1)
+    train = {name: (f.drop(columns=[LABEL]), f[LABEL]) for name, f in cohort.items()}
+    params = {"module": "linear", "max_iter": 2, "learning_rate": 0.1, "random_state": 0}
+    params |= {"protocol": SecAggConfig(threshold=6), "timeout": 60}
+    params["strategy"] = Scaffold() if strategy == "scaffold" else "fedavg"
+    grid = _DroppingGrid(client_app(FederatedClassifier(**params), _loader(train)), 10)
+    model = run_server(grid, FederatedClassifier(**params), min_nodes=10, timeout=60)
+    own = FederatedClassifier(**params).fit(train)
+    np.testing.assert_allclose(model.weights_, own.weights_, atol=1e-6)
+    trained = [r for r in grid.replies if "relay-tags" in r.content.config_records["config"]]
+    assert trained and all(not r.content.array_records for r in trained)
+    for context in grid.contexts.values():
+        assert "vflink-secagg" not in context.state.config_records
+
+
+def test_a_client_gone_mid_round_is_a_dropout_the_secure_sum_survives() -> None:
+    """A SuperNode that sends its shares, then stops answering (before its masked input): the
+    survivors reveal its mask key's shares, the server removes its pairwise masks, and the
+    round is the nine others' FedAvg -- what the plain protocol gives when the same node
+    never answers its train message."""
+    from horizontal import SecAggConfig
+
+    cohort = make_hospital_cohort(10, 100, random_state=1)
+    train = {name: (f.drop(columns=[LABEL]), f[LABEL]) for name, f in cohort.items()}
+    params = {"module": "linear", "max_iter": 1, "learning_rate": 0.1, "random_state": 0}
+    params |= {"strategy": "fedavg", "timeout": 60, "min_clients": 8}
+    secure = params | {"protocol": SecAggConfig(threshold=6)}
+    grid = _DroppingGrid(client_app(FederatedClassifier(**secure), _loader(train)), 10, 3, 1)
+    model = run_server(grid, FederatedClassifier(**secure), min_nodes=10, timeout=60)
+    assert model.rounds_[0].replied == 9
+    plain = _DroppingGrid(client_app(FederatedClassifier(**params), _loader(train)), 10, 3, -1)
+    nine = run_server(plain, FederatedClassifier(**params), min_nodes=10, timeout=60)
+    assert nine.rounds_[0].replied == 9
+    np.testing.assert_allclose(model.weights_, nine.weights_, atol=1e-6)
+    everyone = FederatedClassifier(**params).fit(train)
+    assert not np.allclose(model.weights_, everyone.weights_, atol=1e-4)
 
 
 # -- SuperLink and SuperNodes on loopback --------------------------------------------------------
