@@ -46,7 +46,7 @@ computation.
 
 Run::
 
-    python benchmarks/split.py [--epochs 20] [--credit-epochs 3] [--repeats 3]
+    python benchmarks/split.py [--epochs 20] [--credit-epochs 3] [--repeats 3] [--overhead-only]
 """
 
 from __future__ import annotations
@@ -295,6 +295,9 @@ def main() -> None:
     parser.add_argument(
         "--credit-rows", type=int, default=1280, help="default_credit rows of the protected run"
     )
+    parser.add_argument(
+        "--overhead-only", action="store_true", help="only (a), the overhead against torch"
+    )
     args = parser.parse_args()
     if min(args.epochs, args.credit_epochs, args.protected_epochs) < 2 or args.repeats < 1:
         parser.error(
@@ -333,6 +336,8 @@ def main() -> None:
     for case, epochs, batches, _ in cases:
         for batch in batches:
             overhead(case, epochs, batch, args.repeats)
+    if args.overhead_only:
+        return
 
     print(
         "\n(b) bytes per epoch on the wire (embeddings, gradients, control; encoded) and test "
