@@ -904,10 +904,15 @@ def run_server(
     min_nodes: int,
     timeout: float = 600.0,
     ledger: Any = None,
+    order: Sequence[str] | None = None,
 ) -> EstimatorLike:
     """vflink's server on Flower's ``grid``: wait for ``min_nodes`` nodes, ask each for its
     profile (a ``query`` round), pool the scaling, run the rounds with
-    :class:`VflinkStrategy` and return the fitted estimator."""
+    :class:`VflinkStrategy` and return the fitted estimator.
+
+    The clients are in sorted name order, or in ``order`` (every client's name once): the
+    order client sampling draws from and sums run in, as the keys of the dict a simulation
+    is given (:class:`horizontal.flower_local.LocalDeployment` passes that dict's order)."""
     deadline = time.monotonic() + timeout
     while len(node_ids := sorted(grid.get_node_ids())) < min_nodes:
         if time.monotonic() > deadline:
@@ -932,6 +937,12 @@ def run_server(
         nodes[name] = reply.metadata.src_node_id
         profiles[name] = _bytes(config["profile"])
     clients = sorted(nodes)
+    if order is not None:
+        if sorted(order) != clients:
+            raise ValueError(
+                f"order names {sorted(order)}, but the nodes that answered are {clients}"
+            )
+        clients = list(order)
     if len(clients) < min_nodes:
         raise FederationTimeoutError(f"{len(clients)} of {min_nodes} nodes sent their profile")
     for client in clients:  # each profile checked as vflink's own server checks it

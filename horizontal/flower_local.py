@@ -21,8 +21,9 @@ How the fit reaches the processes: a private working folder (mode 0700, removed 
 holds the Flower app (its ``pyproject.toml`` and module), and per fit a run folder with the
 estimator's configuration (pickled: this process writes it for the deployment's processes,
 which run as the same user on this machine; nothing another party sent is ever unpickled)
-and each client's rows (``.npz``, no pickle), node ``K`` reading the ``K``-th client in
-sorted order. The ServerApp writes the fitted model (vflink's format, with the privacy ledger
+and each client's rows (``.npz``, no pickle), node ``K`` reading the ``K``-th client in the
+order the caller gave them (which the server keeps: client sampling draws in that order, as
+in the simulation). The ServerApp writes the fitted model (vflink's format, with the privacy ledger
 beside it), or the error that ended the fit, into the run folder. Insecure transport on
 loopback only: a deployment across machines sets up TLS and node authentication as Flower
 documents, with :func:`horizontal.flower.server_app` and :func:`~horizontal.flower.client_app`.
@@ -142,7 +143,7 @@ def components() -> tuple[Any, Any]:
         try:
             estimator, names, run = _plan(context)
             timeout = float(estimator.timeout or 600.0)
-            model = run_server(grid, estimator, min_nodes=len(names), timeout=timeout)
+            model = run_server(grid, estimator, min_nodes=len(names), timeout=timeout, order=names)
             history = [asdict(r) for r in getattr(model, "rounds_", [])]
             (run / HISTORY).write_text(json.dumps(history, default=float))
             model.save(run / f"{MODEL}.npz")
@@ -344,7 +345,7 @@ class LocalDeployment:
                 f"{len(data)} clients for {self.nodes} SuperNodes: a deployment runs one client "
                 "per node"
             )
-        names = sorted(data)
+        names = list(data)  # the caller's order: the simulation's (sampling, sums)
         VflinkStrategy(estimator).begin(names)  # refuses what Flower cannot run, at once
         self.start()
         assert self.folder is not None

@@ -163,9 +163,7 @@ class Draws:
         if key is not None and len(key) != 32:
             raise ValueError("a resumable draw stream is keyed by 32 bytes")
         self._stream = (
-            None
-            if key is None
-            else Cipher(algorithms.AES(key), modes.CTR(_PRG_NONCE)).encryptor()
+            None if key is None else Cipher(algorithms.AES(key), modes.CTR(_PRG_NONCE)).encryptor()
         )
 
     @classmethod
