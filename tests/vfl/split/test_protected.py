@@ -122,7 +122,9 @@ def test_no_raw_embedding_reaches_the_label_party(breast) -> None:  # type: igno
 @pytest.mark.parametrize("label", ["imaging", "registry"])  # with and without its own features
 def test_it_learns_and_saved_shares_score_like_the_fitted_model(breast, tmp_path, label) -> None:  # type: ignore[no-untyped-def]
     parts, y = breast
-    options: dict[str, Any] = dict(max_iter=4, random_state=0, protocol=SMALL)
+    # two epochs reach AUC 0.99 (with and without the label party's features); the bound
+    # of 0.97 leaves room for the shares' random rounding
+    options: dict[str, Any] = dict(max_iter=2, random_state=0, protocol=SMALL)
     model = SplitNNClassifier(**options).fit(parts, y, label_party=label)
     proba = model.predict_proba(parts)
     assert roc_auc_score(y, proba[:, 1]) > 0.97
