@@ -198,6 +198,8 @@ def _check_supported(spec: FitSpec) -> None:
         problems.append("standardisation under DP (a setup of several steps)")
     if spec.compression is not None:
         problems.append("compression")
+    if spec.secure_aggregation is not None and spec.secure_aggregation.identities is not None:
+        problems.append("secure aggregation with long-term identities (identities=)")
     if problems:
         raise ValueError(f"not supported on Flower's engine yet: {', '.join(problems)}")
 
@@ -348,6 +350,7 @@ def secagg_step(
     inbound: Sequence[tuple[str, bytes]],
     *,
     start: tuple[Vector, int, int, Sequence[str]] | None = None,
+    relay_round: int | None = None,
 ) -> list[tuple[str, bytes]]:
     """One step of this client's secure aggregation (:func:`horizontal.secagg.client_round`)
     on Flower, where each message is handled by a new process: the round runs again from its
@@ -358,7 +361,8 @@ def secagg_step(
     returned, ``(tag, wire bytes)``, for the server. ``start`` -- ``(vector, round, peers,
     clients)`` -- begins a round: the vector to add, the round, the clients sampled in it
     and every client of the fit. The vector, the key and the relayed messages stay in this
-    node's state, as Flower's own SecAgg+ mod keeps its keys; a finished round clears them."""
+    node's state, as Flower's own SecAgg+ mod keeps its keys; a finished round clears them, and
+    so does a round that fails (aborted, refused) or a step of another round (``relay_round``)."""
     from horizontal.secagg import Draws, client_round
 
     if start is not None:
@@ -378,6 +382,12 @@ def secagg_step(
     if SECAGG_STATE not in context.state.config_records:
         raise ValueError(f"client {name!r}: a secure aggregation step outside a round")
     record = context.state.config_records[SECAGG_STATE]
+    if relay_round is not None and relay_round != int(_number(record["round"])):
+        _forget_round(context)
+        raise ValueError(
+            f"client {name!r}: a step of round {relay_round} while in round "
+            f"{int(_number(record['round']))}"
+        )
     tags = [str(t) for t in _list(record["tags"])] + [t for t, _ in inbound]
     payloads = [_bytes(p) for p in _list(record["payloads"])] + [p for _, p in inbound]
     spec = _client_spec(estimator, name, [str(c) for c in _list(record["clients"])])
@@ -398,15 +408,24 @@ def secagg_step(
         )
     except FederationTimeoutError:  # waits for the server's next step
         done = False
+    except BaseException:  # aborted or refused: nothing of the round may stay behind
+        _forget_round(context)
+        raise
     sent = int(_number(record["sent"]))
     new = [(tag, data) for _, tag, data in mailbox.outbox[sent:]]
     if done:
-        del context.state[SECAGG_STATE]
-        del context.state[SECAGG_VECTOR]
+        _forget_round(context)
     else:
         record["tags"], record["payloads"] = tags, payloads
         record["sent"] = len(mailbox.outbox)
     return new
+
+
+def _forget_round(context: Context) -> None:
+    """Drop a round's key, vector and relayed messages from the node's state."""
+    for key in (SECAGG_STATE, SECAGG_VECTOR):
+        if key in context.state:
+            del context.state[key]
 
 
 def _relayed(config: Any) -> list[tuple[str, bytes]]:
@@ -475,7 +494,14 @@ class _Relay(Federation):
                     "client %r dropped out of secure aggregation: %s", client, reply.error.reason
                 )
                 continue
-            for tag, data in _relayed(reply.content.config_records["config"]):
+            try:
+                messages = _relayed(reply.content.config_records["config"])
+            except (KeyError, ValueError) as exc:  # malformed: that client is a dropout
+                logger.warning(
+                    "client %r sent a malformed secure-aggregation step: %s", client, exc
+                )
+                continue
+            for tag, data in messages:
                 self.put(client, tag, data)
 
     def _recv_bytes(
@@ -536,7 +562,10 @@ def client_app(
         name, x, y = load(context)
         config = msg.content.config_records["config"]
         if RELAY_TAGS in config:  # a step of secure aggregation
-            answer = secagg_step(configured(context), name, context, _relayed(config))
+            relay_round = int(_number(config["round"])) if "round" in config else None
+            answer = secagg_step(
+                configured(context), name, context, _relayed(config), relay_round=relay_round
+            )
             return Message(RecordDict({"config": _relay_record(answer)}), reply_to=msg)
         scaling = Scaling.from_payload(wire.decode(_bytes(config["scaling"])), "the server")
         clip = config.get("clip")
@@ -735,6 +764,13 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
         metrics = MetricRecord({"replied": record.replied, "drift": record.drift})
         return ArrayRecord({WEIGHTS: Array(self.weights)}), metrics
 
+    def _client_of(self, msg: Message) -> str:
+        """The client whose node sent ``msg`` (by Flower's node id, never a name it claims)."""
+        for client, node in self.nodes.items():
+            if node == msg.metadata.src_node_id:
+                return client
+        raise ValueError(f"a reply from node {msg.metadata.src_node_id}, no client of this fit")
+
     def secure_round(self, replies: Iterable[Message], round_: int) -> tuple[Vector, RoundRecord]:
         """A round of secure aggregation over Flower's messages: the train replies carry each
         client's first step (its keys); vflink's server role
@@ -756,14 +792,13 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
                 relay.put(client, tag, data)
             if "spends" in config:
                 self._spends[client] = _spends_from_bytes(_bytes(config["spends"]), client)
-        role = ServerRole(spec)
-        role.total_rows = sum((self.sizes or {}).values())
-        weights, record = role._secure_round(relay, self._sampled, self.weights, self.state, round_)
-        if self.ledger is not None:  # local DP: the clients' own spends
+        if self.ledger is not None:  # local DP: spent at training, before the sum
             for client in list(self._spends):
                 for entry in self._spends.pop(client):
                     self.ledger.record(**entry)
-        return weights, record
+        role = ServerRole(spec)
+        role.total_rows = sum((self.sizes or {}).values())
+        return role._secure_round(relay, self._sampled, self.weights, self.state, round_)
 
     def read_updates(self, replies: Iterable[Message], round_: int) -> dict[str, Update]:
         """The replies as vflink updates, by client in the plan's order (replies with an
@@ -775,9 +810,12 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
                 logger.warning("a client failed in round %d: %s", round_ + 1, msg.error.reason)
                 continue
             config = msg.content.config_records["config"]
-            client = str(config["client"])
-            if client not in spec.clients:
-                raise ValueError(f"a reply from {client!r}, not a client of this fit")
+            client = self._client_of(msg)
+            if str(config.get("client", client)) != client:
+                raise ValueError(
+                    f"the node of {client!r} answered as {config['client']!r}: a reply names "
+                    "the client of the node it comes from"
+                )
             unclipped = config.get("unclipped")
             arrays = msg.content.array_records["arrays"]
             found[client] = Update(

@@ -25,10 +25,14 @@ and each client's rows (``.npz``, no pickle), node ``K`` reading the ``K``-th cl
 order the caller gave them (which the server keeps: client sampling draws in that order, as
 in the simulation). The ServerApp writes the fitted model (vflink's format, with the privacy ledger
 beside it), or the error that ended the fit, into the run folder. Insecure transport on
-loopback only: a deployment across machines sets up TLS and node authentication as Flower
-documents, with :func:`horizontal.flower.server_app` and :func:`~horizontal.flower.client_app`.
+loopback, without node authentication: any user of this machine could submit an app to the
+SuperLink while it runs, so use it on a machine you trust (a laptop, CI, a test bed). A
+deployment across machines sets up TLS and node authentication as Flower documents, with
+:func:`horizontal.flower.server_app` and :func:`~horizontal.flower.client_app`. The
+estimator's configuration must unpickle in another process: its strategy, privacy and
+module objects come from importable modules, not ``__main__``.
 
-Flower starts a Python process per message (about 2 s of CPU here, mostly importing torch),
+Flower starts a Python process per message (about 4 s of CPU here, mostly imports),
 so a fit costs ``nodes * (rounds + 1)`` of those: ten nodes and three rounds take about a
 minute on two cores; secure aggregation adds four round trips a round (with its consistency
 check). Not on Flower yet: compression, FedLBFGS, early stopping and standardisation under DP
@@ -193,10 +197,11 @@ class LocalDeployment:
     nodes : int
         SuperNodes, one per client of each fit.
     timeout : float
-        Seconds for the processes to start, and for a fit to finish.
+        Seconds for the processes to start, and for a whole fit to finish (the estimator's
+        own ``timeout`` is the server's wait for each step).
     """
 
-    def __init__(self, nodes: int, *, timeout: float = 600.0) -> None:
+    def __init__(self, nodes: int, *, timeout: float = 3600.0) -> None:
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise ValueError(f"nodes must be a positive number of SuperNodes, got {nodes!r}")
         self.nodes = nodes
@@ -400,7 +405,7 @@ def fit_on_flower(estimator: Any, clients: Any, *, label: str | None = None) -> 
     """``estimator.fit(clients, engine="flower")``: a :class:`LocalDeployment` with a
     SuperNode per client for this one fit, stopped after it."""
     nodes = len(client_data(clients, label))
-    with LocalDeployment(nodes, timeout=float(estimator.timeout or 600.0)) as flower:
+    with LocalDeployment(nodes) as flower:
         return flower.fit(estimator, clients, label=label)
 
 
@@ -413,6 +418,8 @@ def _fitted(estimator: Any, run: Path, data: dict[str, Any]) -> Any:
     history = json.loads((run / HISTORY).read_text()) if (run / HISTORY).exists() else []
     estimator.rounds_ = [RoundRecord(**record) for record in history]
     estimator.history_ = [{"epoch": r.round} | asdict(r) for r in estimator.rounds_]
+    estimator.n_iter_ = len(estimator.rounds_)
+    estimator.best_round_ = None  # no early stopping on Flower
     if getattr(estimator, "_task", "") == "classification":
         originals = {str(v): v for _, y, _ in data.values() for v in np.unique(y)}
         estimator._originals = originals

@@ -327,12 +327,9 @@ def _block_top_k(
     dense = np.full((m, n), -1.0, dtype=np.float32)
     mine = s.astype(np.float32)
     dense[r, c] = mine
-    kth_row = (
-        -np.partition(-dense, k - 1, axis=1)[:, k - 1] if n >= k else np.full(m, -1, np.float32)
-    )
-    kth_col = (
-        -np.partition(-dense, k - 1, axis=0)[k - 1, :] if m >= k else np.full(n, -1, np.float32)
-    )
+    # the k-th largest is the (n - k)-th smallest: one partitioned copy at a time
+    kth_row = np.partition(dense, n - k, axis=1)[:, n - k] if n >= k else np.full(m, -1.0)
+    kth_col = np.partition(dense, m - k, axis=0)[m - k, :] if m >= k else np.full(n, -1.0)
     keep = (mine >= kth_row[r]) | (mine >= kth_col[c])
     return r[keep], c[keep], s[keep]
 

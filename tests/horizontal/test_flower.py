@@ -198,9 +198,21 @@ def test_flower_protocol_in_process_trains_vflinks_model(strategy: Any) -> None:
 
 
 def test_unsupported_settings_are_refused() -> None:
+    from horizontal import SecAggConfig
 
     with pytest.raises(ValueError, match="compression"):
         as_flower_strategy("fedavg", max_iter=1, compression=8).begin(["a", "b"])
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    keys = {
+        n: Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        for n in ("a", "b")
+    }
+    with pytest.raises(ValueError, match="identities"):
+        as_flower_strategy(
+            "fedavg", max_iter=1, protocol=SecAggConfig(threshold=2, identities=keys)
+        ).begin(["a", "b"])
     # the estimators' "auto" defaults end a fit at a round Flower does not know in advance
     with pytest.raises(ValueError, match="FedLBFGS"):
         as_flower_strategy("auto", module="linear", max_iter=5).begin(["a", "b"])
@@ -377,3 +389,42 @@ def test_ten_supernodes_train_scaffold_as_the_simulation_and_leave_no_process() 
     np.testing.assert_allclose(flower.predict_proba(x), own.predict_proba(x), atol=1e-5)
     assert list(flower.classes_) == list(own.classes_)
     assert not set(_flower_processes()) - before
+
+
+def test_a_node_answering_as_another_client_is_refused() -> None:
+    """Replies are attributed by Flower's node id: a node that names another client in its
+    reply (to pass its update, control or privacy spends off as that client's) is refused."""
+    strategy = as_flower_strategy("fedavg", max_iter=1, random_state=0)
+    deltas = _deltas()
+    strategy.begin(sorted(deltas), nodes={n: k + 1 for k, n in enumerate(sorted(deltas))})
+    weights = np.zeros(7)
+    messages = list(
+        strategy.configure_train(1, ArrayRecord({"weights": Array(weights)}), ConfigRecord(), None)
+    )
+    replies = _replies(strategy, messages, deltas)
+    replies[0].content.config_records["config"]["client"] = "b"  # node of "a" claims "b"
+    with pytest.raises(ValueError, match="answered as 'b'"):
+        strategy.aggregate_train(1, replies)
+
+
+def test_local_dp_under_secure_aggregation_spends_as_in_vflink(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LocalDP with secure aggregation on Flower: the clients' spends reach the server's
+    ledger with their first step, before the round's sum; the ledger and the model are the
+    simulation's (noise at zero); a node's round state is gone after the round."""
+    from horizontal import LocalDP, SecAggConfig
+
+    monkeypatch.setattr("horizontal.privacy.gaussian_noise", lambda size, sigma: np.zeros(size))
+    train, _ = _cohort()
+    params = {"module": "linear", "max_iter": 2, "strategy": "fedavg", "random_state": 0}
+    params |= {"learning_rate": 0.1, "standardize": False, "classes": [0, 1], "timeout": 60}
+    params |= {"privacy": LocalDP(noise_multiplier=1.5, clip=0.05)}
+    params |= {"protocol": SecAggConfig(threshold=2)}
+    grid = _DroppingGrid(client_app(FederatedClassifier(**params), _loader(train)), 2)
+    model = run_server(grid, FederatedClassifier(**params), min_nodes=2, timeout=60)
+    own = FederatedClassifier(**params).fit(train)
+    np.testing.assert_allclose(model.weights_, own.weights_, atol=1e-6)
+    assert len(model.privacy_ledger_) == len(own.privacy_ledger_) == 4
+    assert model.epsilon_ == pytest.approx(own.epsilon_)
+    assert all("vflink-secagg" not in c.state.config_records for c in grid.contexts.values())
