@@ -127,6 +127,8 @@ def test_the_target_scores_new_rows_alone(tmp_path: Path, caplog: pytest.LogCapt
     rows.to_csv(tmp_path / "data" / "centre_new.csv", index=False)
     host, port = FederationConfig.load(config).party("hospital").address.split(":")
     with socket.socket() as source:  # the source's address, watched: no one may connect
+        # the training's connections to it may linger in TIME_WAIT: bind anyway
+        source.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         source.bind((host, int(port)))
         source.listen()
         source.setblocking(False)
