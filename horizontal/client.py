@@ -61,8 +61,10 @@ class ClientRole:
                 load_vector(module, task.weights)
                 return FitResult(flatten(module), scaling=scaling, n_features=x.shape[1])
             with _TRAINING:  # the training: simulated clients take turns (see _TRAINING)
-                load_vector(module, task.weights)
-                held = held_out_loss(module, held_x, held_y, loss_fn)
+                held = None
+                if spec.early_stopping or task.evaluate:  # _round loads the weights itself
+                    load_vector(module, task.weights)
+                    held = held_out_loss(module, held_x, held_y, loss_fn)
                 if task.evaluate:
                     reply: Any = Update(task.round, np.zeros(0, np.float32), len(x))
                 else:
@@ -85,25 +87,26 @@ class ClientRole:
         :class:`Update`, or under secure aggregation the vector to sum)."""
         spec = self.spec
         load_vector(module, task.weights)
-        start = flatten(module)  # what the module now holds
+        start = np.asarray(task.weights, dtype=np.float64)  # what the module now holds
         seed = seed_for(spec.random_state, task.round, fed.name)
-        own_control = own_control if own_control is not None else np.zeros_like(start)
-        control = task.control if task.control is not None else np.zeros_like(start)
+        scaffold = spec.strategy.local.scaffold
+        own, control = start[:0], start[:0]  # without Scaffold: no control variate at all
+        if scaffold:
+            own = own_control if own_control is not None else np.zeros_like(start)
+            control = task.control if task.control is not None else np.zeros_like(start)
         objective = None
         if spec.strategy.local.gradient:  # FedLBFGS: the gradient, nothing trained
             gradient, objective = full_gradient(module, x, y, loss_fn, float(spec.alpha or 0))
             delta, steps = -gradient, 1
         else:
-            steps = local_train(
-                module, x, y, loss_fn, spec, start, control, own_control, seed, fed.name
-            )
+            steps = local_train(module, x, y, loss_fn, spec, start, control, own, seed, fed.name)
             delta = flatten(module) - start
         if spec.adversaries and fed.name in spec.adversaries:  # an audit's malicious client
             delta = np.asarray(spec.adversaries[fed.name](delta, task.round), dtype=np.float64)
         update_control = None
-        if spec.strategy.local.scaffold:  # option II of Karimireddy et al. 2020
-            new_control = own_control - control - delta / (steps * float(spec.learning_rate or 1))
-            update_control = (new_control - own_control).astype(np.float32)
+        if scaffold:  # option II of Karimireddy et al. 2020
+            new_control = own - control - delta / (steps * float(spec.learning_rate or 1))
+            update_control = (new_control - own).astype(np.float32)
             own_control = new_control
         unclipped = None
         if spec.privacy is not None and spec.privacy.client_level:
