@@ -176,18 +176,20 @@ def _fate(name: str, parts: list[str]) -> tuple[dict[str, Any], pd.DataFrame, li
 def test_the_defaults_reach_pooled_training_on_fates_horizontal_tables(
     name: str, parts: list[str]
 ) -> None:
-    """FATE's own horizontal split, its test rows; the network at one seed (measured within
-    0.003 AUC of its twin on both tables over three seeds; ``benchmarks/horizontal.py --fate``
-    prints them)."""
+    """FATE's own horizontal split, its test rows: the linear default on both tables, the
+    network at one seed on breast (measured within 0.003 AUC of its twin on both tables over
+    three seeds; ``benchmarks/horizontal.py --fate`` prints them; default_credit's 30,000
+    rows through the network and its twin cost this suite 15 s, which the ten-SuperNode
+    Flower test needed)."""
     clients, test, columns = _fate(name, parts)
     x_test, y_test = test[columns], test["y"]
     pooled = pooled_logistic_auc(clients, x_test, y_test)
     linear = FederatedClassifier(module="linear", random_state=0).fit(clients)
     assert abs(auc(linear, x_test, y_test) - pooled) <= 0.01
-    for seed in range(1):
-        network = FederatedClassifier(random_state=seed).fit(clients)
-        twin = pooled_twin(FederatedClassifier(random_state=seed), clients)
-        assert auc(network, x_test, y_test) >= auc(twin, x_test, y_test) - 0.01, seed
+    if name == "breast":
+        network = FederatedClassifier(random_state=0).fit(clients)
+        twin = pooled_twin(FederatedClassifier(random_state=0), clients)
+        assert auc(network, x_test, y_test) >= auc(twin, x_test, y_test) - 0.01
 
 
 # -- the pieces ---------------------------------------------------------------------------------
