@@ -42,6 +42,7 @@ check). Not on Flower yet: compression, FedLBFGS, early stopping and standardisa
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pickle
@@ -112,15 +113,25 @@ vflink-run = ""
 
 
 def _plan(context: Any) -> tuple[Any, list[str], Path]:
-    """The fit's estimator and client names, from the run folder the run config names."""
+    """The fit's estimator and client names, from the run folder the run config names (read
+    once per process: a ClientApp asks for them twice per message)."""
     run = Path(str(context.run_config.get("vflink-run", "")))
-    if not (run / PLAN).is_file():
-        raise FileNotFoundError(
-            f"no vflink plan in {run!s}: submit the app with --run-config vflink-run=<folder>"
-        )
-    with open(run / PLAN, "rb") as f:  # written by the submitting process, same user
-        estimator, names = pickle.load(f)  # noqa: S301
+    estimator, names = _read_plan(str(run))
     return estimator, list(names), run
+
+
+@functools.lru_cache(maxsize=4)
+def _read_plan(run: str) -> tuple[Any, tuple[str, ...]]:
+    path = Path(run) / PLAN
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no vflink plan in {run}: submit the app with --run-config vflink-run=<folder>"
+        )
+    # written by the submitting process, as the same user, into its own 0700 folder: the
+    # configuration holds strategy, privacy and module objects that no JSON would carry
+    with open(path, "rb") as f:
+        estimator, names = pickle.load(f)  # noqa: S301
+    return estimator, tuple(names)
 
 
 def _load(context: Any) -> tuple[str, Any, Any]:
@@ -274,9 +285,14 @@ class LocalDeployment:
             self.close()
             raise
 
+    def _working(self) -> Path:
+        """The working folder, which :meth:`start` makes."""
+        if self.folder is None:
+            raise RuntimeError("the deployment is not started (or was closed): call start()")
+        return self.folder
+
     def _start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        assert self.folder is not None
-        log = (self.folder / "logs" / f"{name}.log").open("wb")
+        log = (self._working() / "logs" / f"{name}.log").open("wb")
         process = subprocess.Popen(
             [str(self.bin / args[0]), *args[1:]],
             env=self.env,
@@ -353,9 +369,9 @@ class LocalDeployment:
         names = list(data)  # the caller's order: the simulation's (sampling, sums)
         VflinkStrategy(estimator).begin(names)  # refuses what Flower cannot run, at once
         self.start()
-        assert self.folder is not None
+        folder = self._working()
         self.runs += 1
-        run = self.folder / f"run_{self.runs}"
+        run = folder / f"run_{self.runs}"
         run.mkdir()
         from sklearn.base import clone
 
@@ -369,13 +385,13 @@ class LocalDeployment:
             [
                 str(self.bin / "flwr"),
                 "run",
-                str(self.folder / "app"),
+                str(folder / "app"),
                 "local",
                 "--run-config",
                 f'vflink-run="{run}"',
             ],
             env=self.env,
-            cwd=self.folder,
+            cwd=folder,
             capture_output=True,
             timeout=min(self.timeout, 300.0),
             check=False,
