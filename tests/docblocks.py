@@ -2,8 +2,8 @@
 namespace, in order, checking the output their comments promise.
 
 The pages show the default, 2048-bit keys; the blocks run with one documented substitution,
-:data:`DEMO_KEYS` (1024-bit demo keys, ``insecure=True``), whose ``SecurityWarning`` is
-required rather than hidden.
+:data:`DEMO_KEYS` (demo keys, ``insecure=True``: 512 bits, 1024 for federated transfer,
+whose packed slots need them), whose ``SecurityWarning`` is required rather than hidden.
 """
 
 from __future__ import annotations
@@ -16,13 +16,17 @@ from pathlib import Path
 
 # `print(...)  # {...}` or `# True False ...`: the output the README promises
 PROMISED = re.compile(r"print\(.*\)\s+# (\{.*\}|(?:True|False)(?: True| False)*)$", flags=re.M)
-# the one substitution: the estimators' default keys -> 1024-bit demo keys
+# the one substitution: the estimators' default keys -> demo keys (512 bits; federated
+# transfer packs its embeddings' slots into 1024)
 DEMO_KEYS = (
     re.compile(
         r"\b(Vertical(?:Logistic|Linear|Poisson)Regression|FederatedTransferClassifier"
         r"|SecureBoost(?:Classifier|Regressor))\((?!.*key_bits)"
     ),
-    r"\1(key_bits=1024, insecure=True, ",
+    lambda found: (
+        f"{found[1]}(key_bits={1024 if found[1] == 'FederatedTransferClassifier' else 512}, "
+        "insecure=True, "
+    ),
 )
 
 
