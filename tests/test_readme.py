@@ -2,8 +2,8 @@
 
 The README shows the default, 2048-bit keys, which make its first example take the better part
 of a minute. To keep the test short it runs with one documented substitution, ``DEMO_KEYS``:
-demo keys of 512 bits (``insecure=True``; 1024 for federated transfer), whose ``SecurityWarning`` the test requires rather
-than hides. The README itself filters no warning.
+demo keys of 512 bits (``insecure=True``; 1024 for federated transfer), whose
+``SecurityWarning`` the test requires rather than hides. The README itself filters no warning.
 """
 
 from __future__ import annotations
