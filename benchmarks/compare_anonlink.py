@@ -2,7 +2,8 @@
 
 Reads the two identity CSVs and the true pairs that ``linkage.py`` wrote, encodes both with
 clkhash (a schema of the same fields, q-grams and weights as vflink's defaults), compares all
-pairs with anonlink's C++ Dice at floors 0.5 and 0.8, solves greedily at a range of thresholds, and
+pairs with anonlink's C++ Dice at floors 0.5 and 0.8 (the best of three runs each, as
+vflink's side is timed), solves greedily at a range of thresholds, and
 prints one JSON object: encode rate, comparisons per second, and the best F1 over thresholds.
 
 Run by ``linkage.py``; by hand::
@@ -18,6 +19,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -82,16 +84,19 @@ def main() -> None:
     }
     encode_time = time.perf_counter() - started
     records = sum(len(rows) for _, rows in tables.values())
-    started = time.perf_counter()
-    candidates = anonlink.candidate_generation.find_candidate_pairs(
-        [clks["a"], clks["b"]], anonlink.similarities.dice_coefficient_accelerated, 0.5
-    )
-    compare_time = time.perf_counter() - started
-    started = time.perf_counter()
-    anonlink.candidate_generation.find_candidate_pairs(
-        [clks["a"], clks["b"]], anonlink.similarities.dice_coefficient_accelerated, 0.8
-    )
-    compare_time_08 = time.perf_counter() - started
+
+    def best_of_three(floor: float) -> tuple[float, Any]:
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            found = anonlink.candidate_generation.find_candidate_pairs(
+                [clks["a"], clks["b"]], anonlink.similarities.dice_coefficient_accelerated, floor
+            )
+            times.append(time.perf_counter() - started)
+        return min(times), found
+
+    compare_time, candidates = best_of_three(0.5)
+    compare_time_08, _ = best_of_three(0.8)
     ids_a = [r[0] for r in tables["a"][1]]
     ids_b = [r[0] for r in tables["b"][1]]
     with open(folder / "truth.csv", newline="") as handle:

@@ -62,40 +62,48 @@ def dice_pairs(
     backend: str = "auto",
     workers: Workers = None,
     top_k: int | None = None,
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    best: bool = True,
+) -> tuple[
+    np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any] | None
+]:
     """Dice scores of all pairs with ``score >= floor``, and each A record's best score.
 
-    Exact (see :mod:`linkage.kernels`): intersections from int8 matrix products when torch is
-    installed (``backend="torch"``), else float32 BLAS (``"numpy"``); bounds per group of B
-    records of similar popcount skip the division for pairs that can neither reach the floor
-    nor be a record's best or second-best.
+        Exact (see :mod:`linkage.kernels`): intersections from int8 matrix products when torch is
+        installed (``backend="torch"``), else float32 BLAS (``"numpy"``); bounds per group of B
+        records of similar popcount skip the division for pairs that can neither reach the floor
+        nor be a record's best or second-best.
 
-    ``workers``: the comparison already runs on every core of this machine (torch's and
-    BLAS's threads), so a count changes nothing; an executor -- the linkage unit's own Dask
-    cluster (``dask.distributed.Client``) or any :class:`concurrent.futures.Executor` --
-    compares chunks of A, taken in popcount order, on its workers: B's filters are scattered
-    to every Dask worker once (other executors get them with each task), each task unpacks
-    them (``bits`` bytes per B record) and returns its pairs. The result is identical to the
-    in-process one.
+        ``workers``: the comparison already runs on every core of this machine (torch's and
+        BLAS's threads), so a count changes nothing; an executor -- the linkage unit's own Dask
+        cluster (``dask.distributed.Client``) or any :class:`concurrent.futures.Executor` --
+        compares chunks of A, taken in popcount order, on its workers: B's filters are scattered
+        to every Dask worker once (other executors get them with each task), each task unpacks
+        them (``bits`` bytes per B record) and returns its pairs. The result is identical to the
+        in-process one.
 
-    ``top_k``: only the pairs that can be among the ``top_k`` best of their A or their B
-    record come back (a superset from which :func:`~linkage.threshold.top_k_pairs` selects
-    exactly what it selects from all pairs; see :func:`~linkage.kernels.dice_all_pairs`):
+        ``top_k``: only the pairs that can be among the ``top_k`` best of their A or their B
+        record come back (a superset from which :func:`~linkage.threshold.top_k_pairs` selects
+        exactly what it selects from all pairs; see :func:`~linkage.kernels.dice_all_pairs`):
     :func:`match`'s greedy solver needs no more, and sorting every pair above a low floor
-    cost more than comparing them.
+        cost more than comparing them.
 
-    Returns
-    -------
-    (ia, ib, scores, best)
-        Positions in ``a`` and ``b`` and the scores of the kept pairs (``> 0`` when the floor
-        is 0), ordered by ``ia`` then ``ib``, and for every record of ``a`` its best and
-        second-best score against ``b`` (``best[:, 0]``, ``best[:, 1]``; 0 where the length
-        filter left no candidate).
+        ``best=False``: only the pairs, as anonlink's candidate generation returns them; from a
+        floor of 0.7 the NumPy backend then screens the pairs with a product of the most
+        frequent half of the bits first (:data:`~linkage.kernels.SCREEN_FLOOR`), which more than
+        doubles its speed at 0.8 (``benchmarks/linkage.py``). The pairs are the same.
+
+        Returns
+        -------
+        (ia, ib, scores, best)
+            Positions in ``a`` and ``b`` and the scores of the kept pairs (``> 0`` when the floor
+            is 0), ordered by ``ia`` then ``ib``, and for every record of ``a`` its best and
+            second-best score against ``b`` (``best[:, 0]``, ``best[:, 1]``; 0 where the length
+            filter left no candidate), or None with ``best=False``.
     """
     a.check_compatible(b)
     if is_executor(workers):
-        ia, ib, scores, best = _dice_pairs_on(
-            workers, a.words, b.words, floor, chunk, backend, top_k
+        ia, ib, scores, tops = _dice_pairs_on(
+            workers, a.words, b.words, floor, chunk, backend, top_k, best
         )
     else:
         check_workers(workers)  # a bad argument is named even where it changes nothing
@@ -104,7 +112,7 @@ def dice_pairs(
         def progress(starts: Any) -> Any:  # counts the rows of A compared
             return _rows_compared(starts, len(a), chunk, show)
 
-        ia, ib, scores, best = dice_all_pairs(
+        ia, ib, scores, tops = dice_all_pairs(
             a.words,
             b.words,
             floor=floor,
@@ -112,9 +120,10 @@ def dice_pairs(
             backend=backend,
             progress=progress,
             top_k=top_k,
+            best=best,
         )
     order = np.argsort(ia.astype(np.int64) << 32 | ib, kind="stable")  # however the work was cut
-    return ia[order], ib[order], scores[order], best
+    return ia[order], ib[order], scores[order], tops
 
 
 def _rows_compared(starts: Any, rows: int, chunk: int, show: bool) -> Any:
@@ -134,7 +143,10 @@ def _dice_pairs_on(
     chunk: int,
     backend: str,
     top_k: int | None = None,
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    best: bool = True,
+) -> tuple[
+    np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any] | None
+]:
     """:func:`dice_all_pairs` on ``executor``: A cut in popcount order into a few tasks per
     worker, each a whole number of ``chunk`` records, so that every task compares exactly the
     blocks the in-process kernel would (each A record's pairs and best scores depend only on
@@ -148,19 +160,21 @@ def _dice_pairs_on(
     per_task = -(-n_a // (4 * executor_slots(executor)))
     per_task = max(chunk, -(-per_task // chunk) * chunk)
     cuts = [order_a[i : i + per_task] for i in range(0, n_a, per_task)]
-    tasks = [(words_a[rows], floor, chunk, backend, top_k) for rows in cuts]
+    tasks = [(words_a[rows], floor, chunk, backend, top_k, best) for rows in cuts]
     results = run_on_executor(executor, _dice_task, tasks, shared=(words_b,))
-    best = np.zeros((n_a, 2))
+    tops = np.zeros((n_a, 2))
     out_a, out_b, out_s = [], [], []
     for rows, (ia, ib, scores, top) in zip(cuts, results, strict=True):
         out_a.append(rows[ia])
         out_b.append(ib)
         out_s.append(scores)
-        best[rows] = top
+        if top is not None:
+            tops[rows] = top
     if not out_a:
         empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, np.zeros(0), best
-    return np.concatenate(out_a), np.concatenate(out_b), np.concatenate(out_s), best
+        return empty, empty, np.zeros(0), tops if best else None
+    ia, ib, scores = np.concatenate(out_a), np.concatenate(out_b), np.concatenate(out_s)
+    return ia, ib, scores, tops if best else None
 
 
 def _dice_task(
@@ -169,10 +183,15 @@ def _dice_task(
     chunk: int,
     backend: str,
     top_k: int | None,
+    best: bool,
     words_b: np.ndarray[Any, Any],
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+) -> tuple[
+    np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any] | None
+]:
     """One task of :func:`_dice_pairs_on` (on a worker): its A records against all of B."""
-    return dice_all_pairs(words_a, words_b, floor=floor, chunk=chunk, backend=backend, top_k=top_k)
+    return dice_all_pairs(
+        words_a, words_b, floor=floor, chunk=chunk, backend=backend, top_k=top_k, best=best
+    )
 
 
 AUTO_BLOCKING_PAIRS = 50_000_000
@@ -250,7 +269,9 @@ def match(
     if blocking is None:
         # the greedy solver looks at each record's TOP_K best candidates only
         top_k = TOP_K if method == "greedy" else None
-        ia, ib, scores, best = dice_pairs(a, b, floor=low, workers=workers, top_k=top_k)
+        ia, ib, scores, tops = dice_pairs(a, b, floor=low, workers=workers, top_k=top_k)
+        assert tops is not None  # asked for (best=True)
+        best = tops
         compared, how = len(a) * len(b), "all pairs"
     else:
         from linkage.blocking import block

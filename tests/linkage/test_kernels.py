@@ -57,6 +57,13 @@ def check(
     )
     assert len(set(zip(ia.tolist(), ib.tolist(), strict=True))) == len(ia)
     np.testing.assert_array_equal(scores, full[ia, ib])  # bit for bit
+    # without best scores (screened from SCREEN_FLOOR on NumPy): the same pairs and scores
+    ja, jb, those, none = dice_all_pairs(wa, wb, best=False, **kw)
+    assert none is None
+    same = np.lexsort((ib, ia)), np.lexsort((jb, ja))
+    np.testing.assert_array_equal(ia[same[0]], ja[same[1]])
+    np.testing.assert_array_equal(ib[same[0]], jb[same[1]])
+    np.testing.assert_array_equal(scores[same[0]], those[same[1]])
     ranked = -np.sort(-np.concatenate([full, np.zeros((len(wa), 1))], axis=1), axis=1)[:, :2]
     if floor == 0:
         np.testing.assert_array_equal(best, ranked)
@@ -109,6 +116,66 @@ def test_top_k_keeps_exactly_what_top_k_pairs_selects_from_all_pairs(
     assert dropped > 0
     with pytest.raises(ValueError, match="top_k"):
         dice_all_pairs(wa, wb, top_k=0)
+
+
+@pytest.fixture(scope="module")
+def cohort_words() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Encodings of a synthetic cohort (real Bloom filters: uneven bit frequencies, true
+    matches among many near ones)."""
+    from linkage import encode
+    from vfl.datasets import identity_schema, make_lab_imaging_cohort
+
+    lab, imaging, _ = make_lab_imaging_cohort(1500, overlap=0.6, typo_rate=0.2, random_state=0)
+    secret = b"k" * 32
+    schema = identity_schema()
+    return encode(lab, schema, secret=secret).words, encode(imaging, schema, secret=secret).words
+
+
+def test_the_screen_keeps_exactly_the_pairs_and_scores_of_the_full_product(
+    cohort_words: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``best=False`` on NumPy from floor 0.7: the screen (a product of the most frequent
+    bits, bounds, the rest from the packed words) keeps every pair the full product keeps,
+    with the same scores bit for bit, and the same top-k selection; a block where the
+    screen lets too much through falls back to the full product, with the same result."""
+    import linkage.kernels as kernels
+
+    wa, wb = cohort_words
+    screened = {"kept": 0, "refused": 0}
+    real_block = kernels._Screen.block
+
+    def counting(self: Any, *args: Any) -> Any:
+        found = real_block(self, *args)
+        screened["kept" if found is not None else "refused"] += 1
+        return found
+
+    monkeypatch.setattr(kernels._Screen, "block", counting)
+    for floor in (0.7, 0.8, 0.9):
+        for chunk, tile in ((2048, 16384), (333, 500)):
+            kw: dict[str, Any] = {"floor": floor, "backend": "numpy", "chunk": chunk, "tile": tile}
+            ia, ib, s, _ = dice_all_pairs(wa, wb, **kw)
+            ja, jb, t, _ = dice_all_pairs(wa, wb, best=False, **kw)
+            o, p = np.lexsort((ib, ia)), np.lexsort((jb, ja))
+            assert len(ia) > 0
+            np.testing.assert_array_equal(np.stack([ia[o], ib[o]]), np.stack([ja[p], jb[p]]))
+            np.testing.assert_array_equal(s[o], t[p])
+            ka, kb, u, _ = dice_all_pairs(wa, wb, best=False, top_k=2, **kw)
+            q = np.lexsort((kb, ka))
+            mine = top_k_pairs(ka[q], kb[q], u[q], 2)
+            theirs = top_k_pairs(ia[o], ib[o], s[o], 2)
+            assert sorted(zip(ka[q][mine].tolist(), kb[q][mine].tolist(), strict=True)) == sorted(
+                zip(ia[o][theirs].tolist(), ib[o][theirs].tolist(), strict=True)
+            )
+    assert screened["kept"] > 0
+    # a share of 0 lets nothing be screened out at floor 0.7: the first block falls back
+    monkeypatch.setattr(kernels, "SCREEN_PASS", 0.0)
+    before = dict(screened)
+    ia, ib, s, _ = dice_all_pairs(wa, wb, floor=0.7, backend="numpy")
+    ja, jb, t, _ = dice_all_pairs(wa, wb, floor=0.7, backend="numpy", best=False)
+    assert screened["refused"] == before["refused"] + 1 and screened["kept"] == before["kept"]
+    o, p = np.lexsort((ib, ia)), np.lexsort((jb, ja))
+    np.testing.assert_array_equal(s[o], t[p])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

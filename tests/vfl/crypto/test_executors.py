@@ -215,6 +215,14 @@ def test_all_pairs_comparison_on_dask_gives_the_same_pairs_and_links(client: Any
             there = dice_pairs(a, b, floor=0.6, chunk=512, workers=workers)
             for mine, theirs in zip(here, there, strict=True):
                 np.testing.assert_array_equal(mine, theirs)
+            # the pairs only, screened on each worker from floor 0.7: the same as here
+            pairs = dice_pairs(a, b, floor=0.8, chunk=512, backend="numpy", best=False)
+            there = dice_pairs(
+                a, b, floor=0.8, chunk=512, backend="numpy", best=False, workers=workers
+            )
+            assert pairs[3] is None and there[3] is None and len(pairs[0]) > 0
+            for mine, theirs in zip(pairs[:3], there[:3], strict=True):
+                np.testing.assert_array_equal(mine, theirs)
             pd.testing.assert_frame_equal(
                 links, linkage.match(a, b, blocking=None, workers=workers)
             )
