@@ -574,6 +574,9 @@ class SharedDataRole(DataParty):
         if self.is_label:
             self.loss_key, self.loss_secret = spec.policy.generate()
             SS.send(fed, self.order[1], "loss-key", PublicKeyMessage.of(self.loss_key))
+            # the loss terms' obfuscators, drawn in the background while the batches run
+            # (the partner waits while we encrypt them: a pool empties that wait)
+            self.loss_key.start_obfuscator_pool(self._loss_terms())
         elif self.me == 1:
             message = SS.recv(fed, self.order[0], "loss-key", PublicKeyMessage)
             self.loss_key = spec.policy.accept(message, self.order[0])
@@ -628,6 +631,8 @@ class SharedDataRole(DataParty):
         if self.is_label:
             finish(result, curve)
         result.n_iter = epoch
+        if self.is_label:
+            self.loss_key.stop_obfuscator_pool()
         self._reveal(models[kept])
         result.part = self.part
         return result
@@ -740,6 +745,7 @@ class SharedDataRole(DataParty):
             SS.send(fed, label, "loss-total", Encrypted(data=total.to_wire()))
             return 0.0
         terms = self.loss_key.raw_encrypt(flat(v) + flat(m_share))
+        self.loss_key.start_obfuscator_pool(self._loss_terms())  # the next epoch's
         vector = EncryptedVector(self.loss_key, terms, 0, fresh=True)
         SS.send(fed, self.order[1], "loss", Encrypted(data=vector.to_wire()))
         partner = self.order[1]
@@ -763,6 +769,10 @@ class SharedDataRole(DataParty):
             )
         scaled = squares / 2.0 ** (2 * (FEATURE_BITS + W_BITS))
         return self.spec.loss.mean_loss(scaled, len(self.x), sizes.outputs)
+
+    def _loss_terms(self) -> int:
+        """How many values the label party encrypts under its loss key per epoch."""
+        return 2 * self.sizes.joint * self.sizes.outputs
 
     def _loss_reply(
         self,
