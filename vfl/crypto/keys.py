@@ -43,7 +43,6 @@ from vfl.crypto import fixedpoint, parallel
 from vfl.crypto.kernels import FixedBaseTable, crt_combine
 from vfl.crypto.packing import PackingLayout, unpack_slots
 from vfl.crypto.vector import EncryptedVector
-from vfl.federation.local import release_gil_in_gmpy2
 
 __all__ = [
     "MIN_SECURE_BITS",
@@ -164,7 +163,6 @@ class _Obfuscator:
         return len(self._pool)
 
     def _fill(self) -> None:
-        release_gil_in_gmpy2()  # a background thread: never hold up the party computing
         table = self.table
         while True:
             batch = table.random_powers(16)

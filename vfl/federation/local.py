@@ -53,25 +53,11 @@ from vfl.federation.base import (
     Transcript,
 )
 
-__all__ = ["LocalChannel", "LocalFederation", "release_gil_in_gmpy2"]
+__all__ = ["LocalChannel", "LocalFederation"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def release_gil_in_gmpy2() -> None:
-    """Let gmpy2 release the GIL during its arithmetic in the calling thread.
-
-    gmpy2 holds the GIL by default, and its context (where the switch is) belongs to one
-    thread. Each party thread of a :class:`LocalFederation` turns it on, so that the parties'
-    Paillier work (modular products and powers of 4096-bit numbers, long enough for the
-    release to pay) runs on every core at once, as it would with a process per party. The
-    numbers are immutable ``mpz``: nothing is shared mutably."""
-    import gmpy2
-
-    gmpy2.get_context().allow_release_gil = True
-
 
 DEFAULT_MAX_PENDING_BYTES = 256 * 2**20
 """Undelivered bytes one ``(sender, receiver)`` channel may hold before the sender waits."""
@@ -382,7 +368,6 @@ class LocalFederation:
             channel = LocalChannel(
                 name, hub, timeout=self.timeout, max_message_bytes=self.max_message_bytes
             )
-            release_gil_in_gmpy2()
             try:
                 results[name] = fn(channel)
             except BaseException as exc:

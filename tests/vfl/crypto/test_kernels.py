@@ -129,3 +129,34 @@ def test_crt_combine() -> None:
     p, q = mpz(gmpy2.next_prime(2**61)), mpz(gmpy2.next_prime(2**62))
     for x in (0, 1, 12345, int(p * q - 1)):
         assert crt_combine(x % p, x % q, p, q, gmpy2.invert(q, p)) == x
+
+
+def test_large_moduli_run_without_the_interpreter_lock_small_ones_keep_it() -> None:
+    """gmpy2 holds the interpreter lock by default, per thread; the kernels release it modulo
+    ``n**2`` of 2048-bit keys and up (so that parties in threads compute on every core), not
+    below (where releasing costs more than it gains), and leave the caller's setting as it
+    was; the arithmetic is the same either way."""
+    from vfl.crypto import kernels
+
+    seen: list[bool] = []
+
+    @kernels._releasing_for_its_modulus
+    def probe(bases: list[int], modulus: int) -> int:
+        seen.append(gmpy2.get_context().allow_release_gil)
+        return len(bases)
+
+    before = gmpy2.get_context().allow_release_gil
+    large, small = (1 << 4095) + 1, (1 << 2047) + 1
+    assert probe([1], large) == 1 and probe([1], modulus=small) == 1
+    assert seen == [True, False]
+    assert gmpy2.get_context().allow_release_gil == before
+    rng = np.random.default_rng(5)
+    for modulus in (mpz(secrets.randbits(4096)) | 1, mpz(secrets.randbits(1024)) | 1):
+        bases = [mpz(secrets.randbelow(int(modulus))) for _ in range(6)]
+        exps = rng.integers(0, 2**40, 6)
+        expected = 1
+        for b, e in zip(bases, exps.tolist(), strict=True):
+            expected = expected * pow(int(b), e, int(modulus)) % int(modulus)
+        assert int(multiexp(bases, exps, modulus)) == expected
+        table = FixedBaseTable(bases[0], modulus, 32, window=4)
+        assert int(table.pow(12345)) == pow(int(bases[0]), 12345, int(modulus))

@@ -49,24 +49,6 @@ def test_results_come_back_by_party() -> None:
     assert LocalFederation().run({"a": a, "b": b}) == {"a": 2, "b": ("b", ("a",))}
 
 
-def test_each_party_thread_lets_gmpy2_release_the_gil() -> None:
-    """gmpy2 holds the interpreter lock by default, and its switch is per thread: every party
-    thread turns it on (so that simulated parties compute on every core at once); the
-    caller's own thread keeps its setting, and the arithmetic is unchanged."""
-    import gmpy2
-
-    before = gmpy2.get_context().allow_release_gil
-
-    def party(fed: Federation) -> Any:
-        modulus = gmpy2.mpz(2) ** 4096 - 159
-        return gmpy2.get_context().allow_release_gil, int(gmpy2.powmod(3, 2**600 + 1, modulus))
-
-    results = LocalFederation().run({"a": party, "b": party})
-    expected = pow(3, 2**600 + 1, 2**4096 - 159)
-    assert results == {"a": (True, expected), "b": (True, expected)}
-    assert gmpy2.get_context().allow_release_gil == before
-
-
 def test_order_is_kept_per_sender_receiver_and_tag() -> None:
     n = 500
 
