@@ -206,6 +206,11 @@ class TopK:
         """Forget the residual."""
         self._residual = None
 
+    def restore(self, residual: Vector) -> None:
+        """Go on from a residual kept elsewhere (:attr:`residual` of an earlier compressor of
+        the same client: a Flower node keeps it between messages)."""
+        self._residual = _flat(np.asarray(residual, dtype=np.float64)).copy()
+
     def kept(self, size: int) -> int:
         """The number of entries a message keeps of a vector of length ``size``.
 

@@ -51,7 +51,12 @@ round again from the start in a fresh process, its secrets drawn again from a ke
 its node's state (:meth:`horizontal.secagg.Draws.resumable`), and sends what is new. A node
 that stops answering is a dropout the protocol survives.
 
-Not (yet) on Flower: compression, and the estimators' ``"auto"`` defaults -- FedLBFGS and
+Compression runs on Flower too: a quantised update travels as its packed codes (``bytes``
+in the reply's ``ConfigRecord``, with ``"low"`` and ``"scale"``), a top-k one as its indices
+(``ArrayRecord`` key ``"indices"``) and values, and a client's top-k residual (its error
+feedback) stays in its node's ``context.state`` like Scaffold's control variate.
+
+Not (yet) on Flower: the estimators' ``"auto"`` defaults -- FedLBFGS and
 early stopping, which end a fit by rounds Flower does not know in advance, and
 standardisation under DP: refused with a ValueError (pass ``strategy="fedavg"``,
 ``max_iter=<int>``).
@@ -70,7 +75,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from horizontal.client import client_data
+from horizontal.compression import TopK
 from horizontal.model import build_module, flatten
+from horizontal.server import expand_update
 from horizontal.training import (
     FED,
     ClientRole,
@@ -147,6 +154,7 @@ WEIGHTS = "weights"
 DELTA = "delta"
 CONTROL = "control"  # Scaffold's control variate: the server's down, a client's change up
 EXAMPLES = "num-examples"
+INDICES = "indices"  # top-k compression: the kept entries' positions (uint32)
 
 
 # -- vflink's roles, one protocol step at a time -------------------------------------------------
@@ -196,8 +204,6 @@ def _check_supported(spec: FitSpec) -> None:
         problems.append("early stopping (max_iter='auto'): pass max_iter=<int>")
     if spec.dp_scaling is not None:
         problems.append("standardisation under DP (a setup of several steps)")
-    if spec.compression is not None:
-        problems.append("compression")
     if spec.secure_aggregation is not None and spec.secure_aggregation.identities is not None:
         problems.append("secure aggregation with long-term identities (identities=)")
     if problems:
@@ -264,6 +270,9 @@ def client_train(
 
         spec = replace(spec, ledger=PrivacyLedger(delta=privacy.delta))
     role = ClientRole(spec, values, labels, columns)
+    if state.residual is not None and isinstance(spec.compression, float):
+        role.topk = TopK(fraction=spec.compression)
+        role.topk.restore(state.residual)
     xt, yt = role._tensors(values, labels, scaling)
     outputs = len(scaling.classes) if spec.task == "classification" else 1
     module = build_module(spec.module, xt.shape[1], outputs, spec.hidden, spec.random_state)
@@ -284,6 +293,8 @@ def client_train(
         torch.set_num_threads(threads)
     if local_spends:
         state.spends = list(spec.ledger.entries)
+    if role.topk is not None:
+        state.residual = role.topk.residual
     if isinstance(reply, Update):
         return reply
     return np.asarray(reply, dtype=np.float64)
@@ -292,23 +303,29 @@ def client_train(
 class ClientState:
     """What a client keeps between Flower messages (Flower starts a ClientApp process per
     message; :func:`client_app` keeps this in the node's ``context.state``): Scaffold's own
-    control variate ``c_k``, and the privacy spends of the last round, to report."""
+    control variate ``c_k``, top-k compression's residual (its error feedback), and the
+    privacy spends of the last round, to report."""
 
     CONTROL = "vflink-own-control"
+    RESIDUAL = "vflink-topk-residual"
 
-    def __init__(self, control: Vector | None = None) -> None:
-        self.control = control
+    def __init__(self, control: Vector | None = None, residual: Vector | None = None) -> None:
+        self.control, self.residual = control, residual
         self.spends: list[Any] = []
 
     @classmethod
     def load(cls, context: Context) -> ClientState:
-        record = context.state.array_records.get(cls.CONTROL)
-        control = None if record is None else record["control"].numpy().astype(np.float64)
-        return cls(control)
+        found = []
+        for key, field in ((cls.CONTROL, "control"), (cls.RESIDUAL, "residual")):
+            record = context.state.array_records.get(key)
+            found.append(None if record is None else record[field].numpy().astype(np.float64))
+        return cls(*found)
 
     def save(self, context: Context) -> None:
         if self.control is not None:
             context.state[self.CONTROL] = ArrayRecord({"control": Array(self.control)})
+        if self.residual is not None:
+            context.state[self.RESIDUAL] = ArrayRecord({"residual": Array(self.residual)})
 
 
 _SPEND_FIELDS = ("holder", "data", "mechanism", "noise_multiplier", "sampling_rate", "steps")
@@ -604,6 +621,10 @@ def client_app(
         reply = {DELTA: Array(np.asarray(update.delta))}
         if update.control is not None:
             reply[CONTROL] = Array(np.asarray(update.control))
+        if update.codes is not None:  # quantised: the packed codes and their grid
+            out.update({"codes": update.codes, "low": update.low, "scale": update.scale})
+        if update.indices is not None:  # top-k: the values' positions
+            reply[INDICES] = Array(np.asarray(update.indices))
         content = RecordDict(
             {
                 "arrays": ArrayRecord(reply),
@@ -818,13 +839,19 @@ class VflinkStrategy(_FlowerStrategy):  # type: ignore[misc,unused-ignore]
                 )
             unclipped = config.get("unclipped")
             arrays = msg.content.array_records["arrays"]
-            found[client] = Update(
+            update = Update(
                 round=int(_number(config.get("round", round_))),
                 delta=arrays[DELTA].numpy().astype(np.float32),
                 samples=int(_number(msg.content.metric_records["metrics"][EXAMPLES])),
                 unclipped=None if unclipped is None else bool(unclipped),
                 control=arrays[CONTROL].numpy().astype(np.float32) if CONTROL in arrays else None,
+                codes=_bytes(config["codes"]) if "codes" in config else None,
+                low=float(_number(config.get("low", 0.0))),
+                scale=float(_number(config.get("scale", 0.0))),
+                indices=arrays[INDICES].numpy().astype(np.uint32) if INDICES in arrays else None,
             )
+            size = self.weights.size if self.weights is not None else 0
+            found[client] = expand_update(update, spec.compression, size, client)
             if "spends" in config:
                 self._spends[client] = _spends_from_bytes(_bytes(config["spends"]), client)
         return {c: found[c] for c in spec.clients if c in found}

@@ -35,8 +35,8 @@ module objects come from importable modules, not ``__main__``.
 Flower starts a Python process per message (about 4 s of CPU here, mostly imports),
 so a fit costs ``nodes * (rounds + 1)`` of those: ten nodes and three rounds take about a
 minute on two cores; secure aggregation adds four round trips a round (with its consistency
-check). Not on Flower yet: compression, FedLBFGS, early stopping and standardisation under DP
-(refused naming the setting).
+check). Not on Flower yet: FedLBFGS, early stopping and standardisation under DP (refused
+naming the setting).
 """
 
 from __future__ import annotations

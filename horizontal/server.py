@@ -35,6 +35,7 @@ __all__ = [
     "ServerRole",
     "aggregate_updates",
     "check_diverged",
+    "expand_update",
     "scaffold_control_step",
 ]
 
@@ -101,7 +102,7 @@ class ServerRole:
                 continue
             replies = self._gather(fed, sampled, round_)
             updates = {
-                c: _expand(Update.from_payload(p, c), spec.compression, weights.size, c)
+                c: expand_update(Update.from_payload(p, c), spec.compression, weights.size, c)
                 for c, p in replies.items()
             }
             validation = self._held_out(updates, round_) if stopper is not None else None
@@ -414,7 +415,7 @@ def check_diverged(weights: Vector, round_: int) -> None:
         )
 
 
-def _expand(update: Update, chosen: Any, size: int, client: str) -> Update:
+def expand_update(update: Update, chosen: Any, size: int, client: str) -> Update:
     """A compressed update made dense again (checked against the agreed compression)."""
     from dataclasses import replace
 

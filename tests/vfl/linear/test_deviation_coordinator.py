@@ -40,7 +40,8 @@ ATTACK = {"slot_bits": 1020, "per_ct": 1}
 
 
 def small(**params: Any) -> VerticalLogisticRegression:
-    base: dict[str, Any] = {"max_iter": 1, "tol": None, "batch_size": 64}
+    # 1024-bit keys: the expected messages below hold their packing layouts
+    base: dict[str, Any] = {"max_iter": 1, "tol": None, "batch_size": 64, "key_bits": 1024}
     base.update(params)
     return small_model(VerticalLogisticRegression, **base)
 

@@ -290,7 +290,7 @@ def test_a_label_party_that_sends_chosen_loss_terms_reads_the_weights(breast, mo
     parts, y = breast
     LossProbe.probed = []
     deviate(monkeypatch, "imaging", LossProbe)
-    est = fit(parts, y, max_iter=2)
+    est = fit(parts, y, max_iter=2, key_bits=1024)
     assert len(LossProbe.probed) == 2 and est.best_epoch_ == 2
     # the named leak: lab's first weight at the kept epoch, read exactly
     assert LossProbe.probed[-1] == pytest.approx(est.parts_["lab"].coef[0], abs=1e-6)

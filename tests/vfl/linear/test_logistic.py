@@ -657,7 +657,7 @@ def test_the_default_wait_grows_with_the_rows_and_the_key(breast, monkeypatch) -
     model.predict_proba(test_parts)
     rows = max(len(f) for f in parts.values())
     test_rows = max(len(f) for f in test_parts.values())
-    assert seen == [wait_limit(None, rows, 1024), wait_limit(None, test_rows, 1024)]
+    assert seen == [wait_limit(None, rows, 512), wait_limit(None, test_rows, 512)]
     small(max_iter=1, timeout=7.0).fit(parts, y, label_party="imaging")
     assert seen[-1] == 7.0
 

@@ -237,7 +237,7 @@ def test_the_coordinators_layouts_are_those_the_parties_pack() -> None:
 def _run_with(role_class: type[PoissonDataRole], party: str, table: Any) -> None:
     """Fit with ``party`` running ``role_class`` instead of the honest role."""
     parts, y = table
-    est = small(max_iter=1)
+    est = small(max_iter=1, key_bits=1024)  # the deviations below are sized for 1024 bits
     spec = est.fit_spec(LABEL, [LABEL, PASSIVE])
     roles: dict[str, Any] = {"coordinator": PoissonCoordinatorRole(spec)}
     for name, (part, x, targets, exposure) in est.fit_parts(spec, parts, y, "periods").items():

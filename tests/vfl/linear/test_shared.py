@@ -149,7 +149,7 @@ def test_the_label_partys_accumulated_view_gives_no_scores_of_a_one_column_passi
 
 def test_the_coordinator_refuses_a_request_of_another_size_naming_the_party() -> None:
     spec = small_model(
-        VerticalLogisticRegression, protocol="shared_coordinator", batch_size=64
+        VerticalLogisticRegression, protocol="shared_coordinator", batch_size=64, key_bits=1024
     ).fit_spec("imaging", ["imaging", "lab"])
     layout = Sizes((11, 11), 1, 64, 1024, 256).gram_layout(0, 1)  # what the coordinator derives
 
