@@ -378,7 +378,9 @@ class _Screen:
 
         Each part of the chunk's rows (:meth:`rows`) is screened on its own thread with a
         one-thread BLAS product: the screening between products is single-threaded NumPy,
-        so one multi-threaded product at a time left a core idle."""
+        so one multi-threaded product at a time left a core idle. The BLAS limit
+        (threadpoolctl) holds for the whole process while a block runs: another thread's
+        NumPy product in that time gets one thread too."""
         if self._pool is None or len(parts) < 2:
             found = [self._part(side, rows[x:y], lo, hi) for x, y, side in parts]
         else:
