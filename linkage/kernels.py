@@ -16,6 +16,10 @@ length filter admits, in memory-bounded blocks (``chunk`` records of A against `
    |B|)``, the same operations as a reference implementation). When too many groups qualify
    (low floors), the floor test runs over the whole block instead, in integers.
 
+Without best scores (``best=False``) and from a floor of :data:`SCREEN_FLOOR` on NumPy, a
+product of the most frequent 44% of the bits, with two columns that bound the rest, screens
+each block first; the block's rows are screened on every core at once (``_Screen``).
+
 No float screen can drop a pair: the bounds are exact rationals compared in float64 with a
 margin, and every kept score is recomputed from the exact intersection. The Dice of two empty
 filters is 0. ``VFLINK_NO_TORCH=1`` makes ``backend="auto"`` use NumPy even where torch is
@@ -124,7 +128,7 @@ def dice_all_pairs(
     best : bool
         Whether to find every A record's two best scores (the fourth result). Without them,
         and from a floor of :data:`SCREEN_FLOOR` with the NumPy backend, a cheaper product
-        screens the pairs first (:func:`_screened_block`): what is kept is the same.
+        screens the pairs first (``_Screen``): what is kept is the same.
 
     Returns
     -------
