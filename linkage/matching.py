@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import pandas as pd
@@ -51,6 +51,38 @@ logger = logging.getLogger(__name__)
 _CHUNK = 2048
 PROGRESS_MIN_PAIRS = 500_000_000
 """Comparisons from which :func:`dice_pairs` shows a progress bar (VFLINK_PROGRESS=0 hides it)."""
+
+
+@overload
+def dice_pairs(
+    a: Encodings,
+    b: Encodings,
+    *,
+    floor: float = ...,
+    chunk: int = ...,
+    backend: str = ...,
+    workers: Workers = ...,
+    top_k: int | None = ...,
+    best: Literal[True] = ...,
+) -> tuple[
+    np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]
+]: ...
+
+
+@overload
+def dice_pairs(
+    a: Encodings,
+    b: Encodings,
+    *,
+    floor: float = ...,
+    chunk: int = ...,
+    backend: str = ...,
+    workers: Workers = ...,
+    top_k: int | None = ...,
+    best: bool,
+) -> tuple[
+    np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any] | None
+]: ...
 
 
 def dice_pairs(
@@ -269,9 +301,7 @@ def match(
     if blocking is None:
         # the greedy solver looks at each record's TOP_K best candidates only
         top_k = TOP_K if method == "greedy" else None
-        ia, ib, scores, tops = dice_pairs(a, b, floor=low, workers=workers, top_k=top_k)
-        assert tops is not None  # asked for (best=True)
-        best = tops
+        ia, ib, scores, best = dice_pairs(a, b, floor=low, workers=workers, top_k=top_k)
         compared, how = len(a) * len(b), "all pairs"
     else:
         from linkage.blocking import block
