@@ -21,10 +21,11 @@ among the candidates).
 
 from __future__ import annotations
 
-import itertools
+import collections
 import logging
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,17 @@ import numpy as np
 import pandas as pd
 
 from linkage.encoding import Encodings
+from linkage.executors import (
+    Workers,
+    check_workers,
+    failure_of,
+    gather,
+    is_executor,
+    run_on_executor,
+    scatter,
+    submit,
+    thread_pool,
+)
 
 __all__ = [
     "BucketBlocking",
@@ -186,8 +198,17 @@ class LshBlocking:
             "chance_pairs": chance(r, n_bands),
         }
 
-    def candidates(self, a: Encodings, b: Encodings) -> Candidates:
-        """Candidate pairs of ``a`` and ``b``."""
+    def candidates(self, a: Encodings, b: Encodings, workers: Workers = None) -> Candidates:
+        """Candidate pairs of ``a`` and ``b``.
+
+        ``workers`` is where the bands are joined (and, with ``keep_best``, scored): a count
+        of this machine's threads (None: every core; NumPy's sorts, gathers and popcounts
+        release the interpreter lock, so bands run side by side on shared arrays), or the
+        linkage unit's own executor (a ``dask.distributed.Client``: the filters are scattered
+        to its workers once, and each task joins a group of bands). The candidates are the
+        same wherever they run: without ``keep_best`` the union of every band's collisions,
+        with it each record's ``keep_best`` best of them (ties broken by position), which no
+        order of pruning changes (:func:`_prune`)."""
         plan = self.plan(a, b)
         r, n_bands = int(plan["band_bits"]), int(plan["bands"])
         logger.info(
@@ -200,19 +221,7 @@ class LshBlocking:
         )
         rng = np.random.default_rng(self.random_state)
         positions = band_positions(n_bands, r, a.bits // 8, rng)
-        # filters identical on both sides collide in every band: they are joined once, on a
-        # hash of the whole filter, and left out of the bands (at 1M x 1M, most true pairs)
-        whole = (_filter_hash(a.words), _filter_hash(b.words))
-        keys_a, keys_b = band_keys(a.words, positions, r), band_keys(b.words, positions, r)
-        if self.keep_best is None:
-            ia, ib = join_keys(
-                itertools.chain([whole[0]], keys_a),
-                itertools.chain([whole[1]], keys_b),
-                len(b),
-                skip_equal=whole,
-            )
-        else:
-            ia, ib = _join_pruned(a, b, keys_a, keys_b, whole, n_bands, self.keep_best)
+        ia, ib = _lsh_join(a, b, positions, r, self.keep_best, workers)
         return Candidates(ia, ib, len(a), len(b), f"lsh({n_bands}x{r})")
 
 
@@ -393,11 +402,17 @@ class KeyBlocking:
         return Candidates(ia, ib, len(a), len(b), f"keys({len(chosen)})")
 
 
-def block(a: Encodings, b: Encodings, method: Any = "lsh") -> Candidates:
+def block(
+    a: Encodings, b: Encodings, method: Any = "lsh", *, workers: Workers = None
+) -> Candidates:
     """Candidate pairs by ``method``: ``"lsh"`` (:class:`LshBlocking` defaults), ``"keys"``
     (:class:`KeyBlocking`), a configured instance of these or of :class:`BucketBlocking`
     (for large inputs), or :class:`Candidates` found before for the same encodings (reused:
-    ``match(a, b, blocking=candidates)`` solves again without blocking again)."""
+    ``match(a, b, blocking=candidates)`` solves again without blocking again).
+
+    ``workers`` is where LSH's bands run (:meth:`LshBlocking.candidates`: this machine's
+    threads, every core by default, or the linkage unit's Dask client); the other methods
+    run in this process."""
     a.check_compatible(b)
     if isinstance(method, Candidates):
         if (method.n_a, method.n_b) != (len(a), len(b)):
@@ -414,72 +429,231 @@ def block(a: Encodings, b: Encodings, method: Any = "lsh") -> Candidates:
         raise ValueError(
             f"unknown blocking {method!r}: use 'lsh', 'keys', LshBlocking(...) or KeyBlocking(...)"
         )
+    if isinstance(method, LshBlocking):
+        return method.candidates(a, b, workers=workers)
+    check_workers(workers)  # a bad argument is named even where it changes nothing
     return method.candidates(a, b)
 
 
-PRUNE_EVERY = 8
-"""Bands joined between two prunings of :class:`LshBlocking`'s ``keep_best``."""
+TASKS_PER_SLOT = 4
+"""Groups of bands per slot of an executor (or thread) that :class:`LshBlocking` runs on: a
+group's pairs are pruned with the best scores known when it starts, so several waves let
+later groups drop more."""
+
+PRUNE_PAIRS = 4_000_000
+"""Scored pairs that :class:`LshBlocking`'s ``keep_best`` lets pile up before cutting each
+record's candidates to its best (or as many as are kept, if more)."""
 
 
-def _join_pruned(
+def _lsh_join(
     a: Encodings,
     b: Encodings,
-    keys_a: Iterator[np.ndarray[Any, Any]],
-    keys_b: Iterator[np.ndarray[Any, Any]],
-    whole: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]],
-    n_bands: int,
-    keep: int,
+    positions: np.ndarray[Any, Any],
+    r: int,
+    keep: int | None,
+    workers: Workers,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """:func:`join_keys` band by band, keeping each record's ``keep`` best candidates.
+    """:class:`LshBlocking`'s candidates: the bands at ``positions`` in groups, on
+    ``workers``, merged here.
 
-    Each band's pairs are scored at once and kept only if they beat the ``keep``-th best
-    score found so far of one of their records (so the many similar strangers of a large
-    input are dropped as they come); every :data:`PRUNE_EVERY` bands the kept pairs are cut
-    to each record's ``keep`` best exactly and the ``keep``-th best scores updated."""
+    Filters identical on both sides collide in every band (at 1M x 1M, most true pairs): they
+    are joined once, here, on a hash of the whole filter, and left out of every band."""
     from linkage.kernels import dice_of_pairs
-    from linkage.threshold import top_k_pairs
 
+    n_a, n_b = len(a), len(b)
+    hash_a, hash_b = _filter_hash(a.words), _filter_hash(b.words)
+    same_a, same_b = join_keys([hash_a], [hash_b], n_b)
+    executor = workers if is_executor(workers) else None
+    slots = check_workers(workers)
+    if executor is None and slots > 1:
+        executor = thread_pool(slots)
+    # this process and its threads take a band at a time and prune here; another executor
+    # takes a few groups of bands per slot, each pruned on its worker before it comes back
+    per_task = 1 if not is_executor(workers) else -(-len(positions) // (slots * TASKS_PER_SLOT))
+    groups = [positions[i : i + per_task] for i in range(0, len(positions), per_task)]
+    if keep is None:
+        sides = (a.words, b.words, hash_a, hash_b, r)
+        found = _run_groups(executor, _joined_bands, [(g,) for g in groups], sides)
+        if sum(len(f) for f in found) > MAX_CANDIDATES:
+            raise ValueError(
+                f"blocking would produce over {MAX_CANDIDATES:,} candidate pairs; ask for fewer "
+                "(LshBlocking with a higher min_score, or keep_best)"
+            )
+        flat = np.concatenate([same_a.astype(np.int64) * n_b + same_b, *found])
+        flat = np.unique(flat)
+        return flat // n_b, flat % n_b
     pop_a, pop_b = a.popcounts(), b.popcounts()
-    bar_a, bar_b = np.zeros(len(a)), np.zeros(len(b))  # each record's keep-th best so far
-    ia = ib = np.zeros(0, dtype=np.int64)
-    scores = np.zeros(0)
+    whole = (same_a, same_b, dice_of_pairs(a.words, b.words, pop_a, pop_b, same_a, same_b))
+    kept, bar_a, bar_b = _prune([whole], keep, n_a, n_b)
+    shared: tuple[Any, ...] = (a.words, b.words, pop_a, pop_b, hash_a, hash_b, r, keep)
+    failure = "" if executor is None else failure_of(executor, _scored_bands)
+    common = () if executor is None else scatter(executor, shared)
+    in_flight: collections.deque[Any] = collections.deque()
     pending: list[tuple[np.ndarray[Any, Any], ...]] = []
-    bands = itertools.chain([whole], zip(keys_a, keys_b, strict=True))
-    for band, (band_a, band_b) in enumerate(bands):
-        new_a, new_b = join_keys([band_a], [band_b], len(b))
-        if band > 0:  # identical filters were joined once, by the first (whole-filter) band
-            differ = whole[0][new_a] != whole[1][new_b]
-            new_a, new_b = new_a[differ], new_b[differ]
-        new_s = dice_of_pairs(a.words, b.words, pop_a, pop_b, new_a, new_b)
-        good = (new_s >= bar_a[new_a]) | (new_s >= bar_b[new_b])
-        pending.append((new_a[good], new_b[good], new_s[good]))
-        if band % PRUNE_EVERY == 0 or band == n_bands:
-            all_a = np.concatenate([ia, *(p[0] for p in pending)])
-            all_b = np.concatenate([ib, *(p[1] for p in pending)])
-            all_s = np.concatenate([scores, *(p[2] for p in pending)])
+    waiting = 0
+
+    def start(group: np.ndarray[Any, Any]) -> None:
+        # the best scores so far, rounded down (a lower bar keeps more: never a wrong drop)
+        task = (group, _quantised(bar_a), _quantised(bar_b))
+        if executor is None:
+            in_flight.append(_done(_scored_bands(*task, *shared)))
+        else:
+            in_flight.append(submit(executor, _scored_bands, task, common))
+
+    queued = collections.deque(groups)
+    while queued and len(in_flight) < slots:
+        start(queued.popleft())
+    while in_flight:
+        pending.append(gather([in_flight.popleft()], failure)[0])
+        waiting += len(pending[-1][0])
+        if queued:
+            start(queued.popleft())  # before pruning here, so that the workers stay busy
+        if waiting >= max(len(kept[0]), PRUNE_PAIRS):
+            kept, bar_a, bar_b = _prune([kept, *pending], keep, n_a, n_b)
             pending.clear()
-            _, first = np.unique(all_a * len(b) + all_b, return_index=True)
-            all_a, all_b, all_s = all_a[first], all_b[first], all_s[first]
-            kept = top_k_pairs(all_a, all_b, all_s, keep)
-            ia, ib, scores = all_a[kept], all_b[kept], all_s[kept]
-            bar_a = _kth_best(ia, scores, len(a), keep)
-            bar_b = _kth_best(ib, scores, len(b), keep)
-    return ia, ib
+            waiting = 0
+    kept, _, _ = _prune([kept, *pending], keep, n_a, n_b)
+    return kept[0], kept[1]
 
 
-def _kth_best(
-    rows: np.ndarray[Any, Any], scores: np.ndarray[Any, Any], n: int, k: int
+def _done(value: Any) -> Future[Any]:
+    """A future that already holds ``value`` (a task run in this process)."""
+    future: Future[Any] = Future()
+    future.set_result(value)
+    return future
+
+
+def _run_groups(
+    executor: Any,
+    step: Callable[..., Any],
+    tasks: list[tuple[Any, ...]],
+    shared: tuple[Any, ...],
+) -> list[Any]:
+    """``[step(*task, *shared) for task in tasks]`` in this process (no executor), on this
+    machine's threads or on an executor."""
+    if executor is None:
+        return [step(*task, *shared) for task in tasks]
+    return run_on_executor(executor, step, tasks, shared)
+
+
+def _quantised(bar: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Best scores in 16 bits, rounded down by a step more than the float product could
+    round up (a quarter of the bytes to ship to a worker)."""
+    return np.maximum(np.floor(bar * 65535.0) - 1.0, 0.0).astype(np.uint16)
+
+
+def _joined_bands(
+    positions: np.ndarray[Any, Any],
+    words_a: np.ndarray[Any, Any],
+    words_b: np.ndarray[Any, Any],
+    hash_a: np.ndarray[Any, Any],
+    hash_b: np.ndarray[Any, Any],
+    r: int,
 ) -> np.ndarray[Any, Any]:
-    """Each record's ``k``-th best score among the pairs (0 where it has fewer than ``k``)."""
+    """A task of :class:`LshBlocking` without ``keep_best``: the pairs colliding in any of
+    the bands at ``positions``, identical filters left out, as sorted unique
+    ``row_a * n_b + row_b``."""
+    n_b = len(words_b)
+    ia, ib = join_keys(
+        band_keys(words_a, positions, r),
+        band_keys(words_b, positions, r),
+        n_b,
+        skip_equal=(hash_a, hash_b),
+    )
+    flat: np.ndarray[Any, Any] = ia * n_b + ib
+    return flat
+
+
+def _scored_bands(
+    positions: np.ndarray[Any, Any],
+    bar_a: np.ndarray[Any, Any],
+    bar_b: np.ndarray[Any, Any],
+    words_a: np.ndarray[Any, Any],
+    words_b: np.ndarray[Any, Any],
+    pop_a: np.ndarray[Any, Any],
+    pop_b: np.ndarray[Any, Any],
+    hash_a: np.ndarray[Any, Any],
+    hash_b: np.ndarray[Any, Any],
+    r: int,
+    keep: int,
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """A task of :class:`LshBlocking` with ``keep_best``: the pairs colliding in any of the
+    bands at ``positions`` (identical filters left out), scored, and kept when they reach the
+    best-so-far ``bar`` (16-bit, :func:`_quantised`) of one of their records:
+    ``(ia, ib, scores)``. A single band's pairs come back as they are (unique: each row has
+    one key), several bands' cut to each record's ``keep`` best among them (:func:`_prune`,
+    every :data:`PRUNE_PAIRS` pairs, raising the bars as it goes).
+
+    A pair below both its records' bars cannot be among the best of either once all bands
+    are in, so dropping it early changes nothing."""
+    from linkage.kernels import dice_of_pairs
+
+    n_a, n_b = len(words_a), len(words_b)
+    bars = (bar_a / 65535.0, bar_b / 65535.0)
+    kept = _no_pairs()
+    pending: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+    waiting = 0
+    for ka, kb in zip(
+        band_keys(words_a, positions, r), band_keys(words_b, positions, r), strict=True
+    ):
+        new_a, new_b = _band_join(ka, kb)
+        differ = hash_a[new_a] != hash_b[new_b]
+        new_a, new_b = new_a[differ], new_b[differ]
+        new_s = dice_of_pairs(words_a, words_b, pop_a, pop_b, new_a, new_b)
+        good = (new_s >= bars[0][new_a]) | (new_s >= bars[1][new_b])
+        pending.append((new_a[good], new_b[good], new_s[good]))
+        waiting += len(pending[-1][0])
+        if len(positions) > 1 and waiting >= max(len(kept[0]), PRUNE_PAIRS):
+            kept, *raised = _prune([kept, *pending], keep, n_a, n_b)
+            bars = (np.maximum(bars[0], raised[0]), np.maximum(bars[1], raised[1]))
+            pending.clear()
+            waiting = 0
+    if len(positions) == 1:
+        return pending[0]
+    return _prune([kept, *pending], keep, n_a, n_b)[0]
+
+
+def _no_pairs() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    empty = np.zeros(0, dtype=np.int64)
+    return empty, empty, np.zeros(0)
+
+
+def _prune(
+    parts: list[tuple[np.ndarray[Any, Any], ...]], keep: int, n_a: int, n_b: int
+) -> tuple[
+    tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]],
+    np.ndarray[Any, Any],
+    np.ndarray[Any, Any],
+]:
+    """The scored pairs of ``parts`` (repeats dropped, sorted by position) cut to those among
+    the ``keep`` best of their ``a`` or their ``b`` record, and each record's ``keep``-th best
+    score among them (0 with fewer).
+
+    Scores rank with ties broken by position (:func:`~linkage.threshold.top_k_pairs`), a
+    total order; distinct Dice scores (ratios of integers below 2,049) differ by more than
+    its 32-bit resolution. A pair outside a record's ``keep`` best among some pairs is outside
+    them among more, so pruning parts in any grouping and order gives the same pairs."""
     from linkage.threshold import ranks_within
 
-    out = np.zeros(n)
-    if not len(rows):
-        return out
-    order, rank = ranks_within(rows, scores)
-    at_k = order[rank == k - 1]  # only records with at least k pairs have one
-    out[rows[at_k]] = scores[at_k]
-    return out
+    all_a = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
+    all_b = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
+    all_s = np.concatenate([p[2] for p in parts])
+    # parts come sorted or nearly (each band's pairs by row of A): a stable sort merges runs
+    flat = all_a * n_b + all_b
+    order = np.argsort(flat, kind="stable")
+    flat = flat[order]
+    first = order[np.concatenate([[True], flat[1:] != flat[:-1]])]
+    all_a, all_b, all_s = all_a[first], all_b[first], all_s[first]
+    chosen = np.zeros(len(all_s), dtype=bool)
+    bars = []
+    for side, n in ((all_a, n_a), (all_b, n_b)):
+        ranked, rank = ranks_within(side, all_s)  # the order top_k_pairs ranks by
+        chosen[ranked[rank < keep]] = True
+        at_k = ranked[rank == keep - 1]  # records with at least keep pairs have one
+        bar = np.zeros(n)
+        bar[side[at_k]] = all_s[at_k]
+        bars.append(bar)
+    return (all_a[chosen], all_b[chosen], all_s[chosen]), bars[0], bars[1]
 
 
 def band_positions(n_bands: int, r: int, n_bytes_total: int, rng: np.random.Generator) -> Any:
@@ -502,7 +676,11 @@ def band_keys(
     """Per band, ``(n,)`` uint64: the sampled bytes (the last one cut to the band's remaining
     bits) packed into an integer, plus one (0 means no key); one band at a time, so that
     memory does not grow with the number of bands."""
-    by_byte = np.ascontiguousarray(np.ascontiguousarray(words).view(np.uint8).T)  # (bytes, n)
+    as_bytes = np.ascontiguousarray(words).view(np.uint8)  # (n, bytes)
+    if positions.size > 2 * as_bytes.shape[1]:  # most bytes read more than twice: transpose
+        by_byte = np.ascontiguousarray(as_bytes.T)
+    else:  # a few bands (a task's): each byte column read in place, strided
+        by_byte = as_bytes.T
     last_mask = np.uint64((1 << (r - 8 * (positions.shape[1] - 1))) - 1)
     for band in positions:
         keys = np.ones(len(words), dtype=np.uint64)
@@ -535,45 +713,21 @@ def join_keys(
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Unique ``(row_a, row_b)`` with ``ka[row_a] == kb[row_b]`` for some rows ``ka``, ``kb``
     taken together from ``keys_a`` and ``keys_b`` (one row of keys per band or blocking key,
-    arrays or generators; a key of 0 means none).
+    arrays or generators; a key of 0 means none), sorted.
 
-    Per band, a bitmap of hashed keys first finds the few keys present on both sides; only
-    those are sorted and joined. With ``skip_equal=(ha, hb)``, the pairs with ``ha[row_a] ==
-    hb[row_b]`` are left out of every band but the first (which should be that join), so that
-    they are sorted once, not once per band."""
+    With ``skip_equal=(ha, hb)``, the pairs with ``ha[row_a] == hb[row_b]`` are left out (the
+    identical filters, which LSH joins once rather than once per band)."""
     found: list[np.ndarray[Any, Any]] = []
     total = 0
-    shift = np.uint64(0)
-    table_bits = 0
-    mixer = np.uint64(0x9E3779B97F4A7C15)
-    for band, (ka, kb) in enumerate(zip(keys_a, keys_b, strict=True)):
-        if not table_bits:
-            table_bits = max(16, min(26, int(np.ceil(np.log2(8 * (len(ka) + len(kb)))))))
-            shift = np.uint64(64 - table_bits)
-        slot_a, slot_b = (ka * mixer) >> shift, (kb * mixer) >> shift
-        in_b = np.zeros(1 << table_bits, dtype=bool)
-        in_b[slot_b[kb != 0]] = True
-        rows_a = np.flatnonzero(in_b[slot_a] & (ka != 0))
-        if not len(rows_a):
-            continue
-        in_a = np.zeros(1 << table_bits, dtype=bool)
-        in_a[slot_a[rows_a]] = True
-        rows_b = np.flatnonzero(in_a[slot_b] & (kb != 0))
-        sub_a, sub_b = ka[rows_a], kb[rows_b]
-        order_b = np.argsort(sub_b)
-        sorted_b = sub_b[order_b]
-        lo = np.searchsorted(sorted_b, sub_a, side="left")
-        reps = np.searchsorted(sorted_b, sub_a, side="right") - lo
-        total += int(reps.sum())
+    for ka, kb in zip(keys_a, keys_b, strict=True):
+        pair_a, pair_b = _band_join(ka, kb)
+        total += len(pair_a)
         if total > MAX_CANDIDATES:
             raise ValueError(
                 f"blocking would produce over {MAX_CANDIDATES:,} candidate pairs; ask for fewer "
                 "(LshBlocking with a higher min_score, or more specific blocking keys)"
             )
-        offsets = np.repeat(lo - np.cumsum(reps) + reps, reps)
-        slots = offsets + np.arange(len(offsets))
-        pair_a, pair_b = np.repeat(rows_a, reps), rows_b[order_b[slots]]
-        if skip_equal is not None and band > 0:
+        if skip_equal is not None:
             differ = skip_equal[0][pair_a] != skip_equal[1][pair_b]
             pair_a, pair_b = pair_a[differ], pair_b[differ]
         found.append(pair_a.astype(np.int64) * n_b + pair_b)
@@ -581,3 +735,33 @@ def join_keys(
     if len(flat):
         flat = flat[np.concatenate([[True], flat[1:] != flat[:-1]])]
     return flat // n_b, flat % n_b
+
+
+def _band_join(
+    ka: np.ndarray[Any, Any], kb: np.ndarray[Any, Any]
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Every ``(row_a, row_b)`` with ``ka[row_a] == kb[row_b] != 0``, unsorted (unique, as
+    each row has one key).
+
+    A bitmap of hashed keys first finds the few keys present on both sides; only those are
+    sorted and joined."""
+    table_bits = max(16, min(26, int(np.ceil(np.log2(8 * (len(ka) + len(kb)))))))
+    shift, mixer = np.uint64(64 - table_bits), np.uint64(0x9E3779B97F4A7C15)
+    slot_a, slot_b = (ka * mixer) >> shift, (kb * mixer) >> shift
+    in_b = np.zeros(1 << table_bits, dtype=bool)
+    in_b[slot_b[kb != 0]] = True
+    rows_a = np.flatnonzero(in_b[slot_a] & (ka != 0))
+    if not len(rows_a):
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    in_a = np.zeros(1 << table_bits, dtype=bool)
+    in_a[slot_a[rows_a]] = True
+    rows_b = np.flatnonzero(in_a[slot_b] & (kb != 0))
+    sub_a, sub_b = ka[rows_a], kb[rows_b]
+    order_b = np.argsort(sub_b)
+    sorted_b = sub_b[order_b]
+    lo = np.searchsorted(sorted_b, sub_a, side="left")
+    reps = np.searchsorted(sorted_b, sub_a, side="right") - lo
+    offsets = np.repeat(lo - np.cumsum(reps) + reps, reps)
+    slots = offsets + np.arange(len(offsets))
+    return np.repeat(rows_a, reps), rows_b[order_b[slots]]

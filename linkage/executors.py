@@ -64,6 +64,7 @@ __all__ = [
     "check_workers",
     "executor_slots",
     "exit_with_parent",
+    "failure_of",
     "gather",
     "is_dask",
     "is_executor",
@@ -71,6 +72,8 @@ __all__ = [
     "map_threads",
     "process_pool",
     "run_on_executor",
+    "scatter",
+    "submit",
     "thread_pool",
 ]
 
@@ -348,16 +351,35 @@ def run_on_executor(
         A task failed, or its workers all died past Dask's retries: the message names the
         step and the cause; the other tasks are cancelled.
     """
+    common = scatter(executor, shared)
+    futures = [submit(executor, step, task, common) for task in tasks]
+    return gather(futures, failure_of(executor, step))
+
+
+def scatter(executor: Any, shared: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``shared`` made ready for every task :func:`submit` sends to ``executor``: a Dask
+    client scatters each value to every worker once (``broadcast=True``) and this returns
+    their futures; other executors take the values as they are."""
     if is_dask(executor):
-        common = [executor.scatter(value, broadcast=True) for value in shared]
-        futures = [
-            executor.submit(_run_packed, _Packed(step, task), *common, pure=False) for task in tasks
-        ]
-    else:
-        futures = [executor.submit(step, *task, *shared) for task in tasks]
-    what = f"a task of {getattr(step, '__name__', step)} failed on the executor"
-    results = gather(futures, f"{what} {type(executor).__name__}")
-    return [r.args[0] if isinstance(r, _Packed) else r for r in results]
+        return tuple(executor.scatter(value, broadcast=True) for value in shared)
+    return shared
+
+
+def submit(
+    executor: Any, step: Callable[..., Any], task: tuple[Any, ...], shared: tuple[Any, ...] = ()
+) -> Any:
+    """Submit ``step(*task, *shared)`` (``shared`` from :func:`scatter`) to ``executor``; its
+    future's result, through :func:`gather`, is the step's. Dask tasks are impure and carry
+    their arguments and result as one object each (see :func:`run_on_executor`)."""
+    if is_dask(executor):
+        return executor.submit(_run_packed, _Packed(step, task), *shared, pure=False)
+    return executor.submit(step, *task, *shared)
+
+
+def failure_of(executor: Any, step: Callable[..., Any]) -> str:
+    """What :func:`gather` says when a task of ``step`` failed on ``executor``."""
+    name = getattr(step, "__name__", step)
+    return f"a task of {name} failed on the executor {type(executor).__name__}"
 
 
 def gather(futures: Sequence[Any], failure: str) -> list[Any]:
@@ -370,7 +392,7 @@ def gather(futures: Sequence[Any], failure: str) -> list[Any]:
         the others are cancelled.
     """
     try:
-        return [f.result() for f in futures]
+        return [_unpacked(f.result()) for f in futures]
     except Exception as exc:
         for f in futures:
             f.cancel()
@@ -393,6 +415,11 @@ class _Packed:
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         self.fn, self.args = state
+
+
+def _unpacked(result: Any) -> Any:
+    """A task's result as its step returned it (a Dask task's comes back packed)."""
+    return result.args[0] if isinstance(result, _Packed) else result
 
 
 def _run_packed(packed: _Packed, *shared: Any) -> _Packed:

@@ -266,10 +266,12 @@ def match(
         Where an all-pairs comparison runs (:func:`dice_pairs`): the linkage unit's own
         Dask client or any :class:`concurrent.futures.Executor` spreads it over a cluster
         (with ``blocking=None``, comparing millions of records exhaustively, without
-        blocking's loss of recall, becomes a cluster's work); the links are identical. The
-        blocked path stays in this process: scoring the candidate pairs is a gather and a
-        popcount per pair (2.6 million pairs in 0.2 s on one core, 200,000 x 200,000
-        records with LSH), cheaper than shipping each pair's two filters to a worker.
+        blocking's loss of recall, becomes a cluster's work); the links are identical. With
+        LSH blocking, where its bands run (:func:`~linkage.blocking.block`: this machine's
+        threads by default, or the executor; the candidates are identical). Scoring the
+        candidate pairs stays in this process: a gather and a popcount per pair (2.6 million
+        pairs in 0.2 s on one core, 200,000 x 200,000 records with LSH), cheaper than
+        shipping each pair's two filters to a worker.
 
     Returns
     -------
@@ -306,7 +308,7 @@ def match(
     else:
         from linkage.blocking import block
 
-        candidates = block(a, b, blocking)
+        candidates = block(a, b, blocking, workers=workers)
         scores = dice_scores(a, b, candidates.ia, candidates.ib)
         best = top_two_scores(candidates.ia, scores, len(a))
         keep = scores >= low

@@ -231,6 +231,26 @@ def test_all_pairs_comparison_on_dask_gives_the_same_pairs_and_links(client: Any
 
 
 @pytest.mark.slow
+def test_lsh_blocking_on_dask_gives_the_same_candidate_pairs(client: Any) -> None:
+    import linkage
+    from vfl.datasets import identity_schema, make_lab_imaging_cohort
+
+    lab, imaging, truth = make_lab_imaging_cohort(5000, overlap=0.8, random_state=8)
+    schema = identity_schema()
+    a = linkage.encode(lab, schema, secret=SECRET)
+    b = linkage.encode(imaging, schema, secret=SECRET)
+    for keep_best in (None, 3):  # groups of bands joined, or scored and pruned, on workers
+        lsh = linkage.LshBlocking(random_state=2, band_bits=16, bands=20, keep_best=keep_best)
+        here = linkage.block(a, b, lsh, workers=1)
+        there = linkage.block(a, b, lsh, workers=client)
+        assert here.pair_completeness(a, b, truth) > 0.95  # a real blocking, not an empty one
+        np.testing.assert_array_equal(there.ia, here.ia)
+        np.testing.assert_array_equal(there.ib, here.ib)
+    links = linkage.match(a, b, blocking=lsh, workers=client)
+    pd.testing.assert_frame_equal(links, linkage.match(a, b, blocking=lsh, workers=1))
+
+
+@pytest.mark.slow
 def test_rows_held_on_the_cluster_give_the_same_products_and_stay_there(
     keypair: Keys, client: Any
 ) -> None:
