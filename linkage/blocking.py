@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -119,8 +120,9 @@ class LshBlocking:
         None.
     keep_best : int, optional
         Keep only each record's ``keep_best`` best candidates (exact Dice; a pair stays when it
-        is among the best of either of its records), pruning every :data:`PRUNE_EVERY` bands:
-        memory then stays near ``keep_best * (n_a + n_b)`` pairs however many bands there are,
+        is among the best of either of its records), pruning whenever as many new pairs as
+        kept ones (at least :data:`PRUNE_PAIRS`) have piled up: memory then stays near a few
+        times ``keep_best * (n_a + n_b)`` pairs however many bands there are,
         so that large inputs can afford the many bands a high pair completeness needs. The
         greedy solver only looks at each record's 5 best candidates anyway.
     """
@@ -146,15 +148,26 @@ class LshBlocking:
         if self.keep_best is not None and not 1 <= self.keep_best <= 1000:
             raise ValueError(f"keep_best must be 1..1000, got {self.keep_best}")
 
-    def plan(self, a: Encodings, b: Encodings) -> dict[str, Any]:
+    def plan(
+        self,
+        a: Encodings,
+        b: Encodings,
+        rows: tuple[int, int] | None = None,
+        *,
+        rates: tuple[float, float] = (22e-9, 70e-9),
+        max_band_pairs: float | None = None,
+    ) -> dict[str, Any]:
         """``band_bits`` and ``bands`` for these encodings, with what the model expects:
         ``recall`` at ``min_score`` (and ``recall_at`` higher scores) and ``chance_pairs``,
-        the chance collisions counted once per band they occur in.
+        the chance collisions counted once per band they occur in. With ``rows=(n_a, n_b)``,
+        for inputs of that size drawn like these (``a`` and ``b`` a sample of them).
 
-        The band width minimises the expected time: about 22 ns per record and band for the
-        keys, 70 ns per chance collision (measured here), with the chance collisions of a band
+        The band width minimises the expected time: ``rates`` seconds per record and band for
+        the keys and per chance collision (by default 22 and 70 ns, measured here;
+        :meth:`forecast` measures them on the executor), with the chance collisions of a band
         of ``r`` bits estimated as ``E[agreement ** r]`` over 20,000 random pairs, so that
-        similar non-matches (same sex, same birth year) are counted."""
+        similar non-matches (same sex, same birth year) are counted; among the widths whose
+        bands collide at most ``max_band_pairs`` times (a task's memory), if any."""
         length = a.bits
         typical = float(np.median(np.concatenate([a.popcounts(), b.popcounts()])))
 
@@ -166,7 +179,8 @@ class LshBlocking:
         pick_b = rng.integers(0, len(b), 20_000)
         differ = np.bitwise_count(a.words[pick_a] ^ b.words[pick_b]).sum(axis=1)
         agree_random = 1.0 - differ / length
-        pairs = len(a) * len(b)
+        n_a, n_b = rows if rows is not None else (len(a), len(b))
+        pairs = n_a * n_b
         target = agreement(self.min_score)
 
         def bands_for(r: int) -> int:
@@ -179,10 +193,12 @@ class LshBlocking:
         if self.band_bits is not None and self.bands is not None:
             r, n_bands = self.band_bits, self.bands
         else:
+            widths = range(8, min(57, length // 2))
+            fits = [r for r in widths if max_band_pairs is None or chance(r, 1) <= max_band_pairs]
             r = min(
-                range(8, min(57, length // 2)),
+                fits or [widths[-1]],
                 key=lambda r: (
-                    bands_for(r) * (len(a) + len(b)) * 22e-9 + chance(r, bands_for(r)) * 70e-9
+                    bands_for(r) * (n_a + n_b) * rates[0] + chance(r, bands_for(r)) * rates[1]
                 ),
             )
             n_bands = bands_for(r)
@@ -196,6 +212,7 @@ class LshBlocking:
             "recall": recall(self.min_score),
             "recall_at": {score: recall(score) for score in (0.85, 0.9, 0.95)},
             "chance_pairs": chance(r, n_bands),
+            "chance_per_band": chance(r, 1),
         }
 
     def candidates(self, a: Encodings, b: Encodings, workers: Workers = None) -> Candidates:
@@ -223,6 +240,126 @@ class LshBlocking:
         positions = band_positions(n_bands, r, a.bits // 8, rng)
         ia, ib = _lsh_join(a, b, positions, r, self.keep_best, workers)
         return Candidates(ia, ib, len(a), len(b), f"lsh({n_bands}x{r})")
+
+    def forecast(
+        self,
+        a: Encodings,
+        b: Encodings,
+        rows: tuple[int, int],
+        *,
+        workers: Workers = None,
+        sample_bands: int = 4,
+        worker_memory: float = 8 * 2**30,
+    ) -> dict[str, Any]:
+        """Plan a link of ``rows = (n_a, n_b)`` records from rates measured on a sample of
+        them (``a`` and ``b``, e.g. 1M of a 10M x 10M link), on ``workers`` (the executor the
+        link will run on, or this machine's threads).
+
+        A band's cost is a part per record (its keys: both sides' bytes read and hashed)
+        and a part per collision (joined and, with ``keep_best``, scored). Both are measured:
+        ``sample_bands`` bands of :meth:`plan`'s width run as real tasks on ``workers``, on
+        the sample and on half of each side (a quarter of the pairs, half the records), and a
+        least-squares fit of their in-task seconds against records and collisions gives the
+        two rates. The measured collisions, scaled by ``n_a * n_b``, calibrate the plan's
+        model of chance collisions. Unless ``band_bits`` and ``bands`` are set, the plan is
+        then made again at the full size with the measured rates, among the widths whose
+        band fits a task in ``worker_memory`` (both sides' filters and 40 bytes a collision).
+
+        Returns
+        -------
+        dict
+            :meth:`plan`'s keys at the full size, and ``seconds_per_record``,
+            ``seconds_per_collision`` (the fitted rates), ``collisions_per_band`` (at the full
+            size), ``band_seconds`` (one band's task there), ``slots`` (tasks at once),
+            ``seconds`` (every band, spread over the slots), ``worker_bytes`` (what a task
+            holds: the filters and one band's pairs), ``caller_bytes`` (the candidates the
+            caller merges: ``keep_best`` per record, or every collision) and ``measured``
+            (the sample's ``(records, collisions, seconds)`` per task).
+
+        Not counted: shipping the filters to the workers, and the caller's merges of the
+        tasks' results (with ``keep_best``, a sort of the kept pairs now and then).
+        """
+        if not 1 <= sample_bands <= 64:
+            raise ValueError(f"sample_bands must be 1..64, got {sample_bands}")
+        n_a, n_b = rows
+        if n_a < len(a) or n_b < len(b):
+            raise ValueError(
+                f"rows={rows} must be at least the sample's size ({len(a)} x {len(b)}): a "
+                "forecast scales a sample up"
+            )
+        first = self.plan(a, b, rows=rows)
+        r = int(first["band_bits"])
+        rng = np.random.default_rng(self.random_state)  # the link's own first bands
+        positions = band_positions(sample_bands, r, a.bits // 8, rng)
+        executor = workers if is_executor(workers) else None
+        slots = check_workers(workers)
+        if executor is None and slots > 1:
+            executor = thread_pool(slots)
+        measured = []
+        for cut_a, cut_b in ((len(a), len(b)), (max(len(a) // 2, 1), max(len(b) // 2, 1))):
+            wa, wb = a.words[:cut_a], b.words[:cut_b]
+            pop_a, pop_b = a.popcounts()[:cut_a], b.popcounts()[:cut_b]
+            shared = (wa, wb, pop_a, pop_b, _filter_hash(wa), _filter_hash(wb), r, self.keep_best)
+            tasks = [(positions[k : k + 1],) for k in range(sample_bands)]
+            for seconds, collisions in _run_groups(executor, _timed_band, tasks, shared):
+                measured.append((cut_a + cut_b, collisions, seconds))
+        x = np.array([[m[0], m[1]] for m in measured], dtype=float)
+        y = np.array([m[2] for m in measured])
+        (per_record, per_collision), *_ = np.linalg.lstsq(x, y, rcond=None)
+        per_record, per_collision = max(float(per_record), 0.0), max(float(per_collision), 0.0)
+        sample_collisions = float(np.mean([m[1] for m in measured[:sample_bands]]))
+        scaled = sample_collisions * (n_a * n_b) / (len(a) * len(b))
+        calibration = scaled / max(float(first["chance_per_band"]), 1e-9)
+        filters = (n_a + n_b) * a.bits / 8
+        plan = self.plan(
+            a,
+            b,
+            rows=rows,
+            rates=(per_record, per_collision * calibration),
+            max_band_pairs=max(worker_memory - filters, 0.0) / 40.0 / max(calibration, 1e-9),
+        )
+        collisions = float(plan["chance_per_band"]) * calibration
+        band_seconds = per_record * (n_a + n_b) + per_collision * collisions
+        n_bands = int(plan["bands"])
+        if self.keep_best is None:
+            caller = 16.0 * collisions * n_bands  # every collision, two int64 positions
+        else:
+            caller = 3 * 24.0 * self.keep_best * (n_a + n_b)  # kept pairs, copied by a prune
+        return {
+            **plan,
+            "seconds_per_record": per_record,
+            "seconds_per_collision": per_collision,
+            "collisions_per_band": collisions,
+            "band_seconds": band_seconds,
+            "slots": slots,
+            "seconds": -(-n_bands // slots) * band_seconds,
+            "worker_bytes": filters + 40.0 * collisions,
+            "caller_bytes": caller,
+            "measured": measured,
+        }
+
+
+def _timed_band(
+    positions: np.ndarray[Any, Any],
+    words_a: np.ndarray[Any, Any],
+    words_b: np.ndarray[Any, Any],
+    pop_a: np.ndarray[Any, Any],
+    pop_b: np.ndarray[Any, Any],
+    hash_a: np.ndarray[Any, Any],
+    hash_b: np.ndarray[Any, Any],
+    r: int,
+    keep: int | None,
+) -> tuple[float, int]:
+    """A task of :meth:`LshBlocking.forecast`: one band as :func:`_lsh_join` runs it (joined,
+    or joined and scored against bars of 0), timed on the worker: ``(seconds, collisions)``."""
+    started = time.perf_counter()
+    if keep is None:
+        found = len(_joined_bands(positions, words_a, words_b, hash_a, hash_b, r))
+    else:
+        no_bar = (np.zeros(len(words_a), np.uint16), np.zeros(len(words_b), np.uint16))
+        args: tuple[Any, ...] = (words_a, words_b, pop_a, pop_b, hash_a, hash_b, r, keep)
+        found = len(_scored_bands(positions, *no_bar, *args)[0])
+    return time.perf_counter() - started, found
 
 
 @dataclass(frozen=True)

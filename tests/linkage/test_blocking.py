@@ -274,6 +274,39 @@ def test_lsh_gives_the_same_candidates_on_threads_and_executors(cohort, monkeypa
         block(a, b, "keys", workers=0)
 
 
+def test_a_forecast_from_a_sample_predicts_the_collisions_of_the_whole(cohort) -> None:  # type: ignore[no-untyped-def]
+    from linkage.blocking import band_keys, band_positions
+
+    _, _, _, a, b = cohort
+    rng = np.random.default_rng(5)
+    pick_a, pick_b = rng.permutation(len(a))[:1000], rng.permutation(len(b))[:1000]
+    sample_a = Encodings(a.index[pick_a], a.words[pick_a], a.fingerprint)
+    sample_b = Encodings(b.index[pick_b], b.words[pick_b], b.fingerprint)
+    for keep_best in (None, 5):
+        lsh = LshBlocking(random_state=6, band_bits=12, bands=30, keep_best=keep_best)
+        got = lsh.forecast(sample_a, sample_b, (len(a), len(b)), workers=1, sample_bands=6)
+        assert (got["band_bits"], got["bands"]) == (12, 30) and got["slots"] == 1
+        # the same first bands on the whole: the collisions a band really has there (bar
+        # identical filters, which LSH joins once, not per band)
+        positions = band_positions(6, 12, a.bits // 8, np.random.default_rng(6))
+        ids: dict[bytes, int] = {}
+        id_a, id_b = ([ids.setdefault(w.tobytes(), len(ids)) for w in e.words] for e in (a, b))
+        identical = np.array(id_a)[:, None] == np.array(id_b)[None, :]
+        actual = [
+            int(((ka[:, None] == kb[None, :]) & ~identical).sum())
+            for ka, kb in zip(
+                band_keys(a.words, positions, 12), band_keys(b.words, positions, 12), strict=True
+            )
+        ]
+        ratio = got["collisions_per_band"] / np.mean(actual)
+        assert 0.8 < ratio < 1.25, ratio  # 0.97-1.06 over ten draws of the sample
+        assert got["seconds_per_collision"] >= 0 and got["seconds_per_record"] >= 0
+        assert got["seconds"] == pytest.approx(30 * got["band_seconds"])
+        assert len(got["measured"]) == 12  # each band on the sample and on its halves
+    with pytest.raises(ValueError, match="must be at least the sample's size"):
+        LshBlocking().forecast(sample_a, sample_b, (10, 10))
+
+
 def test_candidates_found_once_can_be_solved_again(cohort) -> None:  # type: ignore[no-untyped-def]
     _, _, _, a, b = cohort
     lsh = LshBlocking(random_state=1)
