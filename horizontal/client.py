@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +28,28 @@ else:
 
 __all__ = ["ClientRole", "client_data", "feature_matrix"]
 
-_TRAINING = threading.BoundedSemaphore(int(os.environ.get("VFLINK_TRAIN_SLOTS", "1")))
+_TRAIN_SLOTS = int(os.environ.get("VFLINK_TRAIN_SLOTS", "1"))
 """Clients of one process that train at once. In simulation, a hundred clients' threads
 training together contend for the GIL and torch's intra-op threads (torch already spreads
 one client's step over the cores); in deployment a process holds one client."""
+
+_trainers: dict[int, ThreadPoolExecutor] = {}
+_trainers_lock = threading.Lock()
+
+
+def _trainer() -> ThreadPoolExecutor:
+    """This process's training threads (:data:`_TRAIN_SLOTS`), on which every client of a
+    simulation trains in turn. torch's OpenMP workers serve the thread that calls them: one
+    thread calling for all clients keeps them warm, where a hundred client threads each
+    calling in turn found them cold (100 clients of a 103k-parameter MLP: 0.45 s a round
+    before, 0.41 s after, against 0.26 s for the plain loop)."""
+    with _trainers_lock:
+        pool = _trainers.get(os.getpid())  # a forked child starts its own
+        if pool is None:
+            pool = ThreadPoolExecutor(_TRAIN_SLOTS, thread_name_prefix="vflink-training")
+            _trainers.clear()
+            _trainers[os.getpid()] = pool
+        return pool
 
 
 class ClientRole:
@@ -60,7 +79,8 @@ class ClientRole:
             if task.stop:
                 load_vector(module, task.weights)
                 return FitResult(flatten(module), scaling=scaling, n_features=x.shape[1])
-            with _TRAINING:  # the training: simulated clients take turns (see _TRAINING)
+
+            def train(task: Task = task, own_control: Vector | None = own_control) -> Any:
                 held = None
                 if spec.early_stopping or task.evaluate:  # _round loads the weights itself
                     load_vector(module, task.weights)
@@ -71,6 +91,10 @@ class ClientRole:
                     own_control, reply = self._round(fed, module, x, y, loss_fn, task, own_control)
                 if spec.early_stopping and isinstance(reply, Update):
                     reply = replace(reply, validation_loss=held, validation_rows=len(held_x))
+                return own_control, reply
+
+            # the training: simulated clients take turns on the training thread (_trainer)
+            own_control, reply = _trainer().submit(train).result()
             self._reply(fed, task, reply)  # outside: secure aggregation needs every client
 
     def _round(

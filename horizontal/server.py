@@ -91,8 +91,7 @@ class ServerRole:
                 clip=clip,
                 peers=len(sampled) if spec.secure_aggregation is not None else None,
             )
-            for client in sampled:
-                FED.send(fed, client, "task", task)
+            FED.broadcast(fed, "task", task, to=sampled)  # encoded once, the same bytes each
             if spec.secure_aggregation is not None:
                 weights, record = self._secure_round(fed, sampled, weights, state, round_)
                 record.seconds = time.perf_counter() - began
@@ -198,8 +197,7 @@ class ServerRole:
         """Ask every client for the held-out loss of ``weights`` (the model after the last
         round, which no round has evaluated)."""
         task = Task(round=round_, weights=weights.astype(np.float32), evaluate=True)
-        for client in clients:
-            FED.send(fed, client, "task", task)
+        FED.broadcast(fed, "task", task, to=clients)
         replies = self._gather(fed, clients, round_)
         updates = {c: Update.from_payload(p, c) for c, p in replies.items()}
         for client, update in updates.items():
