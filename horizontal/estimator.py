@@ -503,7 +503,7 @@ class _FederatedModel(FederatedEstimator):
             name: ClientRole(spec, x, y, columns) for name, (x, y, columns) in data.items()
         }
         roles[spec.server] = ServerRole(spec)
-        # the clients' threads take turns (horizontal.training._TRAINING); one intra-op
+        # the clients train in turn on one thread (horizontal.client._trainer); one intra-op
         # thread each is faster for these small steps, and immune to a busy machine's cores
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
