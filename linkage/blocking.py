@@ -297,11 +297,11 @@ class LshBlocking:
             executor = thread_pool(slots)
         measured = []
         for cut_a, cut_b in ((len(a), len(b)), (max(len(a) // 2, 1), max(len(b) // 2, 1))):
-            wa, wb = a.words[:cut_a], b.words[:cut_b]
-            pop_a, pop_b = a.popcounts()[:cut_a], b.popcounts()[:cut_b]
-            shared = (wa, wb, pop_a, pop_b, _filter_hash(wa), _filter_hash(wb), r, self.keep_best)
+            part_a = Encodings(a.index[:cut_a], a.words[:cut_a], a.fingerprint)
+            part_b = Encodings(b.index[:cut_b], b.words[:cut_b], b.fingerprint)
+            bands = _Bands.of(part_a, part_b, r, self.keep_best)
             tasks = [(positions[k : k + 1],) for k in range(sample_bands)]
-            for seconds, collisions in _run_groups(executor, _timed_band, tasks, shared):
+            for seconds, collisions in _run_groups(executor, _timed_band, tasks, bands):
                 measured.append((cut_a + cut_b, collisions, seconds))
         x = np.array([[m[0], m[1]] for m in measured], dtype=float)
         y = np.array([m[2] for m in measured])
@@ -339,26 +339,15 @@ class LshBlocking:
         }
 
 
-def _timed_band(
-    positions: np.ndarray[Any, Any],
-    words_a: np.ndarray[Any, Any],
-    words_b: np.ndarray[Any, Any],
-    pop_a: np.ndarray[Any, Any],
-    pop_b: np.ndarray[Any, Any],
-    hash_a: np.ndarray[Any, Any],
-    hash_b: np.ndarray[Any, Any],
-    r: int,
-    keep: int | None,
-) -> tuple[float, int]:
+def _timed_band(positions: np.ndarray[Any, Any], bands: _Bands) -> tuple[float, int]:
     """A task of :meth:`LshBlocking.forecast`: one band as :func:`_lsh_join` runs it (joined,
     or joined and scored against bars of 0), timed on the worker: ``(seconds, collisions)``."""
     started = time.perf_counter()
-    if keep is None:
-        found = len(_joined_bands(positions, words_a, words_b, hash_a, hash_b, r))
+    if bands.keep is None:
+        found = len(_joined_bands(positions, bands))
     else:
-        no_bar = (np.zeros(len(words_a), np.uint16), np.zeros(len(words_b), np.uint16))
-        args: tuple[Any, ...] = (words_a, words_b, pop_a, pop_b, hash_a, hash_b, r, keep)
-        found = len(_scored_bands(positions, *no_bar, *args)[0])
+        no_bar = (np.zeros(len(bands.words_a), np.uint16), np.zeros(len(bands.words_b), np.uint16))
+        found = len(_scored_bands(positions, *no_bar, bands)[0])
     return time.perf_counter() - started, found
 
 
@@ -582,6 +571,26 @@ PRUNE_PAIRS = 4_000_000
 record's candidates to its best (or as many as are kept, if more)."""
 
 
+@dataclass(frozen=True, eq=False)
+class _Bands:
+    """What every task of :class:`LshBlocking` reads: both sides' filters, popcounts and
+    whole-filter hashes, the band width and ``keep_best`` (scattered once to a cluster)."""
+
+    words_a: np.ndarray[Any, Any]
+    words_b: np.ndarray[Any, Any]
+    pop_a: np.ndarray[Any, Any]
+    pop_b: np.ndarray[Any, Any]
+    hash_a: np.ndarray[Any, Any]
+    hash_b: np.ndarray[Any, Any]
+    r: int
+    keep: int | None
+
+    @classmethod
+    def of(cls, a: Encodings, b: Encodings, r: int, keep: int | None) -> _Bands:
+        hashes = _filter_hash(a.words), _filter_hash(b.words)
+        return cls(a.words, b.words, a.popcounts(), b.popcounts(), *hashes, r, keep)
+
+
 def _lsh_join(
     a: Encodings,
     b: Encodings,
@@ -598,8 +607,8 @@ def _lsh_join(
     from linkage.kernels import dice_of_pairs
 
     n_a, n_b = len(a), len(b)
-    hash_a, hash_b = _filter_hash(a.words), _filter_hash(b.words)
-    same_a, same_b = join_keys([hash_a], [hash_b], n_b)
+    bands = _Bands.of(a, b, r, keep)
+    same_a, same_b = join_keys([bands.hash_a], [bands.hash_b], n_b)
     executor = workers if is_executor(workers) else None
     slots = check_workers(workers)
     if executor is None and slots > 1:
@@ -609,8 +618,7 @@ def _lsh_join(
     per_task = 1 if not is_executor(workers) else -(-len(positions) // (slots * TASKS_PER_SLOT))
     groups = [positions[i : i + per_task] for i in range(0, len(positions), per_task)]
     if keep is None:
-        sides = (a.words, b.words, hash_a, hash_b, r)
-        found = _run_groups(executor, _joined_bands, [(g,) for g in groups], sides)
+        found = _run_groups(executor, _joined_bands, [(g,) for g in groups], bands)
         if sum(len(f) for f in found) > MAX_CANDIDATES:
             raise ValueError(
                 f"blocking would produce over {MAX_CANDIDATES:,} candidate pairs; ask for fewer "
@@ -618,12 +626,10 @@ def _lsh_join(
             )
         flat = _sorted_unique(np.concatenate([same_a.astype(np.int64) * n_b + same_b, *found]))
         return flat // n_b, flat % n_b
-    pop_a, pop_b = a.popcounts(), b.popcounts()
-    whole = (same_a, same_b, dice_of_pairs(a.words, b.words, pop_a, pop_b, same_a, same_b))
-    kept, bar_a, bar_b = _prune([whole], keep, n_a, n_b)
-    shared: tuple[Any, ...] = (a.words, b.words, pop_a, pop_b, hash_a, hash_b, r, keep)
+    scores = dice_of_pairs(a.words, b.words, bands.pop_a, bands.pop_b, same_a, same_b)
+    kept, bar_a, bar_b = _prune([(same_a, same_b, scores)], keep, n_a, n_b)
     failure = "" if executor is None else failure_of(executor, _scored_bands)
-    common = () if executor is None else scatter(executor, shared)
+    common = () if executor is None else scatter(executor, (bands,))
     in_flight: collections.deque[Any] = collections.deque()
     pending: list[tuple[np.ndarray[Any, Any], ...]] = []
     waiting = 0
@@ -632,7 +638,7 @@ def _lsh_join(
         # the best scores so far, rounded down (a lower bar keeps more: never a wrong drop)
         task = (group, _quantised(bar_a), _quantised(bar_b))
         if executor is None:
-            in_flight.append(_done(_scored_bands(*task, *shared)))
+            in_flight.append(_done(_scored_bands(*task, bands)))
         else:
             in_flight.append(submit(executor, _scored_bands, task, common))
 
@@ -660,16 +666,13 @@ def _done(value: Any) -> Future[Any]:
 
 
 def _run_groups(
-    executor: Any,
-    step: Callable[..., Any],
-    tasks: list[tuple[Any, ...]],
-    shared: tuple[Any, ...],
+    executor: Any, step: Callable[..., Any], tasks: list[tuple[Any, ...]], bands: _Bands
 ) -> list[Any]:
-    """``[step(*task, *shared) for task in tasks]`` in this process (no executor), on this
+    """``[step(*task, bands) for task in tasks]`` in this process (no executor), on this
     machine's threads or on an executor."""
     if executor is None:
-        return [step(*task, *shared) for task in tasks]
-    return run_on_executor(executor, step, tasks, shared)
+        return [step(*task, bands) for task in tasks]
+    return run_on_executor(executor, step, tasks, (bands,))
 
 
 def _quantised(bar: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -678,23 +681,16 @@ def _quantised(bar: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.maximum(np.floor(bar * 65535.0) - 1.0, 0.0).astype(np.uint16)
 
 
-def _joined_bands(
-    positions: np.ndarray[Any, Any],
-    words_a: np.ndarray[Any, Any],
-    words_b: np.ndarray[Any, Any],
-    hash_a: np.ndarray[Any, Any],
-    hash_b: np.ndarray[Any, Any],
-    r: int,
-) -> np.ndarray[Any, Any]:
+def _joined_bands(positions: np.ndarray[Any, Any], bands: _Bands) -> np.ndarray[Any, Any]:
     """A task of :class:`LshBlocking` without ``keep_best``: the pairs colliding in any of
     the bands at ``positions``, identical filters left out, as sorted unique
     ``row_a * n_b + row_b``."""
-    n_b = len(words_b)
+    n_b = len(bands.words_b)
     ia, ib = join_keys(
-        band_keys(words_a, positions, r),
-        band_keys(words_b, positions, r),
+        band_keys(bands.words_a, positions, bands.r),
+        band_keys(bands.words_b, positions, bands.r),
         n_b,
-        skip_equal=(hash_a, hash_b),
+        skip_equal=(bands.hash_a, bands.hash_b),
     )
     flat: np.ndarray[Any, Any] = ia * n_b + ib
     return flat
@@ -704,14 +700,7 @@ def _scored_bands(
     positions: np.ndarray[Any, Any],
     bar_a: np.ndarray[Any, Any],
     bar_b: np.ndarray[Any, Any],
-    words_a: np.ndarray[Any, Any],
-    words_b: np.ndarray[Any, Any],
-    pop_a: np.ndarray[Any, Any],
-    pop_b: np.ndarray[Any, Any],
-    hash_a: np.ndarray[Any, Any],
-    hash_b: np.ndarray[Any, Any],
-    r: int,
-    keep: int,
+    bands: _Bands,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """A task of :class:`LshBlocking` with ``keep_best``: the pairs colliding in any of the
     bands at ``positions`` (identical filters left out), scored, and kept when they reach the
@@ -724,7 +713,10 @@ def _scored_bands(
     are in, so dropping it early changes nothing."""
     from linkage.kernels import dice_of_pairs
 
-    n_a, n_b = len(words_a), len(words_b)
+    if bands.keep is None:
+        raise ValueError("scored bands are for keep_best: join them with _joined_bands")
+    words_a, words_b, hash_a, hash_b = bands.words_a, bands.words_b, bands.hash_a, bands.hash_b
+    n_a, n_b, r, keep = len(words_a), len(words_b), bands.r, bands.keep
     bars = (bar_a / 65535.0, bar_b / 65535.0)
     kept = _no_pairs()
     pending: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
@@ -735,7 +727,7 @@ def _scored_bands(
         new_a, new_b = _band_join(ka, kb)
         differ = hash_a[new_a] != hash_b[new_b]
         new_a, new_b = new_a[differ], new_b[differ]
-        new_s = dice_of_pairs(words_a, words_b, pop_a, pop_b, new_a, new_b)
+        new_s = dice_of_pairs(words_a, words_b, bands.pop_a, bands.pop_b, new_a, new_b)
         good = (new_s >= bars[0][new_a]) | (new_s >= bars[1][new_b])
         pending.append((new_a[good], new_b[good], new_s[good]))
         waiting += len(pending[-1][0])
