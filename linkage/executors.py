@@ -359,9 +359,14 @@ def run_on_executor(
 def scatter(executor: Any, shared: tuple[Any, ...]) -> tuple[Any, ...]:
     """``shared`` made ready for every task :func:`submit` sends to ``executor``: a Dask
     client scatters each value to every worker once (``broadcast=True``) and this returns
-    their futures; other executors take the values as they are."""
+    their futures; other executors take the values as they are.
+
+    Each scatter gets a fresh key (``hash=False``). Keys hashed from the content made two
+    calls with the same filters share one: the release of the first call's futures could
+    reach the scheduler after the second scattered them again, and the second call's tasks
+    were then cancelled for "lost dependencies" (seen once under load)."""
     if is_dask(executor):
-        return tuple(executor.scatter(value, broadcast=True) for value in shared)
+        return tuple(executor.scatter(value, broadcast=True, hash=False) for value in shared)
     return shared
 
 
