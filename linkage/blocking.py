@@ -8,7 +8,10 @@ blocking keys.
   ``1 - (1 - s**band_bits)**bands``. The parameters are stated in terms of the goal,
   ``target_recall`` at Dice ``min_score``; :meth:`LshBlocking.plan` turns that into
   ``band_bits`` and ``bands``, choosing the band width that minimises the expected time under a
-  model fitted to the encodings themselves.
+  model fitted to the encodings themselves. The bands run on this machine's threads or on the
+  linkage unit's own executor (a Dask cluster), with the same candidates either way, and
+  :meth:`LshBlocking.forecast` plans a link too large to try (10M x 10M) from per-band rates
+  measured on that executor.
 * :class:`KeyBlocking` -- records that share the keyed hash of any of the schema's blocking keys
   (e.g. Soundex of the surname with the year of birth) become candidates. Fast and
   predictable, but a typo in a key's parts loses the pair, and the linkage unit learns which
