@@ -285,6 +285,10 @@ class LshBlocking:
         if not 1 <= sample_bands <= 64:
             raise ValueError(f"sample_bands must be 1..64, got {sample_bands}")
         n_a, n_b = rows
+        if not len(a) or not len(b):
+            raise ValueError(
+                "the forecast's samples are empty: give it some of each side's records"
+            )
         if n_a < len(a) or n_b < len(b):
             raise ValueError(
                 f"rows={rows} must be at least the sample's size ({len(a)} x {len(b)}): a "

@@ -305,6 +305,8 @@ def test_a_forecast_from_a_sample_predicts_the_collisions_of_the_whole(cohort) -
         assert len(got["measured"]) == 12  # each band on the sample and on its halves
     with pytest.raises(ValueError, match="must be at least the sample's size"):
         LshBlocking().forecast(sample_a, sample_b, (10, 10))
+    with pytest.raises(ValueError, match="samples are empty"):
+        LshBlocking().forecast(sample_a, Encodings(b.index[:0], b.words[:0], b.fingerprint), (9, 9))
 
 
 def test_candidates_found_once_can_be_solved_again(cohort) -> None:  # type: ignore[no-untyped-def]
