@@ -298,10 +298,7 @@ class LshBlocking:
         r = int(first["band_bits"])
         rng = np.random.default_rng(self.random_state)  # the link's own first bands
         positions = band_positions(sample_bands, r, a.bits // 8, rng)
-        executor = workers if is_executor(workers) else None
-        slots = check_workers(workers)
-        if executor is None and slots > 1:
-            executor = thread_pool(slots)
+        executor, slots = _band_runner(workers)
         measured = []
         for cut_a, cut_b in ((len(a), len(b)), (max(len(a) // 2, 1), max(len(b) // 2, 1))):
             part_a = Encodings(a.index[:cut_a], a.words[:cut_a], a.fingerprint)
@@ -616,10 +613,7 @@ def _lsh_join(
     n_a, n_b = len(a), len(b)
     bands = _Bands.of(a, b, r, keep)
     same_a, same_b = join_keys([bands.hash_a], [bands.hash_b], n_b)
-    executor = workers if is_executor(workers) else None
-    slots = check_workers(workers)
-    if executor is None and slots > 1:
-        executor = thread_pool(slots)
+    executor, slots = _band_runner(workers)
     # this process and its threads take a band at a time and prune here; another executor
     # takes a few groups of bands per slot, each pruned on its worker before it comes back
     per_task = 1 if not is_executor(workers) else -(-len(positions) // (slots * TASKS_PER_SLOT))
@@ -663,6 +657,15 @@ def _lsh_join(
             waiting = 0
     kept, _, _ = _prune([kept, *pending], keep, n_a, n_b)
     return kept[0], kept[1]
+
+
+def _band_runner(workers: Workers) -> tuple[Any, int]:
+    """Where LSH tasks run for a ``workers`` argument, and how many at once: the executor
+    given, this machine's thread pool for a count above one, or None (this thread)."""
+    slots = check_workers(workers)
+    if is_executor(workers):
+        return workers, slots
+    return (thread_pool(slots) if slots > 1 else None), slots
 
 
 def _done(value: Any) -> Future[Any]:
