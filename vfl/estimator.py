@@ -56,7 +56,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
 from vfl.federation.base import Federation, Transcript
-from vfl.federation.local import LocalFederation
+from vfl.federation.local import LocalFederation, Scheduling
 from vfl.progress import party_context
 
 __all__ = [
@@ -98,10 +98,18 @@ def wait_limit(timeout: float | None, rows: int = 0, key_bits: int = 2048) -> fl
 
 
 def run_simulation(
-    roles: Mapping[str, Role], *, timeout: float, record_payloads: bool = False
+    roles: Mapping[str, Role],
+    *,
+    timeout: float,
+    record_payloads: bool = False,
+    scheduling: Scheduling = "threads",
 ) -> tuple[dict[str, Any], Transcript]:
-    """Run every role in one process (a thread each); ``({party: result}, transcript)``."""
-    federation = LocalFederation(timeout=timeout, record_payloads=record_payloads)
+    """Run every role in one process (a thread each, or with ``scheduling="cooperative"`` all
+    in turn on this thread: :class:`~vfl.federation.LocalFederation`);
+    ``({party: result}, transcript)``."""
+    federation = LocalFederation(
+        timeout=timeout, record_payloads=record_payloads, scheduling=scheduling
+    )
     results = federation.run({name: labelled(name, role) for name, role in roles.items()})
     return results, federation.transcript
 
@@ -280,11 +288,16 @@ class FederatedEstimator(BaseEstimator):  # type: ignore[misc]
         keep_payloads: bool = False,
         fit: bool = True,
         rows: int = 0,
+        scheduling: Scheduling = "threads",
     ) -> dict[str, Any]:
         """Run ``roles`` in this process (on ``rows`` rows at most per party, for the wait
-        limit); a fit's transcript is kept as ``transcript_``."""
+        limit; ``scheduling`` as :class:`~vfl.federation.LocalFederation` takes it); a fit's
+        transcript is kept as ``transcript_``."""
         results, transcript = run_simulation(
-            roles, timeout=self._wait_limit(rows), record_payloads=keep_payloads
+            roles,
+            timeout=self._wait_limit(rows),
+            record_payloads=keep_payloads,
+            scheduling=scheduling,
         )
         if fit:
             self.transcript_ = transcript

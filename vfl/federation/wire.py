@@ -31,6 +31,7 @@ shapes and nesting depth, refuses trailing bytes and messages above a size limit
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Mapping, Sequence
@@ -91,6 +92,7 @@ _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _F64 = struct.Struct("<d")
+_FLOAT_TAG, _STR_TAG = _U8.pack(_FLOAT), _U8.pack(_STR)
 
 
 class WireFormatError(ValueError):
@@ -215,7 +217,7 @@ def encode(payload: Payload, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     """
     parts: list[bytes] = [MAGIC, _U8.pack(VERSION)]
     _encode_into(parts, payload, "payload", 0)
-    size = sum(len(p) for p in parts)
+    size = sum(map(len, parts))
     if size > max_bytes:
         raise ValueError(
             f"the encoded message is {size} bytes, above the limit of {max_bytes} bytes; "
@@ -227,6 +229,13 @@ def encode(payload: Payload, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
 def _encode_into(parts: list[bytes], obj: Any, path: str, depth: int) -> None:
     if depth > MAX_DEPTH:
         raise TypeError(f"{path}: nesting deeper than {MAX_DEPTH} levels is not in the wire format")
+    kind = type(obj)
+    if kind is float:  # the commonest scalars first: a message's fields are mostly these
+        parts += [_FLOAT_TAG, _F64.pack(obj)]
+        return
+    if kind is str and obj.isascii():
+        parts += [_STR_TAG, _u32(len(obj), path), obj.encode("ascii")]
+        return
     if obj is None:
         parts.append(_U8.pack(_NONE))
     elif isinstance(obj, (bool, np.bool_)):
@@ -366,7 +375,11 @@ class _Reader:
         return len(self.view) - self.pos
 
     def u8(self, what: str) -> int:
-        return int(self.take(1, what)[0])
+        pos = self.pos
+        if pos >= len(self.view):
+            self.take(1, what)  # raises, naming what is truncated
+        self.pos = pos + 1
+        return int(self.view[pos])
 
     def u32(self, what: str) -> int:
         value: int = _U32.unpack(self.take(4, what))[0]
@@ -445,8 +458,8 @@ class _Reader:
         ndim = self.u8("ndim")
         if ndim > MAX_NDIM:
             raise WireFormatError(f"array at offset {start} claims {ndim} dimensions")
-        shape = tuple(self.u64("shape") for _ in range(ndim))
-        if math.prod(max(d, 1) for d in shape) > _MAX_ELEMENTS:
+        shape: tuple[int, ...] = _shape_format(ndim).unpack(self.take(8 * ndim, "shape"))
+        if math.prod([max(d, 1) for d in shape]) > _MAX_ELEMENTS:
             raise WireFormatError(f"array at offset {start} claims an impossible shape {shape}")
         return shape
 
@@ -514,7 +527,35 @@ def payload_kind(payload: Payload) -> str:
     return kind
 
 
+@functools.cache
+def _shape_format(ndim: int) -> struct.Struct:
+    return struct.Struct(f"<{ndim}Q")
+
+
+_EXACT_KINDS: dict[type, str] = {
+    type(None): "none",
+    bool: "bool",
+    int: "int",
+    float: "float",
+    str: "str",
+    bytes: "bytes",
+    list: "list",
+    tuple: "list",
+    dict: "dict",
+}
+
+
+@functools.cache
+def _array_kind(dtype: np.dtype[Any]) -> str:
+    return f"ndarray<{dtype}>"
+
+
 def _scalar_kind(obj: Any) -> str:
+    kind = _EXACT_KINDS.get(type(obj))
+    if kind is not None:
+        return kind
+    if type(obj) is np.ndarray:
+        return _array_kind(obj.dtype)
     if obj is None:
         return "none"
     if isinstance(obj, (bool, np.bool_)):

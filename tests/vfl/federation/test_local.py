@@ -1,7 +1,14 @@
-"""LocalFederation: ordering, rounds, many parties, failures, timeouts, mismatches, transcript."""
+"""LocalFederation: ordering, rounds, many parties, failures, timeouts, mismatches, transcript.
+
+Every test runs under both schedulings (each party a thread, or every party a greenlet of one
+thread), but those whose subject is what only threads do: a party's timeout passing while
+another party computes.
+"""
 
 from __future__ import annotations
 
+import functools
+import sys
 import threading
 import time
 from typing import Any
@@ -20,7 +27,29 @@ from vfl.federation import (
     WireFormatError,
     wire,
 )
-from vfl.federation.local import LocalChannel
+from vfl.federation.local import SCHEDULINGS, LocalChannel
+
+ONE_SCHEDULING = {
+    "test_recv_timeout_names_who_waited_for_what_from_whom": "threads",
+    # these choose their schedulings themselves
+    "test_both_schedulings_send_the_same_bytes_and_return_the_same_results": "threads",
+    "test_a_cooperative_party_may_not_use_its_channel_from_another_thread": "cooperative",
+    "test_an_unknown_scheduling_is_refused_naming_the_choices": "threads",
+}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    name = metafunc.function.__name__
+    chosen = [ONE_SCHEDULING[name]] if name in ONE_SCHEDULING else SCHEDULINGS
+    metafunc.parametrize("scheduling", chosen, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def scheduling(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """This module's ``LocalFederation`` runs its parties with ``request.param``."""
+    made = functools.partial(LocalFederation, scheduling=request.param)
+    monkeypatch.setattr(sys.modules[__name__], "LocalFederation", made)
+    return str(request.param)
 
 
 def party_threads() -> list[threading.Thread]:
@@ -109,20 +138,24 @@ def test_five_parties_all_to_all() -> None:
         assert out[name]["pairs"] == {p: f"{p}->{name}" for p in names if p != name}
 
 
-def test_a_failing_party_unblocks_every_other_party_quickly() -> None:
-    entered = threading.Barrier(4)
+def test_a_failing_party_unblocks_every_other_party_quickly(scheduling: str) -> None:
+    # in turns, the others wait before the last party starts; threads meet at a barrier
+    entered = threading.Barrier(4) if scheduling == "threads" else None
 
     def waiter(fed: Federation) -> None:
-        entered.wait()
+        if entered:
+            entered.wait()
         fed.recv("failing", "never", timeout=60)
 
     def sender_into_full_channel(fed: Federation) -> None:
-        entered.wait()
+        if entered:
+            entered.wait()
         while True:  # the receiver never reads: this blocks on backpressure
             fed.send("waiter1", "spam", np.zeros(1000))
 
     def failing(fed: Federation) -> None:
-        entered.wait()
+        if entered:
+            entered.wait()
         time.sleep(0.2)
         raise ValueError("bad column 'crp' in party data")
 
@@ -449,3 +482,93 @@ def test_tags_with_a_trailing_newline_are_refused() -> None:
         LocalFederation().run(
             {"a": lambda fed: fed.send("b", "grad/3\n", 1), "b": lambda fed: None}
         )
+
+
+# -- cooperative scheduling ---------------------------------------------------------------------
+
+
+def exchange(fed: Federation) -> list[float]:
+    """A split-learning-like exchange: arrays one way, their replies the other, then a gather."""
+    peer = "b" if fed.name == "a" else "a"
+    seen = []
+    for step in range(5):
+        if fed.name == "a":
+            fed.send(peer, f"emb/{step}", np.arange(6.0).reshape(2, 3) * step)
+            seen.append(float(np.sum(fed.recv(peer, f"grad/{step}"))))
+        else:
+            got = fed.recv(peer, f"emb/{step}")
+            fed.send(peer, f"grad/{step}", got * 0.5)
+            seen.append(float(np.sum(got)))
+    return seen
+
+
+def test_both_schedulings_send_the_same_bytes_and_return_the_same_results() -> None:
+    runs = {}
+    for scheduling in SCHEDULINGS:
+        local = LocalFederation(scheduling=scheduling, record_payloads=True)  # type: ignore[arg-type]
+        out = local.run({"a": exchange, "b": exchange})
+        records = local.transcript.records
+        runs[scheduling] = (out, [(r.sender, r.receiver, r.tag, r.data) for r in records])
+    assert runs["threads"] == runs["cooperative"]
+    assert len(runs["threads"][1]) == 10 and all(r[3] for r in runs["threads"][1])
+
+
+def test_cooperative_parties_run_in_the_callers_thread_and_keep_their_own_grad_mode(
+    scheduling: str,
+) -> None:
+    torch = pytest.importorskip("torch")
+    seen: dict[str, Any] = {}
+
+    def a(fed: Federation) -> None:
+        seen["a thread"] = threading.current_thread()
+        with torch.no_grad():
+            fed.send("b", "x", 1)
+            fed.recv("b", "y")  # b runs here
+            seen["a after"] = torch.is_grad_enabled()
+
+    def b(fed: Federation) -> None:
+        seen["b before"] = torch.is_grad_enabled()
+        fed.recv("a", "x")
+        with torch.no_grad():
+            fed.send("a", "y", 2)
+        seen["b after"] = torch.is_grad_enabled()
+
+    caller, threads = threading.current_thread(), threading.active_count()
+    with torch.no_grad():  # a new thread starts with gradients on; so does each party in turn
+        LocalFederation(scheduling=scheduling).run({"a": a, "b": b})  # type: ignore[arg-type]
+        assert not torch.is_grad_enabled()
+    assert seen == {
+        "a thread": seen["a thread"],
+        "b before": True,
+        "a after": False,
+        "b after": True,
+    }
+    assert (seen["a thread"] is caller) == (scheduling == "cooperative")
+    assert threading.active_count() == threads
+
+
+def test_a_cooperative_party_may_not_use_its_channel_from_another_thread() -> None:
+    def a(fed: Federation) -> Any:
+        failures: list[BaseException] = []
+
+        def helper() -> None:
+            try:
+                fed.recv("b", "x")
+            except BaseException as exc:  # carried back to the party
+                failures.append(exc)
+
+        thread = threading.Thread(target=helper)
+        thread.start()
+        thread.join()
+        fed.send("b", "done", 1)
+        raise failures[0]
+
+    with pytest.raises(PartyFailedError, match=r'outside its own turn.*scheduling="threads"'):
+        LocalFederation(scheduling="cooperative").run(
+            {"a": a, "b": lambda fed: fed.recv("a", "done")}
+        )
+
+
+def test_an_unknown_scheduling_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match="scheduling='fibres'; use one of threads, cooperative"):
+        LocalFederation(scheduling="fibres")  # type: ignore[arg-type]

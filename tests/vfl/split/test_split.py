@@ -61,6 +61,31 @@ def test_split_training_is_centralised_training_of_the_composed_network(breast) 
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
+def test_parties_taking_turns_on_one_thread_train_what_threads_train(breast, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A simulated fit runs its parties in turn on one thread (the split estimator's choice);
+    the same fit with a thread per party gives the same parameters, scores and messages."""
+    parts, y = breast
+    assert SplitNNClassifier()._scheduling == "cooperative"
+    assert SplitNNClassifier(protocol="protected")._scheduling == "threads"
+    options: dict[str, Any] = dict(max_iter=2, batch_size=64, tol=None, random_state=3)
+    fits = {}
+    for scheduling in ("cooperative", "threads"):
+        monkeypatch.setattr(SplitNNClassifier, "_scheduling", scheduling)
+        model = SplitNNClassifier(**options).fit(
+            parts, y, label_party="imaging", keep_payloads=True
+        )
+        records = [(r.sender, r.receiver, r.tag, r.data) for r in model.transcript_.records]
+        fits[scheduling] = (model, records, model.predict_proba(parts))
+    (turns, turns_records, turns_scores), (threads, threads_records, threads_scores) = fits.values()
+    assert turns_records == threads_records and len(turns_records) > 20
+    np.testing.assert_array_equal(turns_scores, threads_scores)
+    for name in [*parts, "top"]:
+        a = turns.top_ if name == "top" else turns.modules_[name]
+        b = threads.top_ if name == "top" else threads.modules_[name]
+        for p, q in zip(a.parameters(), b.parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
 def test_it_learns_with_or_without_features_at_the_label_party(breast) -> None:  # type: ignore[no-untyped-def]
     parts, y = breast
     model = SplitNNClassifier(max_iter=15, random_state=0).fit(parts, y, label_party="imaging")
