@@ -131,10 +131,18 @@ def default_credit() -> Case | None:
 # -- (a) overhead against centralised training --------------------------------------------------
 
 
-def centralised(model: SplitNNClassifier, case: Case, epochs: int) -> tuple[list[float], float]:
+def centralised(
+    model: SplitNNClassifier, case: Case, epochs: int, *, split: bool = False
+) -> tuple[list[float], float]:
     """Train the composed network of ``model`` (fitted) in one place, from the same
     initialisation, on the same batches, with the same Adam: seconds per epoch, and the
-    largest difference from the split model's final parameters."""
+    largest difference from the split model's final parameters.
+
+    ``split``: the floor of split learning instead -- its computation in one thread with no
+    messages: each sender's bottom forward, the label party's forward and backward from the
+    detached embeddings and its own Adam step, then each sender's backward from the
+    embeddings' gradients and its own Adam step (two backward passes and one optimiser per
+    party, as split learning does them)."""
     order = model.data_parties_
     bottoms, top = model.build_modules(
         {p: case.train[p].shape[1] for p in order}, len(model.classes_)
@@ -147,8 +155,14 @@ def centralised(model: SplitNNClassifier, case: Case, epochs: int) -> tuple[list
         for p in order
     }
     target = torch.as_tensor(np.searchsorted(model.classes_, case.y_train.to_numpy()))
-    params = [q for m in [top, *bottoms.values()] for q in m.parameters()]
-    optimizer = torch.optim.Adam(params, lr=model.learning_rate, fused=True)
+    label = case.label_party
+    senders = [p for p in order if p != label] if split else []
+    groups = [[top, *(bottoms[p] for p in order if p not in senders)]]
+    groups += [[bottoms[p]] for p in senders]
+    optimizers = [
+        torch.optim.Adam([q for m in g for q in m.parameters()], lr=model.learning_rate, fused=True)
+        for g in groups
+    ]
     loss_fn = nn.CrossEntropyLoss()
     train, _ = split_rows(len(target), model.spec_)
     schedule = Schedule(len(train), model.batch_size, model.random_state).epochs()
@@ -157,11 +171,19 @@ def centralised(model: SplitNNClassifier, case: Case, epochs: int) -> tuple[list
         began = time.perf_counter()
         for batch in next(schedule):
             rows = train[batch]
-            joined = torch.cat([bottoms[p](x[p][rows]) for p in order], dim=1)
+            sent = {p: bottoms[p](x[p][rows]) for p in senders}
+            leaves = {p: h.detach().requires_grad_() for p, h in sent.items()}
+            joined = torch.cat(
+                [leaves[p] if p in leaves else bottoms[p](x[p][rows]) for p in order], dim=1
+            )
             loss = loss_fn(top(joined), target[rows])
-            optimizer.zero_grad()
+            optimizers[0].zero_grad()
             loss.backward()
-            optimizer.step()
+            optimizers[0].step()
+            for p, opt in zip(senders, optimizers[1:], strict=True):
+                opt.zero_grad()
+                torch.autograd.backward(sent[p], leaves[p].grad)
+                opt.step()
         seconds.append(time.perf_counter() - began)
     pairs = [(model.top_, top)] + [(model.modules_[p], bottoms[p]) for p in order]
     with torch.no_grad():
@@ -176,21 +198,27 @@ def centralised(model: SplitNNClassifier, case: Case, epochs: int) -> tuple[list
 def overhead(case: Case, epochs: int, batch: int, repeats: int) -> None:
     split_s: list[float] = []
     central_s: list[float] = []
+    floor_s: list[float] = []
     gap = 0.0
     for _ in range(repeats):  # interleaved, so that a burst of load hits both
         model = case.fit(epochs, batch)
         split_s += model.epoch_seconds_[1:]
         seconds, g = centralised(model, case, epochs)
         central_s += seconds[1:]
-        gap = max(gap, g)
+        seconds, g_floor = centralised(model, case, epochs, split=True)
+        floor_s += seconds[1:]
+        gap = max(gap, g, g_floor)
     batches = Schedule(len(case.y_train), batch, 0).batches_per_epoch()
     split_med, central_med = float(np.median(split_s)), float(np.median(central_s))
+    floor_med = float(np.median(floor_s))
     split_min, central_min = min(split_s), min(central_s)
     per_batch = (split_med - central_med) / batches * 1e3
+    messages = (split_med - floor_med) / batches * 1e3
     print(
         f"{case.name + f', batch {batch}':<46}{split_med:>8.3f}{central_med:>8.3f}"
         f"{split_med / central_med:>7.2f}x{split_min:>8.3f}{central_min:>8.3f}"
         f"{split_min / central_min:>7.2f}x{per_batch:>8.2f}{gap:>10.1e}"
+        f"{floor_med / central_med:>7.2f}x{messages:>9.2f}"
     )
 
 
@@ -333,12 +361,16 @@ def main() -> None:
         "centrally in torch\n(same modules, initialisation, batches, Adam); epochs 2 onwards of "
         f"{args.repeats} interleaved runs each; 'ms/batch': split's\nextra time per batch "
         "(medians); 'param gap': largest |difference| of the final parameters; '(a | b)': the "
-        "columns at the\ndata party | at the label party. Goal: <= 1.5x"
+        "columns at the\ndata party | at the label party; 'floor': split learning's own "
+        "computation in one thread without messages\n(two backward passes, an optimiser per "
+        "party) against central; 'msgs ms': what the messages and the parties' turns add\nper "
+        "batch over that floor. Goal: <= 1.5x"
     )
     print(
-        f"{'':<46}{'median s/epoch':>23}{'best s/epoch':>23}{'ms/':>8}{'param':>10}\n"
+        f"{'':<46}{'median s/epoch':>23}{'best s/epoch':>23}{'ms/':>8}{'param':>10}"
+        f"{'':>7}{'msgs':>9}\n"
         f"{'case':<46}{'split':>8}{'central':>8}{'ratio':>7}{'split':>8}{'central':>8}"
-        f"{'ratio':>7}{'batch':>8}{'gap':>10}"
+        f"{'ratio':>7}{'batch':>8}{'gap':>10}{'floor':>7}{'ms':>9}"
     )
     for case, epochs, batches, _ in cases:
         for batch in batches:

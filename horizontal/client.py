@@ -94,8 +94,12 @@ class ClientRole:
                     reply = replace(reply, validation_loss=held, validation_rows=len(held_x))
                 return own_control, reply
 
-            # the training: simulated clients take turns on the training thread (_trainer)
-            own_control, reply = _trainer().submit(train).result()
+            # the training: simulated clients take turns on the training thread (_trainer),
+            # or where they are when every party takes turns on one thread
+            if fed.takes_turns:
+                own_control, reply = train()
+            else:
+                own_control, reply = _trainer().submit(train).result()
             self._reply(fed, task, reply)  # outside: secure aggregation needs every client
 
     def _round(

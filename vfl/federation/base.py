@@ -254,6 +254,13 @@ class Federation(abc.ABC):
         """The other parties, in the federation's order."""
         return self._peers
 
+    @property
+    def takes_turns(self) -> bool:
+        """True where every party of the run takes turns on this one thread
+        (:class:`~vfl.federation.LocalFederation`'s cooperative scheduling): a party then
+        computes where it is rather than handing work to another thread."""
+        return False
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self._name!r}, peers={list(self._peers)!r})"
 

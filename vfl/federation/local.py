@@ -343,6 +343,10 @@ class LocalChannel(Federation):
         )
         self._hub = hub
 
+    @property
+    def takes_turns(self) -> bool:
+        return self._hub.turns is not None
+
     def check_aborted(self) -> None:
         """Raise :class:`FederationAbortedError` if the run was aborted (for long local loops).
         Under cooperative scheduling, the other ready parties run first."""

@@ -137,8 +137,8 @@ class Quantizer:
 
     def pack(self, values: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], float, float]:
         """``(payload, offset, scale)``; ``unpack`` inverts it (exactly for float32)."""
-        if self.kind is None:
-            return values.astype(np.float32), 0.0, 1.0
+        if self.kind is None:  # the wire format copies it: no copy here
+            return values.astype(np.float32, copy=False), 0.0, 1.0
         if self.kind == "float16":
             return values.astype(np.float16), 0.0, 1.0
         levels = (1 << int(self.kind)) - 1
@@ -151,6 +151,9 @@ class Quantizer:
 
     @staticmethod
     def unpack(payload: np.ndarray[Any, Any], offset: float, scale: float) -> np.ndarray[Any, Any]:
+        """The float32 values ``payload`` carries (a new array: ``payload`` is not changed)."""
+        if offset == 0.0 and scale == 1.0:  # float32 or float16: the values themselves
+            return payload.astype(np.float32)
         out: np.ndarray[Any, Any] = payload.astype(np.float32) * np.float32(scale) + np.float32(
             offset
         )

@@ -647,9 +647,9 @@ def test_the_default_wait_grows_with_the_rows_and_the_key(breast, monkeypatch) -
     seen: list[float] = []
     run = estimator.run_simulation
 
-    def recording(roles, *, timeout, record_payloads=False):  # type: ignore[no-untyped-def]
+    def recording(roles, *, timeout, **options):  # type: ignore[no-untyped-def]
         seen.append(timeout)
-        return run(roles, timeout=timeout, record_payloads=record_payloads)
+        return run(roles, timeout=timeout, **options)
 
     monkeypatch.setattr(estimator, "run_simulation", recording)
     parts, y, test_parts, _ = breast
