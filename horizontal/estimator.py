@@ -53,6 +53,7 @@ from vfl import persistence
 from vfl.estimator import FederatedEstimator, Role, renamed_parameters, run_deployed
 from vfl.extras import optional, require
 from vfl.federation.base import Federation
+from vfl.federation.local import Scheduling
 
 if TYPE_CHECKING:
     import torch
@@ -503,12 +504,16 @@ class _FederatedModel(FederatedEstimator):
             name: ClientRole(spec, x, y, columns) for name, (x, y, columns) in data.items()
         }
         roles[spec.server] = ServerRole(spec)
-        # the clients train in turn on one thread (horizontal.client._trainer); one intra-op
-        # thread each is faster for these small steps, and immune to a busy machine's cores
+        # the clients train in turn (horizontal.client._trainer); one intra-op thread each is
+        # faster for these small steps, and immune to a busy machine's cores. Without secure
+        # aggregation every party takes turns on this thread (no hand-off between threads:
+        # 100 clients of a 103k-parameter MLP, 0.42 -> 0.38 s a round); with it, the clients'
+        # masks are computed at once on every core, and each party keeps a thread
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
+        scheduling: Scheduling = "threads" if spec.secure_aggregation else "cooperative"
         try:
-            results = self._simulate(roles, keep_payloads=keep_payloads)
+            results = self._simulate(roles, keep_payloads=keep_payloads, scheduling=scheduling)
         finally:
             torch.set_num_threads(threads)
         self._collect(results[spec.server], spec)

@@ -87,6 +87,34 @@ def test_a_fedavg_round_moves_the_model_by_the_row_weighted_mean_update(breast) 
     assert not np.allclose(start[1], start[0] + unweighted, atol=1e-6)
 
 
+def test_clients_taking_turns_on_one_thread_train_what_threads_train(breast, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A simulated fit without secure aggregation runs every party in turn on one thread (with
+    it, a thread each); forced onto threads, the same fit sends the same messages and ends on
+    the same weights."""
+    simulate = FederatedClassifier._simulate
+    chosen: list[str] = []
+    forced: list[str | None] = [None]
+
+    def recording(self, roles, **options):  # type: ignore[no-untyped-def]
+        chosen.append(options["scheduling"])
+        options["scheduling"] = forced[0] or options["scheduling"]
+        return simulate(self, roles, **options)
+
+    monkeypatch.setattr(FederatedClassifier, "_simulate", recording)
+    fits = {}
+    for scheduling in ("cooperative", "threads"):
+        forced[0] = scheduling
+        model = FederatedClassifier(max_iter=3, random_state=0).fit(breast, keep_payloads=True)
+        messages = sorted((r.sender, r.receiver, r.tag, r.data) for r in model.transcript_.records)
+        fits[scheduling] = (model.weights_, messages)
+    assert chosen == ["cooperative", "cooperative"]
+    np.testing.assert_array_equal(fits["cooperative"][0], fits["threads"][0])
+    assert fits["cooperative"][1] == fits["threads"][1] and len(fits["threads"][1]) > 20
+    forced[0] = None
+    FederatedClassifier(max_iter=1, protocol="secagg", random_state=0).fit(breast)
+    assert chosen[-1] == "threads"
+
+
 def test_fedprox_with_mu_zero_is_fedavg(breast) -> None:  # type: ignore[no-untyped-def]
     a = FederatedClassifier(max_iter=3, strategy=FedAvg(), random_state=0).fit(breast)
     b = FederatedClassifier(max_iter=3, strategy=FedProx(mu=0.0), random_state=0).fit(breast)
