@@ -253,11 +253,11 @@ def test_lsh_keep_best_keeps_each_records_best_candidates(cohort) -> None:  # ty
 
 
 def test_lsh_gives_the_same_candidates_on_threads_and_executors(cohort, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import linkage.blocking
+    import linkage.bands
 
     _, _, _, a, b = cohort
     # small prunes, so that bars rise between bands and groups while they run
-    monkeypatch.setattr(linkage.blocking, "PRUNE_PAIRS", 2000)
+    monkeypatch.setattr(linkage.bands, "PRUNE_PAIRS", 2000)
     twin = a.words.copy()
     twin[:40] = b.words[:40]  # identical filters: ties in every record's ranking
     a = Encodings(a.index, twin, a.fingerprint)
