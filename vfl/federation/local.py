@@ -138,19 +138,20 @@ class _Turns:
 
     def sleep(self, party: str, remaining: float) -> None:
         """Wait until woken or ``remaining`` seconds have passed (the lock held)."""
-        self._check_turn(party)
+        self.check_turn(party)
         self.asleep[party] = time.monotonic() + remaining
         self._switch()
 
     def pause(self, party: str) -> None:
         """Let every other ready party run first (the lock held): a long loop's
         :meth:`LocalChannel.check_aborted` is where the others get their turns."""
-        self._check_turn(party)
+        self.check_turn(party)
         if self.ready:
             self.ready[party] = None
             self._switch()
 
-    def _check_turn(self, party: str) -> None:
+    def check_turn(self, party: str) -> None:
+        """Refuse a call from anywhere but ``party``'s own greenlet (another thread)."""
         if greenlet.getcurrent() is not self.greenlets.get(party):
             raise RuntimeError(
                 f"party {party!r} used its channel outside its own turn (from another thread); "
@@ -191,7 +192,8 @@ class _Turns:
     @staticmethod
     def _fresh(body: Callable[[], None]) -> Callable[[], None]:
         def start() -> None:
-            _restore_thread_state(tuple(True for _ in _thread_state()))  # a new thread's
+            if "torch" in sys.modules:
+                _restore_thread_state((True,))  # gradients on, as in a new thread
             body()
 
         return start
@@ -205,12 +207,11 @@ class _Hub:
         parties: tuple[str, ...],
         max_pending_bytes: int,
         transcript: Transcript,
-        turns: _Turns | None = None,
     ) -> None:
         self.parties = parties
         self.lock = threading.Lock()
         self.conds = {p: threading.Condition(self.lock) for p in parties}
-        self.turns = turns  # cooperative scheduling, else None (threads)
+        self.turns: _Turns | None = None  # cooperative scheduling, else threads
         self.boxes: dict[tuple[str, str, str], collections.deque[bytes]] = {}
         self.pending: dict[tuple[str, str], int] = collections.defaultdict(int)
         self.waits: dict[str, _Wait] = {}
@@ -359,6 +360,8 @@ class LocalChannel(Federation):
     def _send_bytes(self, to: str, tag: str, data: bytes) -> None:
         hub, me = self._hub, self.name
         deadline = time.monotonic() + self.timeout
+        if hub.turns is not None:
+            hub.turns.check_turn(me)
         with hub.lock:
             while True:
                 hub.raise_if_aborted(me)

@@ -547,13 +547,14 @@ def test_cooperative_parties_run_in_the_callers_thread_and_keep_their_own_grad_m
     assert threading.active_count() == threads
 
 
-def test_a_cooperative_party_may_not_use_its_channel_from_another_thread() -> None:
+@pytest.mark.parametrize("call", ["recv", "send"])
+def test_a_cooperative_party_may_not_use_its_channel_from_another_thread(call: str) -> None:
     def a(fed: Federation) -> Any:
         failures: list[BaseException] = []
 
         def helper() -> None:
             try:
-                fed.recv("b", "x")
+                fed.recv("b", "x") if call == "recv" else fed.send("b", "x", 1)
             except BaseException as exc:  # carried back to the party
                 failures.append(exc)
 
