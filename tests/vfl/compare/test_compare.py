@@ -66,11 +66,13 @@ def test_quick_comparison_has_a_row_for_every_scheme_with_finite_figures(
     )
     assert {r.family for r in quick.results} == set(FAMILIES)
     for row in quick.results:
-        # the horizontal client-DP rows' noise is OS-random by design, and with five hospitals
-        # it is large against the signal: 400 draws of each row alone gave AUC 0.26-0.87 with
-        # secure aggregation (2 below 0.5) and 0.56-0.87 without; a valid AUC is all one draw
-        # promises (their median over draws is tested in test_horizontal_rows)
-        low = 0.0 if row.family == "horizontal" and row.ledger is not None else 0.5
+        # client-level DP's noise is OS-random by design, and with five hospitals it is large
+        # against the signal: 400 draws of each row alone gave AUC 0.26-0.87 with secure
+        # aggregation (whose distributed noise adds 5/3 of the central variance: 2 draws below
+        # 0.5) and 0.56-0.87 without (none below 0.5). A valid AUC is all one draw of the
+        # secure row promises; its median over draws is tested in test_horizontal_rows
+        noisiest = row.family == "horizontal" and row.ledger is not None and "secure" in row.scheme
+        low = 0.0 if noisiest else 0.5
         assert math.isfinite(row.auc) and low < row.auc <= 1.0, (row.scheme, row.auc)
         assert math.isfinite(row.seconds) and row.seconds >= 0
         assert row.learns, row.scheme
