@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from vfl.federation import wire
 from vfl.federation.wire import Payload
@@ -152,7 +152,11 @@ class Transcript:
         self._records: list[MessageRecord] = []
         self._lock = threading.Lock()
 
-    def record(self, sender: str, receiver: str, tag: str, kind: str, data: bytes) -> None:
+    def record(self, sender: str, receiver: str, tag: str, kind: str, data: bytes | int) -> None:
+        """Record a message: its encoded ``data``, or (where the transport passed the value
+        itself and the payloads are not kept) only its encoded size."""
+        if isinstance(data, int) and self.keep_payloads:
+            raise ValueError("a transcript that keeps the payloads needs each message's bytes")
         with self._lock:
             self._records.append(
                 MessageRecord(
@@ -161,9 +165,9 @@ class Transcript:
                     receiver=receiver,
                     tag=tag,
                     kind=kind,
-                    nbytes=len(data),
+                    nbytes=data if isinstance(data, int) else len(data),
                     time=time.monotonic(),
-                    data=data if self.keep_payloads else None,
+                    data=data if self.keep_payloads and not isinstance(data, int) else None,
                 )
             )
 
@@ -207,6 +211,25 @@ def check_tag(tag: str) -> str:
             "spaces, e.g. 'vlr/grad/3'"
         )
     return tag
+
+
+class Parcel:
+    """A message passed by value between two ends in one process: the receiver's own replica
+    of the payload (:func:`vfl.federation.wire.replica`: what it would decode, sharing nothing
+    with the sender) and the size of its encoding, which the transcript records and the
+    transport's backpressure counts as if the bytes had passed (``len(parcel)``)."""
+
+    __slots__ = ("nbytes", "value")
+
+    def __init__(self, value: Payload, nbytes: int) -> None:
+        self.value, self.nbytes = value, nbytes
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+
+Frame: TypeAlias = "bytes | Parcel"
+"""What a transport carries: a message's encoded bytes, or in one process a :class:`Parcel`."""
 
 
 class Federation(abc.ABC):
@@ -255,6 +278,13 @@ class Federation(abc.ABC):
         return self._peers
 
     @property
+    def passes_values(self) -> bool:
+        """True where both ends share a process, so a message reaches the receiver as a
+        replica of its payload rather than as bytes to decode (:class:`Parcel`), unless the
+        transcript keeps every message's bytes. The transcript counts the same bytes."""
+        return False
+
+    @property
     def takes_turns(self) -> bool:
         """True where every party of the run takes turns on this one thread
         (:class:`~vfl.federation.LocalFederation`'s cooperative scheduling): a party then
@@ -270,9 +300,7 @@ class Federation(abc.ABC):
         """Send ``payload`` to party ``to`` under ``tag`` (see the module docstring)."""
         self._check_peer(to, "send to")
         check_tag(tag)
-        data = wire.encode(payload, max_bytes=self.max_message_bytes)
-        self.transcript.record(self._name, to, tag, wire.payload_kind(payload), data)
-        self._send_bytes(to, tag, data)
+        self._deliver(to, tag, self._frame(to, tag, payload, wire.payload_kind(payload)))
 
     def broadcast(self, tag: str, payload: Payload, *, to: Iterable[str] | None = None) -> None:
         """Send the same payload to several peers (all by default), encoding it once."""
@@ -280,11 +308,10 @@ class Federation(abc.ABC):
         for peer in targets:
             self._check_peer(peer, "send to")
         check_tag(tag)
-        data = wire.encode(payload, max_bytes=self.max_message_bytes)
         kind = wire.payload_kind(payload)
+        data = None if self._by_value() else wire.encode(payload, max_bytes=self.max_message_bytes)
         for peer in targets:
-            self.transcript.record(self._name, peer, tag, kind, data)
-            self._send_bytes(peer, tag, data)
+            self._deliver(peer, tag, self._frame(peer, tag, payload, kind, data))
 
     def recv(self, frm: str, tag: str, *, timeout: float | None = None) -> Payload:
         """Receive the oldest message from ``frm`` with ``tag``, waiting up to ``timeout`` seconds.
@@ -360,10 +387,14 @@ class Federation(abc.ABC):
     def _send_bytes(self, to: str, tag: str, data: bytes) -> None:
         """Deliver one encoded message (may block for backpressure)."""
 
+    def _send_parcel(self, to: str, tag: str, parcel: Parcel) -> None:
+        """Deliver one message by value (transports whose :attr:`passes_values`)."""
+        raise NotImplementedError(f"{type(self).__name__} carries bytes only")
+
     @abc.abstractmethod
     def _recv_bytes(
         self, frm: str, tag: str, deadline: float, *, explicit_timeout: bool = False
-    ) -> bytes:
+    ) -> Frame:
         """Return the oldest message from ``frm`` with ``tag`` before ``time.monotonic()`` passes
         ``deadline``, else raise :class:`FederationTimeoutError` / :class:`PeerGoneError`.
 
@@ -377,13 +408,13 @@ class Federation(abc.ABC):
         *,
         need: int,
         explicit_timeout: bool = False,
-    ) -> dict[str, bytes]:
+    ) -> Mapping[str, Frame]:
         """Collect one message per sender until the deadline; senders that are gone are skipped.
 
         This generic version waits for the senders one after another; transports that can
         wait for all at once override it. ``need`` is the caller's ``min_count``.
         """
-        out: dict[str, bytes] = {}
+        out: dict[str, Frame] = {}
         for peer in senders:
             try:
                 out[peer] = self._recv_bytes(peer, tag, deadline, explicit_timeout=True)
@@ -408,7 +439,36 @@ class Federation(abc.ABC):
                 f"peers are {list(self._peers)}"
             )
 
-    def _decode(self, frm: str, tag: str, data: bytes) -> Payload:
+    def _deliver(self, to: str, tag: str, frame: Frame) -> None:
+        if isinstance(frame, Parcel):
+            self._send_parcel(to, tag, frame)
+        else:
+            self._send_bytes(to, tag, frame)
+
+    def _by_value(self) -> bool:
+        return self.passes_values and not self.transcript.keep_payloads
+
+    def _frame(
+        self, to: str, tag: str, payload: Payload, kind: str, data: bytes | None = None
+    ) -> Frame:
+        """What carries ``payload`` to ``to`` (its encoding ``data``, when already made),
+        recorded in the transcript."""
+        if data is None and self._by_value():
+            try:
+                value, nbytes = wire.replica(payload, max_bytes=self.max_message_bytes)
+            except wire.WireFormatError:  # more values than decode takes: the receiver says so
+                pass
+            else:
+                self.transcript.record(self._name, to, tag, kind, nbytes)
+                return Parcel(value, nbytes)
+        if data is None:
+            data = wire.encode(payload, max_bytes=self.max_message_bytes)
+        self.transcript.record(self._name, to, tag, kind, data)
+        return data
+
+    def _decode(self, frm: str, tag: str, data: Frame) -> Payload:
+        if isinstance(data, Parcel):
+            return data.value
         try:
             return wire.decode(data, max_bytes=self.max_message_bytes)
         except wire.WireFormatError as exc:

@@ -1,9 +1,17 @@
 """The embedded in-process federation: every party a thread of one process.
 
 :class:`LocalFederation` runs ``{party_name: callable}``, each callable in its own thread with its
-own :class:`~vfl.federation.Federation` endpoint, and returns each party's result. Messages are
-encoded with the wire format and passed as bytes, so local runs exercise the serialisation the
-network federation uses and the transcript counts real bytes.
+own :class:`~vfl.federation.Federation` endpoint, and returns each party's result.
+
+Messages pass by value: the receiver gets :func:`~vfl.federation.wire.replica` of the payload --
+exactly what it would decode from the wire format's bytes (tuples as lists, numpy scalars as
+Python ones, every array its own C-ordered copy), sharing nothing with the sender -- and the
+transcript records the size the encoded message would have, so byte counts are the network's.
+The same checks refuse what the wire format refuses, at the sender. With
+``record_payloads=True`` the messages are encoded and passed as bytes instead (the transcript
+keeps them for audits), as they are between processes. Passing values saves the encoding and
+decoding: a 64 x 16 embedding's round trip between two parties in turn took 46 us as bytes and
+23 us by value (the tests check that both give the same values and counts).
 
 Design, for every consumer the library has (2-5 parties exchanging Paillier vectors, float
 tensors every mini-batch in both directions, 100+ simulated clients of which some drop out):
@@ -74,6 +82,8 @@ from vfl.federation.base import (
     Federation,
     FederationAbortedError,
     FederationTimeoutError,
+    Frame,
+    Parcel,
     PartyFailedError,
     PeerGoneError,
     ProtocolMismatchError,
@@ -212,7 +222,7 @@ class _Hub:
         self.lock = threading.Lock()
         self.conds = {p: threading.Condition(self.lock) for p in parties}
         self.turns: _Turns | None = None  # cooperative scheduling, else threads
-        self.boxes: dict[tuple[str, str, str], collections.deque[bytes]] = {}
+        self.boxes: dict[tuple[str, str, str], collections.deque[Frame]] = {}
         self.pending: dict[tuple[str, str], int] = collections.defaultdict(int)
         self.waits: dict[str, _Wait] = {}
         self.finished: set[str] = set()
@@ -345,6 +355,10 @@ class LocalChannel(Federation):
         self._hub = hub
 
     @property
+    def passes_values(self) -> bool:
+        return True
+
+    @property
     def takes_turns(self) -> bool:
         return self._hub.turns is not None
 
@@ -357,7 +371,10 @@ class LocalChannel(Federation):
                 self._hub.turns.pause(self.name)
                 self._hub.raise_if_aborted(self.name)
 
-    def _send_bytes(self, to: str, tag: str, data: bytes) -> None:
+    def _send_parcel(self, to: str, tag: str, parcel: Parcel) -> None:
+        self._send_bytes(to, tag, parcel)
+
+    def _send_bytes(self, to: str, tag: str, data: Frame) -> None:
         hub, me = self._hub, self.name
         deadline = time.monotonic() + self.timeout
         if hub.turns is not None:
@@ -380,7 +397,7 @@ class LocalChannel(Federation):
             hub.pending[(me, to)] += len(data)
             hub.wake(to)
 
-    def _take(self, frm: str, tag: str) -> bytes | None:
+    def _take(self, frm: str, tag: str) -> Frame | None:
         hub = self._hub
         box = hub.boxes.get((frm, self.name, tag))
         if not box:
@@ -394,7 +411,7 @@ class LocalChannel(Federation):
 
     def _recv_bytes(
         self, frm: str, tag: str, deadline: float, *, explicit_timeout: bool = False
-    ) -> bytes:
+    ) -> Frame:
         hub, me = self._hub, self.name
         started = time.monotonic()
         with hub.lock:
@@ -427,9 +444,9 @@ class LocalChannel(Federation):
         *,
         need: int,
         explicit_timeout: bool = False,
-    ) -> dict[str, bytes]:
+    ) -> dict[str, Frame]:
         hub, me = self._hub, self.name
-        out: dict[str, bytes] = {}
+        out: dict[str, Frame] = {}
         with hub.lock:
             while True:
                 hub.raise_if_aborted(me)

@@ -298,7 +298,8 @@ def _u32(value: int, path: str) -> bytes:
     return _U32.pack(value)
 
 
-def _encode_array(parts: list[bytes], arr: np.ndarray[Any, Any], path: str) -> None:
+def _array_code(arr: np.ndarray[Any, Any], path: str) -> int:
+    """The wire's dtype code for ``arr``; a TypeError for what does not travel."""
     code = _DTYPE_CODES.get((arr.dtype.kind, arr.dtype.itemsize))
     if code is None or arr.dtype.fields is not None:
         raise TypeError(
@@ -308,10 +309,115 @@ def _encode_array(parts: list[bytes], arr: np.ndarray[Any, Any], path: str) -> N
         )
     if arr.ndim > MAX_NDIM:
         raise TypeError(f"{path}: arrays of more than {MAX_NDIM} dimensions are not supported")
+    return code
+
+
+def _encode_array(parts: list[bytes], arr: np.ndarray[Any, Any], path: str) -> None:
+    code = _array_code(arr, path)
     data = np.ascontiguousarray(arr, dtype=_DTYPES[code]).tobytes()
     parts += [_U8.pack(_ARRAY), _U8.pack(code), _U8.pack(arr.ndim)]
     parts += [_U64.pack(d) for d in arr.shape]
     parts.append(data)
+
+
+def replica(payload: Payload, *, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[Payload, int]:
+    """``(decode(encode(payload)), len(encode(payload)))`` without making the bytes: what a
+    receiver of ``payload`` would decode -- lists for tuples, Python scalars for numpy ones,
+    ``bytes`` for byte buffers, every array a C-ordered copy in the wire's dtype -- and the
+    encoded size. An in-process transport hands the receiver this replica (nothing it shares
+    with the sender can change under it) and records the size (the transcript's bytes are the
+    encoded ones). It refuses what :func:`encode` refuses, with the same errors.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`encode`.
+    WireFormatError
+        The payload holds more than :data:`MAX_ITEMS` values, which :func:`decode` would
+        refuse at the receiver (an encoding transport then shows the receiver's error).
+    """
+    counter = [0]
+    out, size = _replica(payload, "payload", 0, counter)
+    size += len(MAGIC) + 1
+    if size > max_bytes:
+        raise ValueError(
+            f"the encoded message is {size} bytes, above the limit of {max_bytes} bytes; "
+            "send it in smaller pieces or raise max_message_bytes on the federation"
+        )
+    if counter[0] > MAX_ITEMS:
+        raise WireFormatError(f"more than {MAX_ITEMS} values in one message")
+    return out, size
+
+
+def _replica(obj: Any, path: str, depth: int, counter: list[int]) -> tuple[Any, int]:
+    """:func:`replica` of ``obj`` at ``path``: ``(value, encoded bytes)``; mirrors
+    :func:`_encode_into` and the reader's :meth:`_Reader.value`, rule for rule."""
+    if depth > MAX_DEPTH:
+        raise TypeError(f"{path}: nesting deeper than {MAX_DEPTH} levels is not in the wire format")
+    counter[0] += 1
+    kind = type(obj)
+    if kind is float:
+        return obj, 9
+    if obj is None:
+        return None, 1
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj), 1
+    if isinstance(obj, (int, np.integer)):
+        value = int(obj)
+        length = (value.bit_length() + 8) // 8
+        _u32(length, path)
+        return value, 5 + length
+    if isinstance(obj, (float, np.floating)):
+        return float(obj), 9
+    if isinstance(obj, str):
+        try:
+            body = obj.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise TypeError(f"{path}: string is not valid Unicode text ({exc})") from None
+        _u32(len(body), path)
+        return (obj if kind is str else str(body, "utf-8")), 5 + len(body)
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        blob = bytes(obj)  # the object itself when it is bytes already
+        return blob, 9 + len(blob)
+    if isinstance(obj, (list, tuple)):
+        _u32(len(obj), path)
+        items, size = [], 5
+        for i, item in enumerate(obj):
+            value, n = _replica(item, f"{path}[{i}]", depth + 1, counter)
+            items.append(value)
+            size += n
+        return items, size
+    if isinstance(obj, dict):
+        _u32(len(obj), path)
+        out: dict[Any, Any] = {}
+        size = 5
+        for key, item in obj.items():
+            if isinstance(key, bool) or not isinstance(key, (str, int)):
+                raise TypeError(
+                    f"{path}: dict key {key!r} of type {type(key).__name__} is not in the wire "
+                    "format; use str or int keys"
+                )
+            copied_key, n_key = _replica(key, path, depth + 1, counter)
+            value, n = _replica(item, f"{path}[{key!r}]", depth + 1, counter)
+            out[copied_key] = value
+            size += n_key + n
+        return out, size
+    if isinstance(obj, np.ndarray):
+        return _array_replica(obj, path)
+    if isinstance(obj, CiphertextBlock):
+        exponents, n = _array_replica(obj.exponents, f"{path}.exponents")
+        block = CiphertextBlock(
+            obj.key_fingerprint, tuple(obj.shape), exponents, obj.width, obj.data
+        )
+        return block, 1 + FINGERPRINT_BYTES + 1 + 8 * len(obj.shape) + 4 + n + len(obj.data)
+    _encode_into([], obj, path, depth)  # raises encode's TypeError for this type
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _array_replica(arr: np.ndarray[Any, Any], path: str) -> tuple[np.ndarray[Any, Any], int]:
+    code = _array_code(arr, path)
+    copy: np.ndarray[Any, Any] = np.array(arr, dtype=_DTYPES[code], order="C", copy=True)
+    return copy, 3 + 8 * arr.ndim + copy.nbytes
 
 
 # --------------------------------------------------------------------------------------------

@@ -573,3 +573,51 @@ def test_a_cooperative_party_may_not_use_its_channel_from_another_thread(call: s
 def test_an_unknown_scheduling_is_refused_naming_the_choices() -> None:
     with pytest.raises(ValueError, match="scheduling='fibres'; use one of threads, cooperative"):
         LocalFederation(scheduling="fibres")  # type: ignore[arg-type]
+
+
+# -- values passed in one process ---------------------------------------------------------------
+
+
+def test_values_passed_in_process_are_counted_as_their_bytes_and_shared_with_no_one() -> None:
+    """Without the payloads kept, a message reaches its receiver as a replica of the payload
+    (no bytes made); the transcript counts what the encoded message would be, the same as
+    when the bytes pass (``record_payloads=True``)."""
+
+    def server(fed: Federation) -> Any:
+        weights = np.arange(6, dtype=np.float32)
+        fed.broadcast("task", {"weights": weights, "round": 1, "names": ("a", "b")})
+        weights[:] = -1  # after sending: no receiver may see this
+        got = fed.gather(["a", "b"], "update")
+        return {k: v["delta"].tolist() for k, v in got.items()}
+
+    def client(fed: Federation) -> Any:
+        task = fed.recv("server", "task")
+        task["weights"] += 1  # a receiver's own copy: the other client's stays as sent
+        fed.send("server", "update", {"delta": task["weights"] * 2, "rows": np.int64(40)})
+        return task["weights"].tolist(), task["names"]
+
+    runs = {}
+    for kept in (False, True):
+        local = LocalFederation(record_payloads=kept)
+        out = local.run({"server": server, "a": client, "b": client})
+        sizes = sorted((r.sender, r.receiver, r.tag, r.kind, r.nbytes) for r in local.transcript)
+        runs[kept] = (out, sizes)
+    assert runs[False] == runs[True]
+    out = runs[False][0]
+    assert out["a"] == ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], ["a", "b"]) and out["b"] == out["a"]
+    assert out["server"] == {"a": [2.0, 4.0, 6.0, 8.0, 10.0, 12.0], "b": out["server"]["a"]}
+    assert len(runs[False][1]) == 4 and all(r[4] > 20 for r in runs[False][1])
+
+
+def test_a_message_beyond_what_decode_takes_is_refused_by_its_receiver(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(wire, "MAX_ITEMS", 10)
+
+    def receiver(fed: Federation) -> None:
+        fed.recv("sender", "many")
+
+    with pytest.raises(
+        PartyFailedError, match="'receiver' refused the 'many' message from 'sender'"
+    ):
+        LocalFederation().run(
+            {"sender": lambda fed: fed.send("receiver", "many", [0] * 20), "receiver": receiver}
+        )

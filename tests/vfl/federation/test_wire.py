@@ -105,6 +105,42 @@ def test_every_payload_round_trips(payload: Any) -> None:
     assert same(payload, decode(encode(payload)))
 
 
+@given(payloads)
+@settings(max_examples=300, deadline=None)
+def test_a_replica_is_what_the_receiver_decodes_and_its_size_the_encoded_size(
+    payload: Any,
+) -> None:
+    encoded = encode(payload)
+    copy, size = wire.replica(payload)
+    assert size == len(encoded)
+    assert same(decode(encoded), copy)
+
+
+def test_a_replica_converts_as_the_wire_does_and_shares_nothing_with_the_sender() -> None:
+    strided = np.arange(12, dtype=">f8").reshape(3, 4)[:, ::2]  # big-endian, not contiguous
+    payload = {
+        "t": (1, np.int16(-3), np.float32(0.5), np.bool_(True)),
+        "raw": bytearray(b"ab"),
+        "view": memoryview(b"cd"),
+        "a": strided,
+        "zero-d": np.array(7, dtype=np.uint8),
+        7: [None, "\u00e9"],
+    }
+    copy, size = wire.replica(payload)
+    assert size == len(encode(payload))
+    assert same(decode(encode(payload)), copy)
+    assert type(copy["t"]) is list and type(copy["raw"]) is bytes and copy["view"] == b"cd"
+    assert copy["a"].dtype == np.dtype("<f8") and copy["a"].flags.c_contiguous
+    strided[0, 0] = 99.0  # the sender's later change does not reach the receiver's copy
+    assert copy["a"][0, 0] == 0.0 and copy["a"].flags.writeable
+    block = CiphertextBlock.from_integers(b"k" * 32, [5, 6], [0, 1], width=2)
+    got, n = wire.replica(block)
+    assert n == len(encode(block)) and got.integers() == [5, 6]
+    assert not np.shares_memory(got.exponents, block.exponents)
+    with pytest.raises(ValueError, match="above the limit of 100 bytes"):
+        wire.replica(np.zeros(100), max_bytes=100)
+
+
 @given(arrays)
 @settings(max_examples=200, deadline=None)
 def test_arrays_keep_dtype_shape_and_bits(arr: np.ndarray) -> None:
@@ -325,6 +361,8 @@ def test_corrupted_messages_decode_or_raise_wire_errors(payload: Any, data: st.D
 def test_values_outside_the_format_are_refused(payload: Any, match: str) -> None:
     with pytest.raises(TypeError, match=match):
         encode(payload)
+    with pytest.raises(TypeError, match=match):  # an in-process transport refuses the same
+        wire.replica(payload)
 
 
 def test_deep_nesting_is_refused_on_encode() -> None:
@@ -333,6 +371,8 @@ def test_deep_nesting_is_refused_on_encode() -> None:
         deep = [deep]
     with pytest.raises(TypeError, match="nesting deeper"):
         encode(deep)
+    with pytest.raises(TypeError, match="nesting deeper"):
+        wire.replica(deep)
 
 
 def test_ciphertext_block_checks_itself() -> None:
