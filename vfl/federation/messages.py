@@ -24,10 +24,11 @@ builds them, with an optional round index (``"vlr/rows/3"``)::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar, Union, get_args, get_origin
 
 import numpy as np
@@ -126,53 +127,87 @@ def _describe(value: Any) -> str:
 
 def _check(value: Any, hint: Any) -> str | None:
     """None when ``value`` fits ``hint``, else what is wrong."""
-    if hint is np.ndarray and type(value) is np.ndarray and value.dtype.kind in "biuf":
-        return None  # the commonest field, at once
-    if hint is float and type(value) is float:
-        return None
+    return _checker(hint)(value)
+
+
+Checker = Callable[[Any], "str | None"]
+
+
+@functools.cache
+def _checker(hint: Any) -> Checker:
+    """The check of one field type, built once per type (a message's fields are checked at
+    every receipt)."""
     origin = get_origin(hint)
     if origin in (Union, types.UnionType):
         options = get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        problems = [_check(value, o) for o in options if o is not type(None)]
-        return None if any(p is None for p in problems) else problems[0]
+        optional = type(None) in options
+        inner = [_checker(o) for o in options if o is not type(None)]
+
+        def union(value: Any) -> str | None:
+            if value is None and optional:
+                return None
+            problems = [check(value) for check in inner]
+            return None if any(p is None for p in problems) else problems[0]
+
+        return union
     if hint is Any:
-        return None
+        return lambda value: None
     if hint is bool:
-        return None if isinstance(value, bool) else f"must be a bool, got {_describe(value)}"
+        return lambda value: (
+            None if isinstance(value, bool) else f"must be a bool, got {_describe(value)}"
+        )
     if hint is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        return None if ok else f"must be an integer, got {_describe(value)}"
+        return lambda value: (
+            None
+            if isinstance(value, int) and not isinstance(value, bool)
+            else f"must be an integer, got {_describe(value)}"
+        )
     if hint is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if ok else f"must be a number, got {_describe(value)}"
+        return lambda value: (
+            None
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+            else f"must be a number, got {_describe(value)}"
+        )
     if hint in (str, bytes, CiphertextBlock):
-        return (
+        return lambda value: (
             None if isinstance(value, hint) else f"must be {hint.__name__}, got {_describe(value)}"
         )
     if hint is np.ndarray or origin is np.ndarray:
-        if not isinstance(value, np.ndarray):
-            return f"must be a numeric array, got {_describe(value)}"
-        return None if value.dtype.kind in "biuf" else f"has dtype {value.dtype}, not numeric"
+
+        def array(value: Any) -> str | None:
+            if not isinstance(value, np.ndarray):
+                return f"must be a numeric array, got {_describe(value)}"
+            return None if value.dtype.kind in "biuf" else f"has dtype {value.dtype}, not numeric"
+
+        return array
     if origin is list:
-        if not isinstance(value, list):
-            return f"must be a list, got {_describe(value)}"
-        (inner,) = get_args(hint) or (Any,)
-        for i, item in enumerate(value):
-            problem = _check(item, inner)
-            if problem:
-                return f"item {i} {problem}"
-        return None
+        (item_hint,) = get_args(hint) or (Any,)
+        item_check = _checker(item_hint)
+
+        def listed(value: Any) -> str | None:
+            if not isinstance(value, list):
+                return f"must be a list, got {_describe(value)}"
+            for i, item in enumerate(value):
+                problem = item_check(item)
+                if problem:
+                    return f"item {i} {problem}"
+            return None
+
+        return listed
     if origin is dict:
-        if not isinstance(value, dict):
-            return f"must be a dict, got {_describe(value)}"
-        key_type, inner = get_args(hint) or (Any, Any)
-        for key, item in value.items():
-            problem = _check(key, key_type) or _check(item, inner)
-            if problem:
-                return f"entry {key!r} {problem}"
-        return None
+        key_hint, item_hint = get_args(hint) or (Any, Any)
+        key_check, item_check = _checker(key_hint), _checker(item_hint)
+
+        def mapping(value: Any) -> str | None:
+            if not isinstance(value, dict):
+                return f"must be a dict, got {_describe(value)}"
+            for key, item in value.items():
+                problem = key_check(key) or item_check(item)
+                if problem:
+                    return f"entry {key!r} {problem}"
+            return None
+
+        return mapping
     raise TypeError(f"message field type {hint!r} is not supported")
 
 

@@ -1,8 +1,10 @@
 """The wire format: the closed set of payload types that may cross a party boundary.
 
-Every message a party sends is encoded here to bytes and decoded here on arrival, in the
-in-process federation as over the network, so that local runs exercise the same serialisation
-and transcripts count real bytes. Nothing is ever unpickled: decoding reads a small
+Every message a party sends to another process is encoded here to bytes and decoded here on
+arrival. Within one process, the in-process federation hands the receiver :func:`replica` of the
+payload instead -- exactly what decoding the encoded bytes would give -- and counts the bytes
+the encoding would have (``record_payloads=True`` passes the real bytes), so transcripts count
+the same bytes either way. Nothing is ever unpickled: decoding reads a small
 self-describing binary format and can only build these types:
 
 =================  ===================================================================
@@ -356,8 +358,13 @@ def _replica(obj: Any, path: str, depth: int, counter: list[int]) -> tuple[Any, 
         raise TypeError(f"{path}: nesting deeper than {MAX_DEPTH} levels is not in the wire format")
     counter[0] += 1
     kind = type(obj)
-    if kind is float:
+    if kind is float:  # the commonest values of a message's fields first
         return obj, 9
+    if kind is str and obj.isascii():
+        _u32(len(obj), path)
+        return obj, 5 + len(obj)
+    if kind is int:
+        return obj, 5 + (obj.bit_length() + 8) // 8
     if obj is None:
         return None, 1
     if isinstance(obj, (bool, np.bool_)):
