@@ -7,8 +7,10 @@ implement the same interface, so the protocol cannot tell them apart.
 
 Semantics every implementation keeps:
 
-* ``send(to, tag, payload)`` encodes ``payload`` with :mod:`vfl.federation.wire` and queues it;
-  it does not wait for the receiver (it may wait for queue space: backpressure).
+* ``send(to, tag, payload)`` encodes ``payload`` with :mod:`vfl.federation.wire` and queues it
+  (in one process, where :attr:`Federation.passes_values`, it queues the receiver's replica of
+  the payload: what the bytes would decode to); it does not wait for the receiver (it may wait
+  for queue space: backpressure).
 * ``recv(frm, tag)`` returns the oldest message from ``frm`` with exactly that ``tag``; messages
   with one ``(sender, receiver, tag)`` arrive in the order they were sent. Tags name a step of a
   protocol, usually with the round, e.g. ``"vlr/grad/3"``, so rounds never cross.
@@ -303,7 +305,8 @@ class Federation(abc.ABC):
         self._deliver(to, tag, self._frame(to, tag, payload, wire.payload_kind(payload)))
 
     def broadcast(self, tag: str, payload: Payload, *, to: Iterable[str] | None = None) -> None:
-        """Send the same payload to several peers (all by default), encoding it once."""
+        """Send the same payload to several peers (all by default), encoding it once (by value,
+        a replica for each peer)."""
         targets = self._peers if to is None else tuple(to)
         for peer in targets:
             self._check_peer(peer, "send to")

@@ -20,7 +20,8 @@ Simulated in this process (``fit``, ``predict``), the parties of the plain proto
 on one thread (:class:`~vfl.federation.LocalFederation`'s ``scheduling="cooperative"``): they
 never compute at once (each mini-batch is an embedding, then its gradient), and a thread each
 would pay for waking the other core at every hand-off (0.27 ms a batch of 0.63 measured on
-default_credit at batch 64, ``benchmarks/split.py``). The same messages pass, in the same order.
+default_credit at batch 64; ``benchmarks/split.py`` prints the ratio to centralised training).
+The same messages pass, in the same order.
 With a protected layer the parties keep a thread each: their ciphertext work overlaps.
 """
 
