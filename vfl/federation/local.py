@@ -240,11 +240,12 @@ class _Hub:
             self.turns.wake(party)
 
     def wake_all(self) -> None:
-        for party in self.parties:
-            if self.turns is None:
-                self.conds[party].notify_all()
-            else:
+        if self.turns is not None:
+            for party in list(self.turns.asleep):  # only those asleep need waking
                 self.turns.wake(party)
+            return
+        for cond in self.conds.values():
+            cond.notify_all()
 
     def raise_if_aborted(self, party: str) -> None:
         if self.abort_cause is not None:
