@@ -11,7 +11,10 @@ Prints, in one run, after the machine's load:
   as each party's optimiser is). The
   ratio (goal: at most 1.5x), the overhead per batch in milliseconds, and the largest
   difference between the two trainings' final parameters (0 up to float rounding: they are
-  the same computation). Split learning's seconds are the label party's clock of each epoch
+  the same computation), and the floor: split learning's own computation in one thread with no
+  messages (two backward passes, an optimiser per party; the same final parameters), with what
+  the messages and the parties' turns add per batch over it. Split learning's seconds are the
+  label party's clock of each epoch
   (``epoch_seconds_``: all parties' work and the messages between them), the centralised
   loop's the loop's; median and best epoch of each, epochs 2 onwards, the two runs
   interleaved and repeated (``--repeats``);
