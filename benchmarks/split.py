@@ -2,9 +2,10 @@
 
 Prints, in one run, after the machine's load:
 
-* seconds per epoch of ``vfl.SplitNNClassifier`` (every party a thread of this process, the
-  embeddings and gradients typed messages through the in-process federation; ``tol=None``, a
-  fixed number of epochs, no validation split) against a centralised torch loop training the
+* seconds per epoch of ``vfl.SplitNNClassifier`` (every party in turn on one thread of this
+  process, the embeddings and gradients typed messages through the in-process federation;
+  ``tol=None``, a fixed number of epochs, no validation split) against a centralised torch
+  loop training the
   same composed network in the same run: the same modules and initialisation
   (``model.build_modules``), the same standardisation, the same batches
   (``vfl.split.protocol.split_rows`` and ``vfl.training.schedule.Schedule``) and Adam (fused,
