@@ -563,8 +563,33 @@ class LocalFederation:
                 hub.finish(name)
                 done.release()
 
-        if hub.turns is not None:
-            return self._take_turns(hub, names, parties, body, results, failures)
+        if hub.turns is not None:  # every party to its end in this thread, in turn
+            hub.turns.run({n: functools.partial(body, n, parties[n]) for n in names})
+            for exc, _ in failures.values():
+                if isinstance(exc, KeyboardInterrupt):  # the caller's, not a party's fault
+                    raise exc
+            still_running: list[str] = []
+        else:
+            still_running = self._run_threads(hub, names, parties, body, done)
+        if hub.abort_cause is not None:
+            raise self._failure(failures, still_running)
+        if hub.discarded:
+            logger.warning(
+                "%d message(s) were sent but never received (their receivers had finished)",
+                hub.discarded,
+            )
+        return {name: results[name] for name in names}
+
+    def _run_threads(
+        self,
+        hub: _Hub,
+        names: tuple[str, ...],
+        parties: Mapping[str, Callable[[Federation], T]],
+        body: Callable[[str, Callable[[Federation], T]], None],
+        done: threading.Semaphore,
+    ) -> list[str]:
+        """:meth:`run` with a thread per party: wait for every party, or after a failure for
+        at most ``abort_grace`` seconds; the threads still running then."""
         threads = [
             threading.Thread(
                 target=body, args=(n, parties[n]), name=f"vflink-party-{n}", daemon=True
@@ -581,41 +606,12 @@ class LocalFederation:
         except BaseException:  # KeyboardInterrupt at the caller: stop the parties too
             hub.abort("the caller was interrupted")
             raise
-        if hub.abort_cause is not None:
-            stop_by = time.monotonic() + self.abort_grace
-            for thread in threads:
-                thread.join(max(0.0, stop_by - time.monotonic()))
-            raise self._failure(failures, [t.name for t in threads if t.is_alive()])
-        if hub.discarded:
-            logger.warning(
-                "%d message(s) were sent but never received (their receivers had finished)",
-                hub.discarded,
-            )
-        return {name: results[name] for name in names}
-
-    def _take_turns(
-        self,
-        hub: _Hub,
-        names: tuple[str, ...],
-        parties: Mapping[str, Callable[[Federation], T]],
-        body: Callable[[str, Callable[[Federation], T]], None],
-        results: dict[str, T],
-        failures: dict[str, tuple[BaseException, str]],
-    ) -> dict[str, T]:
-        """:meth:`run` under cooperative scheduling: every party to its end in this thread."""
-        assert hub.turns is not None
-        hub.turns.run({n: functools.partial(body, n, parties[n]) for n in names})
-        for exc, _ in failures.values():
-            if isinstance(exc, KeyboardInterrupt):  # the caller's interrupt, not a party's fault
-                raise exc
-        if hub.abort_cause is not None:
-            raise self._failure(failures, [])
-        if hub.discarded:
-            logger.warning(
-                "%d message(s) were sent but never received (their receivers had finished)",
-                hub.discarded,
-            )
-        return {name: results[name] for name in names}
+        if hub.abort_cause is None:
+            return []
+        stop_by = time.monotonic() + self.abort_grace
+        for thread in threads:
+            thread.join(max(0.0, stop_by - time.monotonic()))
+        return [t.name for t in threads if t.is_alive()]
 
     @staticmethod
     def _failure(
