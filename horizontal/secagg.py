@@ -2,12 +2,12 @@
 Privacy-Preserving Machine Learning", CCS 2017): the server learns the sum of the surviving
 clients' vectors and nothing else about any one of them.
 
-One round, five steps, every message between clients relayed (encrypted or signed) by the
-server:
+One round, five steps, every message between clients relayed (encrypted or authenticated) by
+the server:
 
-1. **keys** -- each client draws two X25519 key pairs (``c`` to encrypt shares to a peer,
-   ``s`` to agree pairwise masks), an Ed25519 signing key ``d`` (step 4) and a 32-byte
-   self-mask seed ``b``, and sends the three public keys and a SHA-256 commitment to ``b``; the
+1. **keys** -- each client draws two X25519 key pairs (``c`` to agree with each peer the keys
+   of its shares and its consistency tags, ``s`` to agree pairwise masks) and a 32-byte
+   self-mask seed ``b``, and sends the two public keys and a SHA-256 commitment to ``b``; the
    server sends everyone the roster ``U1`` of those who did;
 2. **shares** -- each client splits ``b`` and its ``s`` private key by Shamir's scheme (threshold
    ``t`` over the prime field ``2**521 - 1``) and sends each peer its two shares, encrypted and
@@ -20,20 +20,28 @@ server:
    server's ``U2`` (the paper's ``U3``) are those whose masked input arrived;
 4. **consistency** (the paper's ConsistencyCheck; ``SecAggConfig(consistency=True)``, the
    default) -- the server sends ``U2`` and the dropped clients whose mask keys it needs; each
-   client checks ``U2`` (at least ``min_survivors``, inside the roster, itself in it) and signs
-   with ``d`` the round, the roster with all its keys, and ``U2``; the server forwards the
-   signatures it collected to the signers; each checks that at least
-   ``q = max(t, n // 2 + 1)`` of them (:func:`required_signatures`; ``n`` the clients the
-   round was opened for) come from distinct members of ``U2`` and that *every* one verifies on
-   the roster and ``U2`` that *it* was sent. Otherwise it aborts with
-   :class:`SecAggConsistencyError`, naming the server and the signer or the count, before
-   revealing anything;
-5. **unmasking** -- each signer reveals, for each peer it holds shares of, its share of ``b``
-   (peer in ``U2``) or of ``s`` (peer among the dropped the server asked about), never both:
-   asked for both of one peer, it refuses (:class:`SecAggConsistencyError`) and reveals
-   nothing. It answers one such request per round. With ``t`` answers the server rebuilds
-   the survivors' ``b`` (checked against their commitments) and the dropped clients' ``s``
-   (checked against their public keys), removes every mask and decodes the sum.
+   client checks ``U2`` (at least ``min_survivors``, inside the roster, itself in it) and
+   vouches for it: to every other member ``v`` of ``U2`` it sends a tag, HMAC-SHA256 under a
+   key agreed from its and ``v``'s ``c`` keys, over the direction, the round, the roster with
+   all its keys, and ``U2``; the server forwards to each client the tags addressed to it; each
+   checks that with itself at least ``q = max(t, n // 2 + 1)`` (:func:`required_agreement`;
+   ``n`` the clients the round was opened for) distinct members of ``U2`` vouched and that
+   *every* tag matches the roster and ``U2`` that *it* was sent. Otherwise it aborts with
+   :class:`SecAggConsistencyError`, naming the server and the sender or the count, before
+   revealing anything. The paper has each client sign ``U2`` and verify every other
+   signature; a tag does the same work between two clients -- only they hold its key, so the
+   server can neither forge it nor replay it to another client or the other way -- for a
+   thirtieth of the cost (two HMACs instead of one Ed25519 verification, about 100 us here).
+   What a tag cannot do is convince a third party: the server can no longer filter out a bad
+   tag, so a client that sends a wrong one makes its peers abort (as a share that does not
+   decrypt already does);
+5. **unmasking** -- each client that vouched reveals, for each peer it holds shares of, its
+   share of ``b`` (peer in ``U2``) or of ``s`` (peer among the dropped the server asked
+   about), never both: asked for both of one peer, it refuses
+   (:class:`SecAggConsistencyError`) and reveals nothing. It answers one such request per
+   round. With ``t`` answers the server rebuilds the survivors' ``b`` (checked against their
+   commitments) and the dropped clients' ``s`` (checked against their public keys), removes
+   every mask and decodes the sum.
 
 With fewer than ``t`` clients at any step (``q`` at step 4) the round aborts: the server tells
 the clients and raises :class:`SecAggAbortedError`, having learnt nothing but who answered.
@@ -45,8 +53,9 @@ then applies within each neighbourhood (every survivor's and dropped client's se
 ``t`` of its neighbours), and the security holds against fewer colluders per neighbourhood.
 A round whose survivors fall apart into separate pieces of the graph aborts (the server
 refuses to ask, and each client refuses to reveal): each piece's own sum would be unmasked.
-The consistency round stays global (``n`` signatures reach each client: 64 bytes and one
-verification each).
+The consistency round stays global: each client tags for, and checks a tag from, every other
+survivor (32 bytes and two HMACs each), which needs its ``c`` agreement with clients outside
+its neighbourhood as well (one X25519 exchange each, about 30 us).
 
 Threat model. An honest-but-curious server and up to ``t - 1`` colluding clients learn
 nothing about an honest client's vector beyond the sum (the masks are uniform in the ring; a
@@ -55,11 +64,12 @@ above all one that equivocates about the survivors, telling some clients that ``
 (so they reveal ``u``'s mask-key shares) and others that ``u`` survived (so they reveal its
 self-mask shares), which would unmask ``u``'s own masked input -- the consistency round
 guarantees, given authentic keys (see the warning), that every honest client that reveals a
-share saw the same roster and the same ``U2`` as every other: an honest client signs once per
-round, so two different views would each need ``q`` signatures, which ``c`` clients colluding
-with the server can supply only if ``2 q <= n + c``. Since each honest client reveals one
-kind of share per peer, decided by that common ``U2``, the server gets the self-mask seeds
-of ``U2`` and the mask keys of clients outside it, never both for one client, and learns the
+share saw the same roster and the same ``U2`` as every other: an honest client vouches for
+one view per round, so two different views would each need ``q`` clients vouching, which
+``c`` clients colluding with the server can supply only if ``2 q <= n + c``. Since each
+honest client reveals one kind of share per peer, decided by that common ``U2``, the server
+gets the self-mask seeds of ``U2`` and the mask keys of clients outside it, never both for
+one client, and learns the
 sum over ``U2`` (at least ``q`` clients) and nothing more. With no colluding client the
 majority floor of ``q`` suffices; against ``c`` colluders choose ``threshold > (n + c) / 2``
 (Bonawitz et al. take ``t > 2n/3`` against fewer than ``n/3``). Without the round, the
@@ -71,17 +81,17 @@ headroom for the sum (checked).
 
 .. warning::
    The guarantee against a deviating server rests on each client holding its peers' true
-   public keys. Bonawitz et al. assume a PKI. By default every key -- X25519 and Ed25519 --
-   is drawn for the round and reaches the other clients in the roster, *relayed by the
-   server*: we then assume that the key step is relayed faithfully (the server is honest in
-   step 1, or the roster is checked out of band). A server that substitutes keys there can
-   read the shares and forge the signatures, and the scheme is only secure against an
-   honest-but-curious server. For the PKI, give ``SecAggConfig(identities={name: Ed25519
-   public key})`` -- long-term keys distributed authentically out of band, e.g. issued with
-   the federation's mTLS certificates -- and each client its ``identity=`` private key: each
-   client then signs its key advertisement and its consistency signature with it, and every
-   client checks the roster against ``identities``. The estimators do not pass identity keys
-   yet.
+   public keys. Bonawitz et al. assume a PKI. By default every key is drawn for the round and
+   reaches the other clients in the roster, *relayed by the server*: we then assume that the
+   key step is relayed faithfully (the server is honest in step 1, or the roster is checked
+   out of band). A server that substitutes keys there can read the shares and forge the
+   consistency tags, and the scheme is only secure against an honest-but-curious server. For
+   the PKI, give ``SecAggConfig(identities={name: Ed25519 public key})`` -- long-term keys
+   distributed authentically out of band, e.g. issued with the federation's mTLS
+   certificates -- and each client its ``identity=`` private key: each client then signs its
+   round keys with it, and every client checks the roster against ``identities`` (so the
+   keys of the shares and of the tags, agreed from those round keys, are authentic too). The
+   estimators do not pass identity keys yet.
 
 .. warning::
    A deviating server can still drop honest clients at will: the sum it learns covers at
@@ -92,11 +102,14 @@ headroom for the sum (checked).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import hmac
 import json
 import secrets
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,7 +136,7 @@ __all__ = [
     "client_round",
     "is_connected",
     "neighbourhoods",
-    "required_signatures",
+    "required_agreement",
     "server_round",
     "shamir_combine",
     "shamir_split",
@@ -186,9 +199,6 @@ class Draws:
 
     def x25519(self) -> X25519PrivateKey:
         return X25519PrivateKey.from_private_bytes(self.token(32))
-
-    def ed25519(self) -> Ed25519PrivateKey:
-        return Ed25519PrivateKey.from_private_bytes(self.token(32))
 
 
 OS_DRAWS = Draws()
@@ -294,18 +304,19 @@ class SecAggConfig:
     neighbours : int, optional
         SecAgg+'s neighbourhood size ``k`` (even); None: every client with every other.
     consistency : bool
-        Bonawitz et al.'s consistency round (default True): the clients sign the survivor set
-        and reveal shares only after :func:`required_signatures` signatures on the same set
-        (see the module docstring for what it guarantees). False skips it (one round trip of
-        64-byte signatures less) with a :class:`~vfl.crypto.keys.SecurityWarning`: a server
-        that equivocates about the survivors is then no longer caught.
+        Bonawitz et al.'s consistency round (default True): the clients vouch for the survivor
+        set, each with a tag to every other survivor, and reveal shares only once
+        :func:`required_agreement` clients vouched for the same set (see the module docstring
+        for what it guarantees). False skips it (one round trip of 32-byte tags less) with a
+        :class:`~vfl.crypto.keys.SecurityWarning`: a server that equivocates about the
+        survivors is then no longer caught.
     identities : mapping of str to bytes, optional
         The PKI: each client's long-term Ed25519 public key (32 raw bytes), distributed
-        authentically out of band. With it, each client signs its key advertisement and its
-        consistency signature with its long-term key (``client_round(identity=...)``) and
-        checks every roster entry against this mapping, so the server can neither substitute
-        keys nor forge signatures. None (default): keys drawn per round and relayed by the
-        server, assumed relayed faithfully (the module's warning).
+        authentically out of band. With it, each client signs its key advertisement with its
+        long-term key (``client_round(identity=...)``) and checks every roster entry against
+        this mapping, so the server can neither substitute keys nor read or forge what is sent
+        under them (the shares, the consistency tags). None (default): keys drawn per round
+        and relayed by the server, assumed relayed faithfully (the module's warning).
     """
 
     threshold: int
@@ -345,39 +356,48 @@ class SecAggConfig:
             )
 
 
-def required_signatures(config: SecAggConfig, clients: int) -> int:
-    """How many signatures on one survivor set a client needs before it reveals a share:
-    ``max(threshold, clients // 2 + 1)`` for a round opened for ``clients`` clients.
+def required_agreement(config: SecAggConfig, clients: int) -> int:
+    """How many clients (itself included) must vouch for one survivor set before a client
+    reveals a share: ``max(threshold, clients // 2 + 1)`` for a round opened for ``clients``
+    clients.
 
     A strict majority of the round means two different survivor sets cannot both collect
-    enough signatures from clients that each sign once, whatever the threshold (with ``c``
-    clients colluding with the server, a threshold above ``(clients + c) / 2`` is needed).
+    enough clients that each vouch once, whatever the threshold (with ``c`` clients colluding
+    with the server, a threshold above ``(clients + c) / 2`` is needed).
     Under the estimators a client learns ``clients`` from the server's task (the clients
     sampled), which a deviating server could understate; the threshold, from the config,
     bounds the count from below whatever it says."""
     return max(config.threshold, clients // 2 + 1)
 
 
-def neighbourhoods(names: Sequence[str], k: int | None, round_: int) -> dict[str, set[str]]:
+def neighbourhoods(names: Sequence[str], k: int | None, round_: int) -> dict[str, frozenset[str]]:
     """Who shares keys and masks with whom: everyone (``k`` None), or SecAgg+'s sparse graph
     (Bell et al. 2020): the clients on a ring in an order drawn from the round and the roster
-    (public: every party computes it), each linked to the ``k / 2`` on either side."""
-    ordered = sorted(names)
+    (public: every party computes it), each linked to the ``k / 2`` on either side.
+
+    A pure function of public values, kept for the last few rosters (the parties of a
+    simulation, which share a process, then compute each graph once)."""
+    return dict(_graph(tuple(sorted(names)), k, round_))
+
+
+@functools.lru_cache(maxsize=8)
+def _graph(ordered: tuple[str, ...], k: int | None, round_: int) -> dict[str, frozenset[str]]:
     if k is None or k + 1 >= len(ordered):
-        return {n: set(ordered) - {n} for n in ordered}
+        everyone = frozenset(ordered)
+        return {n: everyone - {n} for n in ordered}
     roster = "|".join(ordered)
 
     def rank(name: str) -> bytes:  # a public, library-version-independent shuffle
         return hashlib.sha256(f"vflink/secagg+/{round_}/{roster}/{name}".encode()).digest()
 
     ring = sorted(ordered, key=rank)
-    out: dict[str, set[str]] = {}
+    out: dict[str, frozenset[str]] = {}
     for i, name in enumerate(ring):
-        out[name] = {ring[(i + j) % len(ring)] for j in range(-(k // 2), k // 2 + 1) if j}
+        out[name] = frozenset(ring[(i + j) % len(ring)] for j in range(-(k // 2), k // 2 + 1) if j)
     return out
 
 
-def is_connected(nodes: set[str], graph: dict[str, set[str]]) -> bool:
+def is_connected(nodes: AbstractSet[str], graph: Mapping[str, AbstractSet[str]]) -> bool:
     """Whether ``nodes`` form one connected piece of ``graph`` (SecAgg+: survivors in
     separate pieces would each have their own sum unmasked)."""
     if not nodes:
@@ -450,20 +470,14 @@ class Survivors(Message):
 
 
 @dataclass(frozen=True)
-class Signature(Message):
-    """A client's Ed25519 signature on the round, the roster and the survivors it was sent."""
+class Tags(Message):
+    """Consistency tags (step 4): a client's tag for each other survivor on the round, the
+    roster and the survivors it was sent (client to server), or each survivor's tag for this
+    client, forwarded (server to client; ``abort``: too few, the round ends)."""
 
-    KIND = "consistency signature"
-    signature: bytes
-
-
-@dataclass(frozen=True)
-class Signatures(Message):
-    """The signatures the server collected, forwarded to each signer."""
-
-    KIND = "consistency signatures"
-    signers: list[str]
-    signatures: list[bytes]
+    KIND = "consistency tags"
+    peers: list[str]
+    tags: list[bytes]
     abort: bool = False
 
 
@@ -532,10 +546,40 @@ def _pair_seed(private: X25519PrivateKey, peer_public: bytes, round_: int) -> by
     return _derive(shared, f"vflink/secagg/mask/{round_}")
 
 
-def _share_key(private: X25519PrivateKey, peer_public: bytes) -> bytes:
-    return _derive(
-        private.exchange(X25519PublicKey.from_public_bytes(peer_public)), "vflink/secagg/share"
-    )
+class _PairKeys:
+    """A client's agreements on its ``c`` key with each peer's: one X25519 exchange per peer,
+    kept for the round, from which both the key of the shares it sends and receives
+    (ChaCha20-Poly1305) and the key of its consistency tags with that peer (HMAC-SHA256)
+    derive, each under its own label."""
+
+    def __init__(self, private: X25519PrivateKey, publics: Mapping[str, bytes]) -> None:
+        self._private, self._publics = private, publics
+        self._agreed: dict[str, bytes] = {}
+        self._tag_keys: dict[str, bytes] = {}
+
+    def _secret(self, peer: str) -> bytes:
+        agreed = self._agreed.get(peer)
+        if agreed is None:
+            public = X25519PublicKey.from_public_bytes(self._publics[peer])
+            agreed = self._agreed[peer] = self._private.exchange(public)
+        return agreed
+
+    def share_key(self, peer: str) -> bytes:
+        return _derive(self._secret(peer), "vflink/secagg/share")
+
+    def tag_key(self, peer: str) -> bytes:
+        key = self._tag_keys.get(peer)
+        if key is None:
+            key = self._tag_keys[peer] = _derive(self._secret(peer), "vflink/secagg/consistency")
+        return key
+
+
+def _tag(key: bytes, round_: int, sender: str, receiver: str, statement: bytes) -> bytes:
+    """``sender``'s consistency tag for ``receiver``: HMAC-SHA256 under their pair's tag key
+    over the direction and the 32-byte statement (a tag is never valid the other way round,
+    so the server cannot reflect a client's own tag back to it)."""
+    label = f"vflink/secagg/tag/{round_}/{sender}->{receiver}/".encode()
+    return hmac.digest(key, label + statement, "sha256")
 
 
 def _aad(round_: int, sender: str, receiver: str) -> bytes:
@@ -609,16 +653,16 @@ def client_round(
     config : SecAggConfig
         The round's parameters (the same at every party).
     round_ : int
-        The round, in every tag, share's associated data and signature.
+        The round, in every message tag, share's associated data and consistency tag.
     clients : int
         How many clients the round was opened for: the ring's headroom, and ``n`` in
-        :func:`required_signatures`.
+        :func:`required_agreement`.
     identity : Ed25519PrivateKey, optional
         This client's long-term signing key, required when ``config.identities`` is set (its
         public key must be the one listed there).
     drop_after : str, optional
         Tests: stop after the named step, ``"keys"``, ``"shares"``, ``"masked"`` or
-        ``"signature"`` (signed the survivor set, then gone before unmasking).
+        ``"tags"`` (vouched for the survivor set, then gone before unmasking).
     draws : Draws, optional
         Where its secrets come from: the OS by default; :meth:`Draws.resumable` for a round
         run again from the start in each of several processes (each run then sends the same
@@ -627,10 +671,10 @@ def client_round(
     Raises
     ------
     SecAggConsistencyError
-        The server equivocated or cheated: a forwarded signature that does not verify on the
-        roster and survivor set this client was sent, fewer than the required signatures, a
-        roster whose keys the identities did not sign, or a request for both shares of one
-        peer. Nothing is revealed.
+        The server equivocated or cheated: a forwarded consistency tag that does not match the
+        roster and survivor set this client was sent, fewer tags than
+        :func:`required_agreement`, a roster whose keys the identities did not sign, or a
+        request for both shares of one peer. Nothing is revealed.
     SecAggAbortedError
         The server ended the round (too few clients), or too few survived to unmask.
     MessageError
@@ -639,7 +683,7 @@ def client_round(
     me = fed.name
     x = config.ring.encode(vector, clients)
     draws = draws or OS_DRAWS
-    sig_key = _signing_key(config, me, identity, draws)
+    identity = _identity_key(config, me, identity)
     c_key, s_key = draws.x25519(), draws.x25519()
     seed = draws.token(32)
     c_pk, s_pk = _raw(c_key.public_key()), _raw(s_key.public_key())
@@ -651,7 +695,7 @@ def client_round(
             c_pk=c_pk,
             s_pk=s_pk,
             commitment=hashlib.sha256(seed).digest(),
-            sig_pk=b"" if sig_key is None else _raw(sig_key.public_key()),
+            sig_pk=b"" if identity is None else _raw(identity.public_key()),
             signature=(
                 identity.sign(_advert(round_, me, c_pk, s_pk)) if identity is not None else b""
             ),
@@ -668,13 +712,13 @@ def client_round(
         Roster.refuse(server, "names", "does not list this client once")
     if len(names) < config.threshold:
         raise SecAggAbortedError(f"party {me!r}: {len(names)} clients, fewer than the threshold")
-    signing = sig_key is not None
+    signing = identity is not None
     for field_name in ("c_pks", "s_pks") + (("sig_pks", "signatures") if signing else ()):
         if len(getattr(roster, field_name)) != len(names):
             Roster.refuse(server, field_name, f"does not have one entry per name ({len(names)})")
     c_pks = dict(zip(names, roster.c_pks, strict=True))
     s_pks = dict(zip(names, roster.s_pks, strict=True))
-    sig_pks = dict(zip(names, roster.sig_pks, strict=True)) if signing else {}
+    pairs = _PairKeys(c_key, c_pks)
     if config.identities is not None:
         _check_identities(me, server, roster, config.identities, round_)
     points = {name: i + 1 for i, name in enumerate(names)}
@@ -687,7 +731,7 @@ def client_round(
     for peer in peers:
         nonce = draws.token(12)
         plain = _bytes(b_shares[points[peer]]) + _bytes(s_shares[points[peer]])
-        aead = ChaCha20Poly1305(_share_key(c_key, c_pks[peer]))
+        aead = ChaCha20Poly1305(pairs.share_key(peer))
         boxes.append(nonce + aead.encrypt(nonce, plain, _aad(round_, me, peer)))
     SECAGG.send(fed, server, "shares", Boxes(peers=peers, boxes=boxes), round_)
     if drop_after == "shares":
@@ -700,7 +744,7 @@ def client_round(
         if sender not in graph[me]:
             Boxes.refuse(server, "peers", f"names {sender!r}, not a peer of this round")
         try:
-            aead = ChaCha20Poly1305(_share_key(c_key, c_pks[sender]))
+            aead = ChaCha20Poly1305(pairs.share_key(sender))
             plain = aead.decrypt(box[:12], box[12:], _aad(round_, sender, me))
         except (InvalidTag, ValueError):
             raise MessageError(
@@ -745,14 +789,16 @@ def client_round(
             f"party {me!r}: the survivors of round {round_} fall apart into separate "
             "neighbourhoods, whose sums would each be unmasked; refusing to help"
         )
-    if config.consistency and sig_key is not None:
+    if config.consistency:
         statement = _statement(round_, roster, survivors.names)
-        SECAGG.send(fed, server, "signature", Signature(sig_key.sign(statement)), round_)
-        if drop_after == "signature":
+        others = sorted(alive - {me})
+        tags = [_tag(_tag_key(pairs, p, server), round_, me, p, statement) for p in others]
+        SECAGG.send(fed, server, "tags", Tags(peers=others, tags=tags), round_)
+        if drop_after == "tags":
             return
-        signed = SECAGG.recv(fed, server, "signatures", Signatures, round_)
-        needed = required_signatures(config, clients)
-        _check_signatures(me, server, signed, alive, sig_pks, statement, needed, round_)
+        tagged = SECAGG.recv(fed, server, "tag-inbox", Tags, round_)
+        needed = required_agreement(config, clients)
+        _check_tags(me, server, tagged, alive, pairs, statement, needed, round_)
     reveal_peers, kinds, shares = [], [], []
     for peer in sorted(u1 & (alive | dropped)):
         b_share, s_share = held[peer]
@@ -764,13 +810,13 @@ def client_round(
     )
 
 
-def _signing_key(
-    config: SecAggConfig, me: str, identity: Ed25519PrivateKey | None, draws: Draws
+def _identity_key(
+    config: SecAggConfig, me: str, identity: Ed25519PrivateKey | None
 ) -> Ed25519PrivateKey | None:
-    """The key this client signs with: its long-term identity (with ``config.identities``),
-    else one drawn for the round (consistency on), else none."""
+    """The long-term key this client signs its round keys with (with ``config.identities``),
+    else none."""
     if config.identities is None:
-        return draws.ed25519() if config.consistency else None
+        return None
     if identity is None:
         raise ValueError(
             f"party {me!r}: SecAggConfig.identities lists the clients' long-term keys, but "
@@ -807,45 +853,56 @@ def _check_identities(
             )
 
 
-def _check_signatures(
+def _tag_key(pairs: _PairKeys, peer: str, server: str) -> bytes:
+    try:
+        return pairs.tag_key(peer)
+    except ValueError:  # not a point X25519 accepts
+        Roster.refuse(server, "c_pks", f"holds no valid X25519 key for {peer!r}")
+        raise  # pragma: no cover -- refuse raises
+
+
+def _check_tags(
     me: str,
     server: str,
-    signed: Signatures,
+    inbox: Tags,
     alive: set[str],
-    sig_pks: Mapping[str, bytes],
+    pairs: _PairKeys,
     statement: bytes,
     needed: int,
     round_: int,
 ) -> None:
-    """The consistency check: at least ``needed`` signatures from distinct survivors, every one
-    on the roster and survivor set this client was sent."""
-    if signed.abort:
+    """The consistency check: tags from distinct other survivors, every one on the roster and
+    survivor set this client was sent, enough that with this client ``needed`` agree."""
+    if inbox.abort:
         raise SecAggAbortedError(
-            f"party {me!r}: the server ended round {round_}: too few signed the survivors"
+            f"party {me!r}: the server ended round {round_}: too few vouched for the survivors"
         )
-    signers = list(signed.signers)
-    if len(signers) != len(signed.signatures):
-        Signatures.refuse(server, "signatures", "does not have one per signer")
-    strangers = sorted(set(signers) - alive)
-    if strangers or len(set(signers)) != len(signers):
+    senders = list(inbox.peers)
+    if len(senders) != len(inbox.tags):
+        Tags.refuse(server, "tags", "does not have one per peer")
+    strangers = sorted(set(senders) - (alive - {me}))
+    if strangers or len(set(senders)) != len(senders):
         raise SecAggConsistencyError(
-            f"party {me!r}: the server {server!r} forwarded in round {round_} signatures from "
-            f"{strangers[:3] or 'one signer twice'}, not once each from the survivors it was "
-            "sent; refusing to reveal any share"
+            f"party {me!r}: the server {server!r} forwarded in round {round_} consistency tags "
+            f"from {strangers[:3] or 'one client twice'}, not once each from the other "
+            "survivors it was sent; refusing to reveal any share"
         )
-    for signer, signature in zip(signers, signed.signatures, strict=True):
-        if not _verifies(sig_pks[signer], signature, statement):
+    for sender, tag in zip(senders, inbox.tags, strict=True):
+        expected = _tag(_tag_key(pairs, sender, server), round_, sender, me, statement)
+        if not hmac.compare_digest(expected, tag):
             raise SecAggConsistencyError(
-                f"party {me!r}: the signature of {signer!r} that the server {server!r} "
-                f"forwarded in round {round_} does not verify on the roster and survivor set "
+                f"party {me!r}: the consistency tag of {sender!r} that the server {server!r} "
+                f"forwarded in round {round_} does not match the roster and survivor set "
                 f"{me!r} was sent: the server showed clients different survivors or rosters "
-                "(equivocation), or forged the signature; refusing to reveal any share"
+                f"(equivocation), or the tag was forged or altered (by the server, or sent so "
+                f"by {sender!r}); refusing to reveal any share"
             )
-    if len(signers) < needed:
+    if len(senders) + 1 < needed:
         raise SecAggConsistencyError(
-            f"party {me!r}: only {len(signers)} clients signed the survivor set the server "
-            f"{server!r} sent in round {round_}, fewer than the {needed} needed before any "
-            "share is revealed (the server may be showing others a different set); refusing"
+            f"party {me!r}: only {len(senders) + 1} clients (itself included) vouched for the "
+            f"survivor set the server {server!r} sent in round {round_}, fewer than the "
+            f"{needed} needed before any share is revealed (the server may be showing others "
+            "a different set); refusing"
         )
 
 
@@ -868,11 +925,11 @@ def server_round(
     ------
     SecAggAbortedError
         Fewer than ``threshold`` clients at some step, or fewer than
-        :func:`required_signatures` signing the survivors (the clients are told; nothing is
-        revealed).
+        :func:`required_agreement` vouching for the survivors (the clients are told; nothing
+        is revealed).
     MessageError
-        A client's message is malformed or dishonest: keys its identity did not sign, a
-        consistency signature that does not verify, a share of the wrong kind.
+        A client's message is malformed or dishonest: keys its identity did not sign,
+        consistency tags not one for each other survivor, a share of the wrong kind.
     """
     config.check(len(clients))
     t = config.threshold
@@ -946,7 +1003,7 @@ def server_round(
     SECAGG.broadcast(fed, "survivors", Survivors(names=u2, dropped=dropped), round_, to=u2)
     helpers = u2
     if config.consistency:
-        helpers = _consistency(fed, gather, abort, config, roster, u2, len(clients), round_)
+        helpers = _consistency(fed, gather, abort, config, u2, len(clients), round_)
     reveals = gather(helpers, "reveal", Reveal)
     if len(reveals) < t:
         raise SecAggAbortedError(
@@ -1000,28 +1057,30 @@ def _consistency(
     gather: Callable[[Sequence[str], str, type[Any]], dict[str, Any]],
     abort: Callable[..., None],
     config: SecAggConfig,
-    roster: Roster,
     survivors: list[str],
     clients: int,
     round_: int,
 ) -> list[str]:
-    """The server's consistency round: collect the survivors' signatures on ``survivors``,
-    check each (a client whose signature fails is refused by name), and forward them all to
-    the signers; the signers, who will unmask."""
-    signed: dict[str, Signature] = gather(survivors, "signature", Signature)
-    statement = _statement(round_, roster, survivors)
-    keys = dict(zip(roster.names, roster.sig_pks, strict=True))
-    for name, message in signed.items():
-        if not _verifies(keys[name], message.signature, statement):
-            Signature.refuse(
-                name, "signature", f"does not verify on round {round_}'s roster and survivors"
-            )
-    signers = [n for n in survivors if n in signed]
-    needed = required_signatures(config, clients)
-    if len(signers) < needed:
-        refusal = Signatures([], [], abort=True)
-        least = f"the {needed} signatures needed"
-        abort(signers, "signatures", len(signers), "consistency", refusal, least)
-    forwarded = Signatures(signers=signers, signatures=[signed[n].signature for n in signers])
-    SECAGG.broadcast(fed, "signatures", forwarded, round_, to=signers)
-    return signers
+    """The server's consistency round: collect each survivor's tags (one for every other
+    survivor, 32 bytes each: a client that sends another shape is refused by name) and forward
+    to each survivor that sent them the tags addressed to it; the senders, who will unmask.
+    The server cannot check a tag (only the pair it is between holds its key)."""
+    tagged: dict[str, Tags] = gather(survivors, "tags", Tags)
+    by_sender: dict[str, dict[str, bytes]] = {}
+    for name, message in tagged.items():
+        others = sorted(set(survivors) - {name})
+        if sorted(message.peers) != others or len(message.tags) != len(others):
+            Tags.refuse(name, "peers", "does not hold one tag for each other survivor")
+        if any(len(tag) != 32 for tag in message.tags):
+            Tags.refuse(name, "tags", "holds a tag that is not 32 bytes")
+        by_sender[name] = dict(zip(message.peers, message.tags, strict=True))
+    senders = [n for n in survivors if n in tagged]
+    needed = required_agreement(config, clients)
+    if len(senders) < needed:
+        least = f"the {needed} needed to vouch for the survivors"
+        abort(senders, "tag-inbox", len(senders), "consistency", Tags([], [], abort=True), least)
+    for receiver in senders:
+        peers = [n for n in senders if n != receiver]
+        tags = [by_sender[n][receiver] for n in peers]
+        SECAGG.send(fed, receiver, "tag-inbox", Tags(peers=peers, tags=tags), round_)
+    return senders

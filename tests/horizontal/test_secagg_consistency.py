@@ -2,8 +2,8 @@
 a server that tells clients different survivor sets unmasks one client's update when the round
 is off, and is caught -- every client aborts naming it, no share that would unmask anyone is
 revealed -- when it is on; honest rounds with dropouts at every step still give the exact sum;
-forged or invalid signatures, requests for both shares of one client and substituted keys
-(with identities) are refused."""
+forged, altered or reflected consistency tags, requests for both shares of one client and
+substituted keys (with identities) are refused."""
 
 from __future__ import annotations
 
@@ -26,13 +26,12 @@ from horizontal.secagg import (
     Ring,
     Roster,
     SecAggConfig,
-    Signature,
-    Signatures,
     Survivors,
+    Tags,
     _pair_seed,
     client_round,
     prg,
-    required_signatures,
+    required_agreement,
     server_round,
     shamir_combine,
 )
@@ -85,7 +84,7 @@ def equivocating_server(
 ) -> np.ndarray:
     """Honest up to the masked inputs; then tells FOOLED that TARGET dropped (asking for its
     mask-key shares) and the others that it survived (their shares of its self-mask), and
-    forwards either every signature (``"all"``) or each group only its own (``"own"``);
+    forwards either every tag (``"all"``) or each group only its own (``"own"``);
     ``"both"`` asks FOOLED for both shares of TARGET at once. Returns TARGET's input as
     rebuilt from what the clients revealed."""
     keys = {
@@ -121,12 +120,17 @@ def equivocating_server(
             told = Survivors([n for n in NAMES if n != TARGET], [TARGET])
         SECAGG.send(fed, name, "survivors", told, round_)
     if config.consistency:
-        signed = fed.gather(NAMES, SECAGG.tag("signature", round_))
+        tagged = {
+            n: Tags.from_payload(p, n)
+            for n, p in fed.gather(NAMES, SECAGG.tag("tags", round_)).items()
+        }
         for name in NAMES:
             group = FOOLED if name in FOOLED else set(NAMES) - FOOLED
-            chosen = [n for n in NAMES if forward == "all" or n in group]
-            sigs = [Signature.from_payload(signed[n], n).signature for n in chosen]
-            SECAGG.send(fed, name, "signatures", Signatures(chosen, sigs), round_)
+            chosen = [  # every tag there is for the client (the fooled made none for TARGET)
+                n for n in NAMES if name in tagged[n].peers and (forward == "all" or n in group)
+            ]
+            tags = [tagged[n].tags[tagged[n].peers.index(name)] for n in chosen]
+            SECAGG.send(fed, name, "tag-inbox", Tags(chosen, tags), round_)
     revealed = {
         n: Reveal.from_payload(p, n)
         for n, p in fed.gather(NAMES, SECAGG.tag("reveal", round_)).items()
@@ -176,15 +180,15 @@ def test_without_the_round_an_equivocating_server_unmasks_one_clients_update() -
 @pytest.mark.parametrize(
     ("forward", "reason"),
     [
-        # each client sees signatures on another set, or (fooled) from a client "dropped"
-        ("all", r"does not verify on the roster and survivor set|signatures from \['c4'\]"),
+        # each client sees tags on another set, or (fooled) from a client "dropped"
+        ("all", r"does not match the roster and survivor set|tags from \['c4'\]"),
         ("own", r"fewer than the 3 needed before any share is revealed"),
     ],
 )
 def test_an_equivocating_server_is_caught_and_learns_no_update(forward: str, reason: str) -> None:
     vectors = _vectors(NAMES)
     config = SecAggConfig(threshold=2)  # consistency on by default
-    assert required_signatures(config, len(NAMES)) == 3  # a majority, above the threshold
+    assert required_agreement(config, len(NAMES)) == 3  # a majority, above the threshold
     roles = _clients(vectors, config)
     roles["server"] = lambda fed: equivocating_server(fed, config, 16, forward=forward)
     federation = LocalFederation(timeout=30, record_payloads=True)
@@ -225,9 +229,9 @@ def test_an_honest_round_with_dropouts_at_every_step_gives_the_exact_sum() -> No
     vectors = _vectors(names, seed=1)
     ring = Ring()
     config = SecAggConfig(threshold=3)
-    assert required_signatures(config, len(names)) == 5
-    # gone after: keys, shares, the masked input (before signing), and (c1, c2) after signing
-    drops = {"c7": "keys", "c6": "shares", "c5": "masked", "c1": "signature", "c2": "signature"}
+    assert required_agreement(config, len(names)) == 5
+    # gone after: keys, shares, the masked input (before vouching), and (c1, c2) after it
+    drops = {"c7": "keys", "c6": "shares", "c5": "masked", "c1": "tags", "c2": "tags"}
     total, survivors = _honest(vectors, config, drops)
     assert survivors == ["c0", "c1", "c2", "c3", "c4", "c5"]  # whose masked input arrived
     exact = ring.decode(sum(ring.encode(vectors[c], len(names)) for c in survivors))
@@ -235,7 +239,7 @@ def test_an_honest_round_with_dropouts_at_every_step_gives_the_exact_sum() -> No
     np.testing.assert_allclose(total, sum(vectors[c] for c in survivors), atol=1e-6)
     # a majority of the 8 must sign: 4 survivors meet the threshold, not the round's floor
     drops = dict.fromkeys(["c4", "c5", "c6", "c7"], "shares")
-    with pytest.raises(PartyFailedError, match="fewer than the 5 signatures needed"):
+    with pytest.raises(PartyFailedError, match="fewer than the 5 needed to vouch"):
         _honest(vectors, config, drops)
 
 
@@ -243,39 +247,99 @@ def _tamper_tag(prefix: str, change: Any) -> Any:
     return lambda to, tag, payload: change(to, payload) if tag.startswith(prefix) else payload
 
 
-def test_forged_or_invalid_signatures_are_refused() -> None:
+def test_a_clients_malformed_or_wrong_tags_are_refused() -> None:
     vectors = _vectors(NAMES)
     config = SecAggConfig(threshold=3)
 
-    def flip(payload: dict[str, Any]) -> dict[str, Any]:
-        signature = payload["signature"]
-        return {**payload, "signature": signature[:-1] + bytes([signature[-1] ^ 1])}
-
-    # a client's invalid signature: the honest server refuses it, naming the client
+    # tags missing a survivor: the honest server refuses the message, naming the client
     roles = _clients(vectors, config)
-    bad = roles["c2"]
-    roles["c2"] = lambda fed: bad(
-        Proxy(fed, _tamper_tag("secagg/signature/", lambda to, p: flip(p)))
-    )
+    short = roles["c2"]
+    drop_one = lambda to, p: {"peers": p["peers"][1:], "tags": p["tags"][1:]}  # noqa: E731
+    roles["c2"] = lambda fed: short(Proxy(fed, _tamper_tag("secagg/tags/", drop_one)))
     roles["server"] = lambda fed: server_round(fed, NAMES, 16, config)
     with pytest.raises(PartyFailedError) as caught:
         LocalFederation(timeout=30).run(roles)
-    assert "party 'c2' sent a malformed consistency signature message" in str(caught.value)
+    assert "party 'c2' sent a malformed consistency tags message" in str(caught.value)
 
-    # a server that forges c3's signature (here: its own key's) is refused by every client
-    forger = Ed25519PrivateKey.generate()
-
-    def forge(to: str, payload: dict[str, Any]) -> dict[str, Any]:
-        signatures = list(payload["signatures"])
-        signatures[payload["signers"].index("c3")] = forger.sign(b"anything")
-        return {**payload, "signatures": signatures}
+    # a wrong tag for one peer: the server cannot tell (only c2 and c0 hold the key); c0
+    # aborts naming both the server and c2, before revealing anything
+    def flip(to: str, payload: dict[str, Any]) -> dict[str, Any]:
+        tags = list(payload["tags"])
+        i = payload["peers"].index("c0")
+        tags[i] = tags[i][:-1] + bytes([tags[i][-1] ^ 1])
+        return {**payload, "tags": tags}
 
     roles = _clients(vectors, config)
+    roles["c2"] = lambda fed: short(Proxy(fed, _tamper_tag("secagg/tags/", flip)))
+    roles["server"] = lambda fed: server_round(fed, NAMES, 16, config)
+    federation = LocalFederation(timeout=30, record_payloads=True)
+    with pytest.raises(PartyFailedError, match=r"party 'c0': the consistency tag of 'c2'"):
+        federation.run(roles)
+    assert "c0" not in _revealed(federation)
+
+
+@pytest.mark.parametrize(
+    "deviation",
+    [
+        "forged",  # c3's tag replaced by bytes of the server's choosing
+        "reflected",  # the receiver's own tag for c3 handed back as c3's tag for it
+        "redirected",  # c3's tag for another client handed to this one
+        "replayed",  # c3's tag for this client from an earlier aggregation
+    ],
+)
+def test_a_server_that_forges_or_moves_tags_is_refused_by_every_client(deviation: str) -> None:
+    vectors = _vectors(NAMES)
+    config = SecAggConfig(threshold=3)
+    sent: dict[str, dict[str, bytes]] = {}  # each client's tags, by the peer they are for
+
+    def record(name: str) -> Any:
+        def rewrite(to: str, payload: dict[str, Any]) -> dict[str, Any]:
+            sent[name] = dict(zip(payload["peers"], payload["tags"], strict=True))
+            return payload
+
+        return rewrite
+
+    def move(to: str, payload: dict[str, Any]) -> dict[str, Any]:
+        victim = "c3" if to != "c3" else "c2"  # the sender whose tag is replaced
+        tags = list(payload["tags"])
+        i = payload["peers"].index(victim)
+        if deviation == "forged":
+            tags[i] = bytes(32)
+        elif deviation == "reflected":
+            tags[i] = sent[to][victim]
+        else:  # the same sender's tag for another receiver
+            tags[i] = sent[victim]["c1" if to != "c1" else "c0"]
+        return {**payload, "tags": tags}
+
+    if deviation == "replayed":  # a whole honest aggregation first, its tags kept
+        roles = _clients(vectors, config)
+        for name in NAMES:
+            honest = roles[name]
+            roles[name] = lambda fed, h=honest, n=name: h(
+                Proxy(fed, _tamper_tag("secagg/tags/", record(n)))
+            )
+        roles["server"] = lambda fed: server_round(fed, NAMES, 16, config)
+        LocalFederation(timeout=30).run(roles)
+        earlier = {n: dict(t) for n, t in sent.items()}
+
+        def replay(to: str, payload: dict[str, Any]) -> dict[str, Any]:
+            victim = "c3" if to != "c3" else "c2"
+            tags = list(payload["tags"])
+            tags[payload["peers"].index(victim)] = earlier[victim][to]
+            return {**payload, "tags": tags}
+
+        move = replay
+    roles = _clients(vectors, config)
+    for name in NAMES:
+        honest = roles[name]
+        roles[name] = lambda fed, h=honest, n=name: h(
+            Proxy(fed, _tamper_tag("secagg/tags/", record(n)))
+        )
     roles["server"] = lambda fed: server_round(
-        Proxy(fed, _tamper_tag("secagg/signatures/", forge)), NAMES, 16, config
+        Proxy(fed, _tamper_tag("secagg/tag-inbox/", move)), NAMES, 16, config
     )
     federation = LocalFederation(timeout=30, record_payloads=True)
-    with pytest.raises(PartyFailedError, match=r"the signature of 'c3' that the server 'server'"):
+    with pytest.raises(PartyFailedError, match=r"the consistency tag of 'c[23]' that the server"):
         federation.run(roles)
     assert not _revealed(federation)
 

@@ -88,9 +88,9 @@ def test_a_fedavg_round_moves_the_model_by_the_row_weighted_mean_update(breast) 
 
 
 def test_clients_taking_turns_on_one_thread_train_what_threads_train(breast, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """A simulated fit without secure aggregation runs every party in turn on one thread (with
-    it, a thread each); forced onto threads, the same fit sends the same messages and ends on
-    the same weights."""
+    """A simulated fit runs every party in turn on one thread; forced onto threads, the same
+    fit sends the same messages and ends on the same weights -- with secure aggregation too
+    (its masks differ from run to run, its exact sums do not)."""
     simulate = FederatedClassifier._simulate
     chosen: list[str] = []
     forced: list[str | None] = [None]
@@ -110,9 +110,13 @@ def test_clients_taking_turns_on_one_thread_train_what_threads_train(breast, mon
     assert chosen == ["cooperative", "cooperative"]
     np.testing.assert_array_equal(fits["cooperative"][0], fits["threads"][0])
     assert fits["cooperative"][1] == fits["threads"][1] and len(fits["threads"][1]) > 20
-    forced[0] = None
-    FederatedClassifier(max_iter=1, protocol="secagg", random_state=0).fit(breast)
-    assert chosen[-1] == "threads"
+    secure = {}
+    for scheduling in (None, "threads"):
+        forced[0] = scheduling
+        model = FederatedClassifier(max_iter=2, protocol="secagg", random_state=0).fit(breast)
+        secure[scheduling] = model.weights_
+    assert chosen[-2:] == ["cooperative", "cooperative"]
+    np.testing.assert_array_equal(secure[None], secure["threads"])
 
 
 def test_fedprox_with_mu_zero_is_fedavg(breast) -> None:  # type: ignore[no-untyped-def]

@@ -312,9 +312,28 @@ class Federation(abc.ABC):
             self._check_peer(peer, "send to")
         check_tag(tag)
         kind = wire.payload_kind(payload)
-        data = None if self._by_value() else wire.encode(payload, max_bytes=self.max_message_bytes)
-        for peer in targets:
-            self._deliver(peer, tag, self._frame(peer, tag, payload, kind, data))
+        if not self._by_value():
+            data = wire.encode(payload, max_bytes=self.max_message_bytes)
+            for peer in targets:
+                self._deliver(peer, tag, self._frame(peer, tag, payload, kind, data))
+            return
+        if not targets:
+            return
+        first = self._frame(targets[0], tag, payload, kind)
+        if not isinstance(first, Parcel):  # beyond what decode takes: bytes, refused there
+            self._deliver(targets[0], tag, first)
+            for peer in targets[1:]:
+                self._deliver(peer, tag, self._frame(peer, tag, payload, kind, first))
+            return
+        # one replica (checked and sized once); each peer but the last gets a recopy of it,
+        # made before the replica itself is handed over, so no receiver's change reaches another
+        for i, peer in enumerate(targets):
+            if i:
+                self.transcript.record(self._name, peer, tag, kind, first.nbytes)
+            last = i == len(targets) - 1
+            self._deliver(
+                peer, tag, first if last else Parcel(wire.recopy(first.value), first.nbytes)
+            )
 
     def recv(self, frm: str, tag: str, *, timeout: float | None = None) -> Payload:
         """Receive the oldest message from ``frm`` with ``tag``, waiting up to ``timeout`` seconds.

@@ -184,9 +184,13 @@ def _checker(hint: Any) -> Checker:
         (item_hint,) = get_args(hint) or (Any,)
         item_check = _checker(item_hint)
 
+        exact = {item_hint} if item_hint in (str, bytes, float) else None
+
         def listed(value: Any) -> str | None:
             if not isinstance(value, list):
                 return f"must be a list, got {_describe(value)}"
+            if exact is not None and set(map(type, value)) <= exact:
+                return None  # every item of the very type named: nothing to check one by one
             for i, item in enumerate(value):
                 problem = item_check(item)
                 if problem:

@@ -388,6 +388,16 @@ def _replica(obj: Any, path: str, depth: int, counter: list[int]) -> tuple[Any, 
         return blob, 9 + len(blob)
     if isinstance(obj, (list, tuple)):
         _u32(len(obj), path)
+        if depth < MAX_DEPTH and obj:  # a list of one leaf type: the same rules, in bulk
+            leaves = set(map(type, obj))
+            if leaves == {bytes} or (leaves == {str} and all(map(str.isascii, obj))):
+                if max(map(len, obj)) <= 0xFFFFFFFF:
+                    counter[0] += len(obj)
+                    head = 9 if leaves == {bytes} else 5  # a length of 8 bytes, or of 4
+                    return list(obj), 5 + head * len(obj) + sum(map(len, obj))
+            elif leaves == {float}:
+                counter[0] += len(obj)
+                return list(obj), 5 + 9 * len(obj)
         items, size = [], 5
         for i, item in enumerate(obj):
             value, n = _replica(item, f"{path}[{i}]", depth + 1, counter)
@@ -425,6 +435,33 @@ def _array_replica(arr: np.ndarray[Any, Any], path: str) -> tuple[np.ndarray[Any
     code = _array_code(arr, path)
     copy: np.ndarray[Any, Any] = np.array(arr, dtype=_DTYPES[code], order="C", copy=True)
     return copy, 3 + 8 * arr.ndim + copy.nbytes
+
+
+def recopy(value: Payload) -> Payload:
+    """Another receiver's copy of a :func:`replica`'s value: its lists, dicts, arrays and
+    ciphertext blocks' exponents copied, its immutable leaves (``None``, ``bool``, ``int``,
+    ``float``, ``str``, ``bytes``) shared. A broadcast in one process makes the replica once
+    (checked and sized once) and hands each further receiver a recopy, so that no receiver's
+    change reaches another -- without walking the rules of the wire again per receiver."""
+    kind = type(value)
+    if kind is list:
+        return [item if type(item) in _IMMUTABLE else recopy(item) for item in value]
+    if kind is dict:
+        return {
+            key: item if type(item) in _IMMUTABLE else recopy(item) for key, item in value.items()
+        }
+    if kind is np.ndarray:
+        return value.copy()
+    if kind is CiphertextBlock:
+        return CiphertextBlock(
+            value.key_fingerprint, value.shape, value.exponents.copy(), value.width, value.data
+        )
+    if kind in _IMMUTABLE:
+        return value
+    raise TypeError(f"not a replica's value: {kind.__name__}")
+
+
+_IMMUTABLE = frozenset({type(None), bool, int, float, str, bytes})
 
 
 # --------------------------------------------------------------------------------------------

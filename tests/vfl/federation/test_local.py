@@ -585,16 +585,24 @@ def test_values_passed_in_process_are_counted_as_their_bytes_and_shared_with_no_
 
     def server(fed: Federation) -> Any:
         weights = np.arange(6, dtype=np.float32)
-        fed.broadcast("task", {"weights": weights, "round": 1, "names": ("a", "b")})
+        layers = [[np.ones(2)], {"bias": np.zeros(1)}]
+        fed.broadcast(
+            "task", {"weights": weights, "round": 1, "names": ("a", "b"), "layers": layers}
+        )
         weights[:] = -1  # after sending: no receiver may see this
+        layers[0][0][:] = -1
         got = fed.gather(["a", "b"], "update")
         return {k: v["delta"].tolist() for k, v in got.items()}
 
     def client(fed: Federation) -> Any:
         task = fed.recv("server", "task")
         task["weights"] += 1  # a receiver's own copy: the other client's stays as sent
+        task["names"].append(fed.name)  # nested lists, dicts and arrays: its own too
+        task["layers"][0][0] += 1
+        task["layers"][1]["bias"] -= 1
         fed.send("server", "update", {"delta": task["weights"] * 2, "rows": np.int64(40)})
-        return task["weights"].tolist(), task["names"]
+        layers = [task["layers"][0][0].tolist(), task["layers"][1]["bias"].tolist()]
+        return task["weights"].tolist(), task["names"], layers
 
     runs = {}
     for kept in (False, True):
@@ -604,7 +612,9 @@ def test_values_passed_in_process_are_counted_as_their_bytes_and_shared_with_no_
         runs[kept] = (out, sizes)
     assert runs[False] == runs[True]
     out = runs[False][0]
-    assert out["a"] == ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], ["a", "b"]) and out["b"] == out["a"]
+    layers = [[2.0, 2.0], [-1.0]]
+    assert out["a"] == ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], ["a", "b", "a"], layers)
+    assert out["b"] == ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], ["a", "b", "b"], layers)
     assert out["server"] == {"a": [2.0, 4.0, 6.0, 8.0, 10.0, 12.0], "b": out["server"]["a"]}
     assert len(runs[False][1]) == 4 and all(r[4] > 20 for r in runs[False][1])
 

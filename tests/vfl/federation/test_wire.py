@@ -116,6 +116,31 @@ def test_a_replica_is_what_the_receiver_decodes_and_its_size_the_encoded_size(
     assert same(decode(encoded), copy)
 
 
+def _mutables(value: Any) -> list[Any]:
+    """Every list, dict and array inside ``value`` (a block's exponents included)."""
+    if isinstance(value, list):
+        return [value, *(m for item in value for m in _mutables(item))]
+    if isinstance(value, dict):
+        return [value, *(m for item in value.values() for m in _mutables(item))]
+    if isinstance(value, CiphertextBlock):
+        return [value.exponents]
+    return [value] if isinstance(value, np.ndarray) else []
+
+
+@given(payloads | ciphertext_blocks())
+@settings(max_examples=200, deadline=None)
+def test_a_recopy_equals_the_replica_and_shares_nothing_mutable_with_it(payload: Any) -> None:
+    copy, _ = wire.replica(payload)
+    again = wire.recopy(copy)
+    assert same(copy, again)
+    for old, new in zip(_mutables(copy), _mutables(again), strict=True):
+        assert old is not new and type(old) is type(new)
+        if isinstance(old, np.ndarray):
+            assert not np.shares_memory(old, new) and new.flags.writeable
+    with pytest.raises(TypeError, match="not a replica's value: tuple"):
+        wire.recopy((1, 2))
+
+
 def test_a_replica_converts_as_the_wire_does_and_shares_nothing_with_the_sender() -> None:
     strided = np.arange(12, dtype=">f8").reshape(3, 4)[:, ::2]  # big-endian, not contiguous
     payload = {
