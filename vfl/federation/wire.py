@@ -408,14 +408,28 @@ def _replica(obj: Any, path: str, depth: int, counter: list[int]) -> tuple[Any, 
         _u32(len(obj), path)
         out: dict[Any, Any] = {}
         size = 5
+        inline = depth < MAX_DEPTH  # a message's fields: ASCII keys, floats and arrays inline
         for key, item in obj.items():
-            if isinstance(key, bool) or not isinstance(key, (str, int)):
-                raise TypeError(
-                    f"{path}: dict key {key!r} of type {type(key).__name__} is not in the wire "
-                    "format; use str or int keys"
-                )
-            copied_key, n_key = _replica(key, path, depth + 1, counter)
-            value, n = _replica(item, f"{path}[{key!r}]", depth + 1, counter)
+            if inline and type(key) is str and key.isascii():
+                counter[0] += 1
+                copied_key, n_key = key, 5 + len(key)
+            else:
+                if isinstance(key, bool) or not isinstance(key, (str, int)):
+                    raise TypeError(
+                        f"{path}: dict key {key!r} of type {type(key).__name__} is not in the "
+                        "wire format; use str or int keys"
+                    )
+                copied_key, n_key = _replica(key, path, depth + 1, counter)
+            kind = type(item)
+            if inline and kind is float:
+                counter[0] += 1
+                value, n = item, 9
+            elif inline and kind is np.ndarray and _plain_array(item):
+                counter[0] += 1
+                value = np.array(item, order="C", copy=True)
+                n = 3 + 8 * item.ndim + value.nbytes
+            else:
+                value, n = _replica(item, f"{path}[{key!r}]", depth + 1, counter)
             out[copied_key] = value
             size += n_key + n
         return out, size
@@ -435,6 +449,13 @@ def _array_replica(arr: np.ndarray[Any, Any], path: str) -> tuple[np.ndarray[Any
     code = _array_code(arr, path)
     copy: np.ndarray[Any, Any] = np.array(arr, dtype=_DTYPES[code], order="C", copy=True)
     return copy, 3 + 8 * arr.ndim + copy.nbytes
+
+
+def _plain_array(arr: np.ndarray[Any, Any]) -> bool:
+    """Whether ``arr`` travels as it is: a native-order dtype of the wire's, few dimensions."""
+    dtype = arr.dtype
+    code = _DTYPE_CODES.get((dtype.kind, dtype.itemsize))
+    return code is not None and _DTYPES[code] == dtype and arr.ndim <= MAX_NDIM
 
 
 def recopy(value: Payload) -> Payload:
@@ -667,14 +688,19 @@ def payload_kind(payload: Payload) -> str:
 
     Containers list the kinds of their direct elements (sorted, distinct).
     """
+    if type(payload) is dict:  # a message's fields: the commonest payload
+        return _container_kind("dict", frozenset(map(_scalar_kind, payload.values())))
     kind = _scalar_kind(payload)
     if isinstance(payload, Mapping):
-        inner = sorted({_scalar_kind(v) for v in payload.values()})
-        return f"{kind}[{','.join(inner)}]"
+        return _container_kind(kind, frozenset(map(_scalar_kind, payload.values())))
     if isinstance(payload, (list, tuple)):
-        inner = sorted({_scalar_kind(v) for v in payload})
-        return f"{kind}[{','.join(inner)}]"
+        return _container_kind(kind, frozenset(map(_scalar_kind, payload)))
     return kind
+
+
+@functools.lru_cache(maxsize=1024)
+def _container_kind(kind: str, inner: frozenset[str]) -> str:
+    return f"{kind}[{','.join(sorted(inner))}]"
 
 
 @functools.cache
