@@ -83,7 +83,9 @@ def local_train(
     for rows in batches:
         for p in params:
             p.grad = None
-        loss = loss_fn(module(x[rows]), y[rows]) + penalty(params, alpha)
+        loss = loss_fn(module(x[rows]), y[rows])
+        if alpha:
+            loss = loss + penalty(params, alpha)
         if anchor is not None:
             flat = nn.utils.parameters_to_vector(params)
             loss = loss + plan.mu / 2 * torch.sum((flat - anchor) ** 2)

@@ -370,11 +370,9 @@ def aggregate_updates(
             Update.refuse(client, "delta", f"is not round {round_}'s {weights.size} values")
         if sizes is not None and update.samples != sizes[client]:
             Update.refuse(client, "samples", f"is not its {sizes[client]} setup rows")
-    deltas = (  # one float64 matrix, a row per reply: stacked once
-        np.vstack([u.delta for u in updates.values()]).astype(np.float64)
-        if updates
-        else np.zeros((0, weights.size))
-    )
+    deltas = np.empty((len(updates), weights.size))  # one float64 matrix, a row per reply
+    for row, update in zip(deltas, updates.values(), strict=True):
+        row[:] = update.delta  # converted as it is copied: no float32 matrix first
     norms = l2_norms(deltas) if len(deltas) else np.zeros(0)
     privacy = spec.privacy
     samples = [u.samples for u in updates.values()]
