@@ -182,7 +182,9 @@ def _dice_pairs_on(
     """:func:`dice_all_pairs` on ``executor``: A cut in popcount order into a few tasks per
     worker, each a whole number of ``chunk`` records, so that every task compares exactly the
     blocks the in-process kernel would (each A record's pairs and best scores depend only on
-    its own block)."""
+    its own block). Each task also sorts its pairs by A's and B's positions, on its worker:
+    the caller's final sort then merges a few sorted runs instead of sorting tens of millions
+    of pairs alone (16 million at 20,000 x 20,000: 2.3 -> 0.5 s)."""
     if not 0 <= floor <= 1:
         raise ValueError(f"floor must be in [0, 1], got {floor}")
     if chunk < 1:
@@ -192,12 +194,12 @@ def _dice_pairs_on(
     per_task = -(-n_a // (4 * executor_slots(executor)))
     per_task = max(chunk, -(-per_task // chunk) * chunk)
     cuts = [order_a[i : i + per_task] for i in range(0, n_a, per_task)]
-    tasks = [(words_a[rows], floor, chunk, backend, top_k, best) for rows in cuts]
+    tasks = [(words_a[rows], rows, floor, chunk, backend, top_k, best) for rows in cuts]
     results = run_on_executor(executor, _dice_task, tasks, shared=(words_b,))
     tops = np.zeros((n_a, 2))
     out_a, out_b, out_s = [], [], []
     for rows, (ia, ib, scores, top) in zip(cuts, results, strict=True):
-        out_a.append(rows[ia])
+        out_a.append(ia)
         out_b.append(ib)
         out_s.append(scores)
         if top is not None:
@@ -211,6 +213,7 @@ def _dice_pairs_on(
 
 def _dice_task(
     words_a: np.ndarray[Any, Any],
+    rows: np.ndarray[Any, Any],
     floor: float,
     chunk: int,
     backend: str,
@@ -220,10 +223,14 @@ def _dice_task(
 ) -> tuple[
     np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any] | None
 ]:
-    """One task of :func:`_dice_pairs_on` (on a worker): its A records against all of B."""
-    return dice_all_pairs(
+    """One task of :func:`_dice_pairs_on` (on a worker): its A records (at positions
+    ``rows`` of A) against all of B, the pairs in A's positions and sorted by them and B's."""
+    ia, ib, scores, tops = dice_all_pairs(
         words_a, words_b, floor=floor, chunk=chunk, backend=backend, top_k=top_k, best=best
     )
+    ia = rows[ia]
+    order = np.argsort(ia.astype(np.int64) << 32 | ib, kind="stable")
+    return ia[order], ib[order], scores[order], tops
 
 
 AUTO_BLOCKING_PAIRS = 50_000_000
