@@ -421,16 +421,17 @@ def _replica(obj: Any, path: str, depth: int, counter: list[int]) -> tuple[Any, 
                     )
                 copied_key, n_key = _replica(key, path, depth + 1, counter)
             kind = type(item)
+            copied: Any
             if inline and kind is float:
                 counter[0] += 1
-                value, n = item, 9
+                copied, n = item, 9
             elif inline and kind is np.ndarray and _plain_array(item):
                 counter[0] += 1
-                value = np.array(item, order="C", copy=True)
-                n = 3 + 8 * item.ndim + value.nbytes
+                copied = np.array(item, order="C", copy=True)
+                n = 3 + 8 * item.ndim + copied.nbytes
             else:
-                value, n = _replica(item, f"{path}[{key!r}]", depth + 1, counter)
-            out[copied_key] = value
+                copied, n = _replica(item, f"{path}[{key!r}]", depth + 1, counter)
+            out[copied_key] = copied
             size += n_key + n
         return out, size
     if isinstance(obj, np.ndarray):
