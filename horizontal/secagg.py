@@ -25,13 +25,15 @@ the server:
    key agreed from its and ``v``'s ``c`` keys, over the direction, the round, the roster with
    all its keys, and ``U2``; the server forwards to each client the tags addressed to it; each
    checks that with itself at least ``q = max(t, n // 2 + 1)`` (:func:`required_agreement`;
-   ``n`` the clients the round was opened for) distinct members of ``U2`` vouched and that
+   ``n`` the larger of the clients the round was opened for and the roster) distinct members
+   of ``U2`` vouched and that
    *every* tag matches the roster and ``U2`` that *it* was sent. Otherwise it aborts with
    :class:`SecAggConsistencyError`, naming the server and the sender or the count, before
    revealing anything. The paper has each client sign ``U2`` and verify every other
    signature; a tag does the same work between two clients -- only they hold its key, so the
-   server can neither forge it nor replay it to another client or the other way -- for a
-   thirtieth of the cost (two HMACs instead of one Ed25519 verification, about 100 us here).
+   server can neither forge it nor replay it to another client or the other way -- for two
+   HMACs instead of one Ed25519 verification (about 100 us here); under SecAgg+ a client also
+   agrees a key with each survivor outside its neighbourhood (one X25519 exchange, 30 us).
    What a tag cannot do is convince a third party: the server can no longer filter out a bad
    tag, so a client that sends a wrong one makes its peers abort (as a share that does not
    decrypt already does);
@@ -578,12 +580,14 @@ def _tag(key: bytes, round_: int, sender: str, receiver: str, statement: bytes) 
     """``sender``'s consistency tag for ``receiver``: HMAC-SHA256 under their pair's tag key
     over the direction and the 32-byte statement (a tag is never valid the other way round,
     so the server cannot reflect a client's own tag back to it)."""
-    label = f"vflink/secagg/tag/{round_}/{sender}->{receiver}/".encode()
+    label = json.dumps(["vflink/secagg/tag", round_, sender, receiver]).encode()
     return hmac.digest(key, label + statement, "sha256")
 
 
 def _aad(round_: int, sender: str, receiver: str) -> bytes:
-    return f"vflink/secagg/{round_}/{sender}->{receiver}".encode()
+    """A share's associated data: the round, its sender and its receiver (as JSON, so that no
+    pair of names reads as another)."""
+    return json.dumps(["vflink/secagg/share", round_, sender, receiver]).encode()
 
 
 def _hexes(keys: Sequence[bytes]) -> list[str]:
@@ -596,8 +600,8 @@ def _advert(round_: int, name: str, c_pk: bytes, s_pk: bytes) -> bytes:
 
 
 def _statement(round_: int, roster: Roster, survivors: Sequence[str]) -> bytes:
-    """What each client signs in the consistency round: the round, the whole roster with its
-    keys (fresh each aggregation, so a signature cannot be replayed into another, and two
+    """What each client vouches for in the consistency round: the round, the whole roster with
+    its keys (fresh each aggregation, so a tag cannot be replayed into another, and two
     clients sent different rosters disagree) and the survivor set."""
     body = [
         "vflink/secagg/consistency",
@@ -609,6 +613,16 @@ def _statement(round_: int, roster: Roster, survivors: Sequence[str]) -> bytes:
         sorted(survivors),
     ]
     return hashlib.sha256(json.dumps(body).encode()).digest()
+
+
+def _usable(probe: X25519PrivateKey, public: bytes) -> bool:
+    """Whether ``public`` is 32 bytes that X25519 agrees a secret with (not a low-order
+    point, which would make every agreement with it zero)."""
+    try:
+        probe.exchange(X25519PublicKey.from_public_bytes(public))
+    except ValueError:
+        return False
+    return True
 
 
 def _verifies(public: bytes, signature: bytes, data: bytes) -> bool:
@@ -680,6 +694,10 @@ def client_round(
     MessageError
         A share that does not decrypt (altered, replayed, or from elsewhere), naming its sender.
     """
+    if drop_after not in (None, "keys", "shares", "masked", "tags"):
+        raise ValueError(
+            f"drop_after must be 'keys', 'shares', 'masked' or 'tags', not {drop_after!r}"
+        )
     me = fed.name
     x = config.ring.encode(vector, clients)
     draws = draws or OS_DRAWS
@@ -731,7 +749,7 @@ def client_round(
     for peer in peers:
         nonce = draws.token(12)
         plain = _bytes(b_shares[points[peer]]) + _bytes(s_shares[points[peer]])
-        aead = ChaCha20Poly1305(pairs.share_key(peer))
+        aead = ChaCha20Poly1305(_agreed(pairs.share_key, peer, server))
         boxes.append(nonce + aead.encrypt(nonce, plain, _aad(round_, me, peer)))
     SECAGG.send(fed, server, "shares", Boxes(peers=peers, boxes=boxes), round_)
     if drop_after == "shares":
@@ -792,12 +810,15 @@ def client_round(
     if config.consistency:
         statement = _statement(round_, roster, survivors.names)
         others = sorted(alive - {me})
-        tags = [_tag(_tag_key(pairs, p, server), round_, me, p, statement) for p in others]
+        tags = [_tag(_agreed(pairs.tag_key, p, server), round_, me, p, statement) for p in others]
         SECAGG.send(fed, server, "tags", Tags(peers=others, tags=tags), round_)
         if drop_after == "tags":
             return
         tagged = SECAGG.recv(fed, server, "tag-inbox", Tags, round_)
-        needed = required_agreement(config, clients)
+        # q from the round's size as the roster shows it, never below what it was opened for:
+        # a server that understates ``clients`` (on Flower its task says it) cannot lower q,
+        # and every client that vouches was sent this roster (it is in the statement)
+        needed = required_agreement(config, max(clients, len(names)))
         _check_tags(me, server, tagged, alive, pairs, statement, needed, round_)
     reveal_peers, kinds, shares = [], [], []
     for peer in sorted(u1 & (alive | dropped)):
@@ -853,12 +874,14 @@ def _check_identities(
             )
 
 
-def _tag_key(pairs: _PairKeys, peer: str, server: str) -> bytes:
+def _agreed(make: Callable[[str], bytes], peer: str, server: str) -> bytes:
+    """A key agreed with ``peer`` (``make``: a :class:`_PairKeys` method); a roster key that
+    X25519 does not accept is refused naming the server that relayed it (the server refuses
+    such keys from a client at step 1, so only a server that changed the roster sends one)."""
     try:
-        return pairs.tag_key(peer)
+        return make(peer)
     except ValueError:  # not a point X25519 accepts
         Roster.refuse(server, "c_pks", f"holds no valid X25519 key for {peer!r}")
-        raise  # pragma: no cover -- refuse raises
 
 
 def _check_tags(
@@ -888,7 +911,7 @@ def _check_tags(
             "survivors it was sent; refusing to reveal any share"
         )
     for sender, tag in zip(senders, inbox.tags, strict=True):
-        expected = _tag(_tag_key(pairs, sender, server), round_, sender, me, statement)
+        expected = _tag(_agreed(pairs.tag_key, sender, server), round_, sender, me, statement)
         if not hmac.compare_digest(expected, tag):
             raise SecAggConsistencyError(
                 f"party {me!r}: the consistency tag of {sender!r} that the server {server!r} "
@@ -949,6 +972,11 @@ def server_round(
         )
 
     keys = gather(clients, "keys", Keys)
+    probe = X25519PrivateKey.generate()  # a client's unusable key is refused here, by name
+    for name, advert in keys.items():
+        for field_name in ("c_pk", "s_pk"):
+            if not _usable(probe, getattr(advert, field_name)):
+                Keys.refuse(name, field_name, "is not an X25519 public key that agrees a secret")
     u1 = sorted(keys)
     if len(u1) < t:
         abort(u1, "roster", len(u1), "keys", Roster([], [], [], [], [], abort=True))

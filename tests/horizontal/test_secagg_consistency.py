@@ -203,6 +203,22 @@ def test_an_equivocating_server_is_caught_and_learns_no_update(forward: str, rea
     assert "s" not in kinds  # no share of TARGET's mask key left any client: it stays masked
 
 
+def test_a_server_that_understates_the_clients_cannot_lower_the_agreement_needed() -> None:
+    # the server tells every client the round was opened for 2 clients (on Flower the task
+    # says so): q would fall to the threshold 2, and the two fooled clients alone would agree
+    vectors = _vectors(NAMES)
+    config = SecAggConfig(threshold=2)
+    roles = {
+        name: (lambda fed, name=name: client_round(fed, "server", vectors[name], config, clients=2))
+        for name in NAMES
+    }
+    roles["server"] = lambda fed: equivocating_server(fed, config, 16, forward="own")
+    federation = LocalFederation(timeout=30, record_payloads=True)
+    with pytest.raises(PartyFailedError, match="fewer than the 3 needed"):  # the roster's 5
+        federation.run(roles)
+    assert not FOOLED & set(_revealed(federation))
+
+
 @pytest.mark.parametrize("consistency", [True, False])
 def test_a_client_never_reveals_both_shares_of_one_client(consistency: bool) -> None:
     vectors = _vectors(NAMES)
@@ -260,6 +276,12 @@ def test_a_clients_malformed_or_wrong_tags_are_refused() -> None:
     with pytest.raises(PartyFailedError) as caught:
         LocalFederation(timeout=30).run(roles)
     assert "party 'c2' sent a malformed consistency tags message" in str(caught.value)
+
+    # a tag of the wrong length: refused by the server, naming the client
+    cut = lambda to, p: {**p, "tags": [p["tags"][0][:31], *p["tags"][1:]]}  # noqa: E731
+    roles["c2"] = lambda fed: short(Proxy(fed, _tamper_tag("secagg/tags/", cut)))
+    with pytest.raises(PartyFailedError, match=r"'c2' .* holds a tag that is not 32 bytes"):
+        LocalFederation(timeout=30).run(roles)
 
     # a wrong tag for one peer: the server cannot tell (only c2 and c0 hold the key); c0
     # aborts naming both the server and c2, before revealing anything
@@ -342,6 +364,41 @@ def test_a_server_that_forges_or_moves_tags_is_refused_by_every_client(deviation
     with pytest.raises(PartyFailedError, match=r"the consistency tag of 'c[23]' that the server"):
         federation.run(roles)
     assert not _revealed(federation)
+
+
+@pytest.mark.parametrize("twice", ["c1", "c0"])  # another client's tag twice; its own tag
+def test_an_inbox_with_one_sender_twice_or_the_receiver_itself_is_refused(twice: str) -> None:
+    vectors = _vectors(NAMES)
+    config = SecAggConfig(threshold=3)
+
+    def repeat(to: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if to != "c0":
+            return payload
+        peers, tags = list(payload["peers"]), list(payload["tags"])
+        return {**payload, "peers": [*peers, twice], "tags": [*tags, tags[0]]}
+
+    roles = _clients(vectors, config)
+    roles["server"] = lambda fed: server_round(
+        Proxy(fed, _tamper_tag("secagg/tag-inbox/", repeat)), NAMES, 16, config
+    )
+    federation = LocalFederation(timeout=30, record_payloads=True)
+    with pytest.raises(PartyFailedError, match=r"party 'c0'.*not once each from the other"):
+        federation.run(roles)
+    assert "c0" not in _revealed(federation)
+
+
+def test_a_clients_unusable_key_is_refused_at_the_key_step_naming_it() -> None:
+    vectors = _vectors(NAMES)
+    config = SecAggConfig(threshold=3)
+    roles = _clients(vectors, config)
+    honest = roles["c3"]
+    zero = lambda to, p: {**p, "c_pk": bytes(32)}  # noqa: E731 -- a low-order point
+    roles["c3"] = lambda fed: honest(Proxy(fed, _tamper_tag("secagg/keys/", zero)))
+    roles["server"] = lambda fed: server_round(fed, NAMES, 16, config)
+    with pytest.raises(PartyFailedError, match=r"party 'c3' sent a malformed .* field 'c_pk'"):
+        LocalFederation(timeout=30).run(roles)
+    with pytest.raises(ValueError, match="drop_after must be"):
+        client_round(None, "server", vectors["c0"], config, clients=5, drop_after="signature")  # type: ignore[arg-type]
 
 
 def _identities(names: list[str]) -> tuple[dict[str, Ed25519PrivateKey], dict[str, bytes]]:
