@@ -5,8 +5,9 @@ Prints, after the machine's load: for ``--clients`` clients (100) each summing a
 after sharing their keys (the costly case: the server rebuilds each dropped client's mask
 key and removes its masks from every survivor's input), the seconds of one secure round
 (every client and the server taking turns on one thread of this process, as the estimator
-runs them: the clients' work adds up) and that time per client, the bytes each client sends, and the same for plain
-aggregation (each client sends its float32 update; the server sums them), with the ratio;
+runs them: the clients' work adds up) and that time per client, the bytes each client sends,
+and the same for plain aggregation (each client sends its float32 update; the server sums
+them), with the ratio;
 for the complete graph (Bonawitz et al.) and for SecAgg+ with ``k = 2 ceil(log2 n)``
 neighbours. Each run checks the secure sum against the plain sum of the survivors.
 

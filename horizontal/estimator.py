@@ -506,8 +506,8 @@ class _FederatedModel(FederatedEstimator):
         # the clients train in turn (horizontal.client._trainer); one intra-op thread each is
         # faster for these small steps, and immune to a busy machine's cores. Every party takes
         # turns on this thread (no hand-off between threads: 100 clients of a 103k-parameter
-        # MLP, 0.42 -> 0.38 s a round; with secure aggregation 4.3-5.2 -> 3.8 s, its masks'
-        # work overlapping less on two cores than a hundred threads cost)
+        # MLP, 0.42 -> 0.38 s a round; with secure aggregation 4.3-5.2 -> 3.8 s: what threads
+        # gain by computing masks on two cores at once, a hundred threads' hand-offs lose)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:

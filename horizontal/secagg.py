@@ -419,8 +419,8 @@ def is_connected(nodes: AbstractSet[str], graph: Mapping[str, AbstractSet[str]])
 
 @dataclass(frozen=True)
 class Keys(Message):
-    """A client's public keys for the round (``sig_pk`` empty without the consistency round
-    and identities; ``signature``: over the others by its long-term key, with identities)."""
+    """A client's public keys for the round (``sig_pk``, its long-term identity key, and
+    ``signature``, that key's signature over the round keys: both empty without identities)."""
 
     KIND = "secure aggregation keys"
     c_pk: bytes

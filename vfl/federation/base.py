@@ -306,7 +306,7 @@ class Federation(abc.ABC):
 
     def broadcast(self, tag: str, payload: Payload, *, to: Iterable[str] | None = None) -> None:
         """Send the same payload to several peers (all by default), encoding it once (by value,
-        a replica for each peer)."""
+        one replica, recopied for each further peer: :func:`vfl.federation.wire.recopy`)."""
         targets = self._peers if to is None else tuple(to)
         for peer in targets:
             self._check_peer(peer, "send to")
