@@ -580,14 +580,20 @@ def _tag(key: bytes, round_: int, sender: str, receiver: str, statement: bytes) 
     """``sender``'s consistency tag for ``receiver``: HMAC-SHA256 under their pair's tag key
     over the direction and the 32-byte statement (a tag is never valid the other way round,
     so the server cannot reflect a client's own tag back to it)."""
-    label = json.dumps(["vflink/secagg/tag", round_, sender, receiver]).encode()
-    return hmac.digest(key, label + statement, "sha256")
+    return hmac.digest(key, _pair_label("tag", round_, sender, receiver) + statement, "sha256")
 
 
 def _aad(round_: int, sender: str, receiver: str) -> bytes:
-    """A share's associated data: the round, its sender and its receiver (as JSON, so that no
-    pair of names reads as another)."""
-    return json.dumps(["vflink/secagg/share", round_, sender, receiver]).encode()
+    """A share's associated data: the round, its sender and its receiver."""
+    return _pair_label("share", round_, sender, receiver)
+
+
+def _pair_label(kind: str, round_: int, sender: str, receiver: str) -> bytes:
+    """What binds a share or a tag to its round and direction: each name after its length, so
+    that no pair of names reads as another (``"a"`` to ``"a->a"`` is not ``"a->a"`` to
+    ``"a"``)."""
+    names = f"{len(sender)}:{sender}/{len(receiver)}:{receiver}"
+    return f"vflink/secagg/{kind}/{int(round_)}/{names}".encode()
 
 
 def _hexes(keys: Sequence[bytes]) -> list[str]:
