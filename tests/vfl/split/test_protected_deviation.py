@@ -147,7 +147,12 @@ def test_a_data_party_that_shifts_its_share_reads_the_layer_gradient(
 ) -> None:  # type: ignore[no-untyped-def]
     """The named leak: the data party reads ``d = dLoss/dz`` on the columns it shifted, to
     within ``g / 2**7``: every column that carries a gradient in a batch (the layer's
-    initial shares come from the OS, so which units are off for a batch varies by run)."""
+    initial shares come from the OS, so which units are off for a batch varies by run).
+
+    Bounds from 900 batches (300 fits): over a batch's live columns the read correlates with
+    ``d`` at 0.99998 or more, and its largest error is at most 0.0066 of the batch's largest
+    ``|d|``. A column's own correlation is no bound: a unit on for one row of the batch fell
+    to 0.977 in a clean-clone run, the error of the other terms then weighing on one value."""
     ShiftedB.read, Recorder.seen = [], []
     fit(*breast, monkeypatch, label=Recorder, sender=ShiftedB)
     assert len(ShiftedB.read) == len(Recorder.seen) == 3
@@ -155,5 +160,6 @@ def test_a_data_party_that_shifts_its_share_reads_the_layer_gradient(
         shifted = min(got.shape[1], d.shape[1])
         live = [i for i in range(shifted) if np.ptp(d[:, i]) > 0]
         assert live  # at least one unit of the batch is on
-        for i in live:
-            assert np.corrcoef(got[:, i], d[:, i])[0, 1] > 0.99, i
+        read, truth = got[:, live], d[:, live]
+        assert np.corrcoef(read.ravel(), truth.ravel())[0, 1] > 0.999
+        assert np.abs(read - truth).max() <= 0.02 * np.abs(truth).max()
