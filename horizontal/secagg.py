@@ -557,7 +557,7 @@ class _PairKeys:
     def __init__(self, private: X25519PrivateKey, publics: Mapping[str, bytes]) -> None:
         self._private, self._publics = private, publics
         self._agreed: dict[str, bytes] = {}
-        self._tag_keys: dict[str, bytes] = {}
+        self._keys: dict[tuple[str, str], bytes] = {}
 
     def _secret(self, peer: str) -> bytes:
         agreed = self._agreed.get(peer)
@@ -567,12 +567,17 @@ class _PairKeys:
         return agreed
 
     def share_key(self, peer: str) -> bytes:
-        return _derive(self._secret(peer), "vflink/secagg/share")
+        return self._key(peer, "vflink/secagg/share")
 
     def tag_key(self, peer: str) -> bytes:
-        key = self._tag_keys.get(peer)
+        return self._key(peer, "vflink/secagg/consistency")
+
+    def _key(self, peer: str, label: str) -> bytes:
+        """The key under ``label`` agreed with ``peer``, derived once (a share key serves the
+        shares sent and those received; a tag key the tag made and the one checked)."""
+        key = self._keys.get((peer, label))
         if key is None:
-            key = self._tag_keys[peer] = _derive(self._secret(peer), "vflink/secagg/consistency")
+            key = self._keys[peer, label] = _derive(self._secret(peer), label)
         return key
 
 

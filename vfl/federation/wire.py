@@ -425,10 +425,9 @@ def _replica(obj: Any, path: str, depth: int, counter: list[int]) -> tuple[Any, 
             if inline and kind is float:
                 counter[0] += 1
                 copied, n = item, 9
-            elif inline and kind is np.ndarray and _plain_array(item):
+            elif inline and kind is np.ndarray and (code := _native_code(item)) is not None:
                 counter[0] += 1
-                copied = np.array(item, order="C", copy=True)
-                n = 3 + 8 * item.ndim + copied.nbytes
+                copied, n = _array_copy(item, code)
             else:
                 copied, n = _replica(item, f"{path}[{key!r}]", depth + 1, counter)
             out[copied_key] = copied
@@ -447,16 +446,21 @@ def _replica(obj: Any, path: str, depth: int, counter: list[int]) -> tuple[Any, 
 
 
 def _array_replica(arr: np.ndarray[Any, Any], path: str) -> tuple[np.ndarray[Any, Any], int]:
-    code = _array_code(arr, path)
+    return _array_copy(arr, _array_code(arr, path))
+
+
+def _array_copy(arr: np.ndarray[Any, Any], code: int) -> tuple[np.ndarray[Any, Any], int]:
+    """The receiver's C-ordered copy of ``arr`` in the wire's dtype ``code``, and its size."""
     copy: np.ndarray[Any, Any] = np.array(arr, dtype=_DTYPES[code], order="C", copy=True)
     return copy, 3 + 8 * arr.ndim + copy.nbytes
 
 
-def _plain_array(arr: np.ndarray[Any, Any]) -> bool:
-    """Whether ``arr`` travels as it is: a native-order dtype of the wire's, few dimensions."""
+def _native_code(arr: np.ndarray[Any, Any]) -> int | None:
+    """The wire's dtype code of ``arr`` when it travels as it is (a native-order dtype of the
+    wire's, few dimensions), else None (:func:`_array_code` then names what is wrong)."""
     dtype = arr.dtype
     code = _DTYPE_CODES.get((dtype.kind, dtype.itemsize))
-    return code is not None and _DTYPES[code] == dtype and arr.ndim <= MAX_NDIM
+    return code if code is not None and _DTYPES[code] == dtype and arr.ndim <= MAX_NDIM else None
 
 
 def recopy(value: Payload) -> Payload:
