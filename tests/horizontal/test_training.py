@@ -254,6 +254,9 @@ def test_client_level_dp_spends_what_dp_accounting_says(caplog) -> None:  # type
     assert again.epsilon_ == pytest.approx(3.0, rel=1e-3)
 
 
+DRAWS = 16
+
+
 def test_central_noise_costs_less_accuracy_than_local_noise(breast) -> None:  # type: ignore[no-untyped-def]
     clients = _scaled(breast)
     x = np.vstack([x for x, _ in clients.values()])
@@ -266,12 +269,16 @@ def test_central_noise_costs_less_accuracy_than_local_noise(breast) -> None:  # 
     errors = {}
     for name, model in (("central", central), ("local", local)):
         losses = []
-        for _ in range(3):
+        for _ in range(DRAWS):
             model.fit(clients)
             p = model.predict_proba(x)[:, 1]
             losses.append(-np.mean(y * np.log(p + 1e-12) + (1 - y) * np.log(1 - p + 1e-12)))
         errors[name] = np.mean(losses)
-    # with 4 clients local noise is about 2x the central noise in the mean
+    # with 4 clients local noise is about 2x the central noise in the mean. The noise is
+    # OS-random: 200 fits of each measured log loss 0.38 +- 0.18 (central) and 1.05 +- 0.63
+    # (local); over 3 draws each the central mean came out above the local one in 1.4 % of
+    # resamples (a clean run failed so), over DRAWS = 16 in none of 20,000 (4.1 standard
+    # deviations of the difference of the means)
     assert errors["central"] < errors["local"]
     assert set(local.privacy_ledger_.holders()) == set(clients)  # each client's own account
 
