@@ -5,12 +5,12 @@ from __future__ import annotations
 import importlib.util
 import math
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.vfl.compare.examples import SEED, example
 from vfl.app.cli import main as cli
 from vfl.app.compare import (
     FAMILIES,
@@ -23,34 +23,11 @@ from vfl.app.compare import (
 )
 from vfl.privacy import PrivacyLedger
 
-ROOT = Path(__file__).resolve().parents[3]
-SEED = 0
 TOLERANCE = 0.01  # AUC: what linkage with a fresh secret and OS-random shares may move
 # two independent runs of the quick encrypted fit: 14 runs of the example measured AUC 0.848 to
 # 0.864 (std 0.0048), and a comparison row came out at 0.839; two draws' difference stays within
 # six of its standard deviations (0.0067) at 0.04
 REPRODUCED = 0.04
-
-
-def example(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        f"example_{name}", ROOT / "examples" / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def quick(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
-    """The CI run: ``examples/partition_schemes.py --quick`` itself."""
-    out = tmp_path_factory.mktemp("compare")
-    result: Comparison = example("partition_schemes").main(
-        ["--quick", "--seed", str(SEED), "--out", str(out)]
-    )
-    result.out = out  # type: ignore[attr-defined]
-    return result
 
 
 # -- the rows and their figures ------------------------------------------------------------

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import horizontal.comparison as horizontal_rows
+from vfl.app.compare import Comparison
 from vfl.comparison import QUICK, SCHEMES, Context, SchemeResult
 
 FEDAVG = "horizontal FedAvg"
@@ -21,8 +22,9 @@ NAMES = (*FEDERATED, ALONE)
 
 
 @pytest.fixture(scope="module")
-def rows(ctx: Context) -> dict[str, SchemeResult]:
-    return {name: SCHEMES[name].run(ctx) for name in NAMES}
+def rows(quick: Comparison) -> dict[str, SchemeResult]:
+    """These rows of the package's one quick comparison (conftest)."""
+    return {name: quick[name] for name in NAMES}
 
 
 def test_registered_in_their_families() -> None:

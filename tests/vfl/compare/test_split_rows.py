@@ -7,7 +7,8 @@ import math
 import pytest
 
 import vfl.comparison.split as split_rows
-from vfl.comparison import QUICK, SCHEMES, Context, SchemeResult
+from vfl.app.compare import Comparison
+from vfl.comparison import QUICK, SCHEMES, SchemeResult
 
 NONE = "split NN, no defence"
 NORM = "split NN, norm matching"
@@ -18,8 +19,9 @@ NAMES = (NONE, NORM, LABEL_DP, NOISE, PROTECTED)
 
 
 @pytest.fixture(scope="module")
-def rows(ctx: Context) -> dict[str, SchemeResult]:
-    return {name: SCHEMES[name].run(ctx) for name in NAMES}
+def rows(quick: Comparison) -> dict[str, SchemeResult]:
+    """These rows of the package's one quick comparison (conftest)."""
+    return {name: quick[name] for name in NAMES}
 
 
 def test_registered_in_the_split_family() -> None:

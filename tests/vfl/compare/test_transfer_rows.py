@@ -7,6 +7,7 @@ import math
 import pytest
 
 import transfer.comparison as transfer_rows
+from vfl.app.compare import Comparison
 from vfl.comparison import QUICK, SCHEMES, Context, SchemeResult
 
 FTL = "federated transfer (FTL)"
@@ -16,8 +17,9 @@ NAMES = (FTL, FTL_DP, ALONE)
 
 
 @pytest.fixture(scope="module")
-def rows(ctx: Context) -> dict[str, SchemeResult]:
-    return {name: SCHEMES[name].run(ctx) for name in NAMES}
+def rows(quick: Comparison) -> dict[str, SchemeResult]:
+    """These rows of the package's one quick comparison (conftest)."""
+    return {name: quick[name] for name in NAMES}
 
 
 def test_registered_in_their_families() -> None:
