@@ -8,7 +8,8 @@ rows per hospital), and prints for each: seconds on Flower, seconds in the simul
 ratio, and the largest weight difference (the goal: equal, to 1e-5; the 8-bit codes round
 with fresh OS randomness at each client, so there the two differ by the codes' rounding).
 Flower starts a Python process per message, so most of a round's time on Flower is those
-processes' start (about 4 s of CPU each here, mostly importing torch).
+processes' start (about 3.5 s of CPU each here for a training message, mostly imports;
+2.4 s for a profile query, which does without torch).
 
 Run::
 

@@ -90,4 +90,4 @@ def load_vector(module: nn.Module, vector: Vector) -> None:
         nn.utils.vector_to_parameters(values, module.parameters())
 
 
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+LossFn = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]  # named, not looked up

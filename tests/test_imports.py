@@ -66,3 +66,33 @@ def test_vfl_align_is_the_function_whatever_was_imported_before() -> None:
 
     assert callable(align) and align is vfl.alignment.align
     assert vfl.federation.wire.__name__ == "vfl.federation.wire"
+
+
+NEURAL = (
+    "horizontal.flower_local",
+    "horizontal.client",
+    "horizontal.local",
+    "horizontal.estimator",
+    "transfer.estimator",
+)
+"""Modules that name torch throughout their bodies (``vfl.extras.optional``): a Flower
+message that only asks a node for its profile imports the first without torch."""
+
+
+def test_modules_naming_torch_import_it_on_first_use_as_the_module_itself() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("flwr")
+    code = f"""
+import sys, importlib
+for name in {NEURAL!r}:
+    importlib.import_module(name)
+print("torch" in sys.modules)
+import horizontal.local as local
+tensor = local.torch.ones(2)
+import torch
+print(local.torch.ones is torch.ones, local.nn.Module is torch.nn.Module)
+print(type(tensor) is torch.Tensor)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True", "True", "True"]

@@ -31,7 +31,9 @@ Every public name imports without its extra; using it raises :class:`MissingExtr
       else:
           torch = optional("torch", for_=__name__)
 
-  It returns the module when it is installed. Otherwise it returns a stand-in whose names
+  It returns the module when it is installed (imported on the first lookup of one of its
+  names, so that importing vflink does not import torch; a name looked up at import time, a
+  base class or a default, imports it then). Otherwise it returns a stand-in whose names
   may be subclassed (``class Top(nn.Module)``) and named at import time (a default, a type
   alias), but raise :class:`MissingExtraError` when called or instantiated, and
   :class:`MissingExtraAttributeError` (an ``AttributeError``, so that ``hasattr`` and
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -164,8 +167,13 @@ def available(module: str) -> bool:
 
 
 def optional(module: str, *, for_: str) -> ModuleType:
-    """``module`` if it is installed, otherwise a stand-in that raises
-    :class:`MissingExtraError` on use (see the module docstring).
+    """``module`` if it is imported already; if it is installed but not imported yet, a
+    stand-in that imports it when one of its names is first looked up; otherwise a stand-in
+    that raises :class:`MissingExtraError` on use (see the module docstring).
+
+    Deferred so that importing a module that names torch throughout its bodies does not
+    import torch (1.5 s of CPU here) until something is built or trained with it: a Flower
+    message that only asks a node for its profile, or ``import horizontal``, goes without.
 
     Parameters
     ----------
@@ -174,10 +182,37 @@ def optional(module: str, *, for_: str) -> ModuleType:
     for_ : str
         What needs it, for the message: the importing module's ``__name__``.
     """
-    try:
-        return require(module, for_=for_)
-    except MissingExtraError as exc:
-        return _Absent(module, missing=exc.name or module, for_=for_)
+    top = module.split(".")[0]
+    if top not in EXTRAS:
+        raise ValueError(f"{module!r} is not an optional dependency; known: {sorted(EXTRAS)}")
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        return loaded
+    if available(top):
+        return _Deferred(module, for_=for_)
+    return _Absent(module, missing=top, for_=for_)
+
+
+class _Deferred(ModuleType):
+    """Stands in for an installed module not imported yet: the first lookup of one of its names
+    imports it (under the import system's lock, so threads may race to it), and each name
+    looked up is kept, so that later lookups cost what they cost on the module itself. Where
+    the import finds a dependency of it missing, it answers as :class:`_Absent`."""
+
+    def __init__(self, module: str, *, for_: str) -> None:
+        super().__init__(module)
+        self._for = for_
+
+    def __getattr__(self, name: str) -> Any:
+        real: ModuleType
+        try:
+            real = require(self.__name__, for_=self._for)
+        except MissingExtraError as exc:
+            real = _Absent(self.__name__, missing=exc.name or self.__name__, for_=self._for)
+        value = getattr(real, name)
+        if not name.startswith("__"):
+            self.__dict__[name] = value
+        return value
 
 
 class _Absent(ModuleType):

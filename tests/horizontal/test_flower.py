@@ -390,7 +390,8 @@ def test_ten_supernodes_train_scaffold_as_the_simulation_and_leave_no_process() 
     control variates down and up: the simulation's model, then no Flower process left.
 
     One round, two nodes sampled: Flower starts a ClientApp process per message (about
-    4 s of CPU each here, mostly imports), so each round of ten nodes would cost 40 s of CPU;
+    3.5 s of CPU each here, mostly imports; 2.4 s for a profile query, without torch), so
+    each round of ten nodes would cost 35 s of CPU;
     the control variates kept in a node's state across rounds are tested in process
     (``test_scaffold_keeps_each_clients_control_variate_in_its_node_state``)."""
     from horizontal import Scaffold

@@ -122,8 +122,13 @@ def _thread_state() -> tuple[bool, ...]:
 
 
 def _restore_thread_state(state: tuple[bool, ...]) -> None:
-    if state and _thread_state() != state:
-        sys.modules["torch"].set_grad_enabled(state[0])
+    """Back to ``state``; one saved before torch was loaded (torch is imported on first use)
+    is a new thread's: gradients on."""
+    if "torch" not in sys.modules:
+        return
+    wanted = state or (True,)
+    if _thread_state() != wanted:
+        sys.modules["torch"].set_grad_enabled(wanted[0])
 
 
 class _Turns:
@@ -202,8 +207,7 @@ class _Turns:
     @staticmethod
     def _fresh(body: Callable[[], None]) -> Callable[[], None]:
         def start() -> None:
-            if "torch" in sys.modules:
-                _restore_thread_state((True,))  # gradients on, as in a new thread
+            _restore_thread_state(())  # gradients on, as in a new thread
             body()
 
         return start

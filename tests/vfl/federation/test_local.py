@@ -35,6 +35,7 @@ ONE_SCHEDULING = {
     "test_both_schedulings_send_the_same_bytes_and_return_the_same_results": "threads",
     "test_a_cooperative_party_may_not_use_its_channel_from_another_thread": "cooperative",
     "test_an_unknown_scheduling_is_refused_naming_the_choices": "threads",
+    "test_a_party_that_waited_before_torch_was_loaded_resumes_with_gradients_on": "cooperative",
 }
 
 
@@ -511,6 +512,46 @@ def test_both_schedulings_send_the_same_bytes_and_return_the_same_results() -> N
         runs[scheduling] = (out, [(r.sender, r.receiver, r.tag, r.data) for r in records])
     assert runs["threads"] == runs["cooperative"]
     assert len(runs["threads"][1]) == 10 and all(r[3] for r in runs["threads"][1])
+
+
+LOADED_MID_RUN = """
+import sys
+from vfl.federation import LocalFederation
+import horizontal.local  # names torch throughout: torch is imported on first use
+assert "torch" not in sys.modules
+seen = {}
+
+def a(fed):
+    fed.recv("b", "x")  # b loads torch and waits with gradients off; a resumes here
+    seen["a"] = sys.modules["torch"].is_grad_enabled()
+    fed.send("b", "y", 2)
+
+def b(fed):
+    torch = horizontal.local.torch
+    with torch.no_grad():
+        fed.send("a", "x", 1)
+        fed.recv("a", "y")
+    seen["b"] = torch.is_grad_enabled()
+
+LocalFederation(scheduling="cooperative").run({"a": a, "b": b})
+print(seen, sys.modules["torch"].is_grad_enabled())
+"""
+
+
+def test_a_party_that_waited_before_torch_was_loaded_resumes_with_gradients_on(
+    scheduling: str,
+) -> None:
+    """torch is imported on first use (``vfl.extras.optional``): a party that last ran before
+    then resumes as a new thread would, with gradients on, whatever mode the party that
+    loaded torch left; so does the caller."""
+    pytest.importorskip("torch")
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", LOADED_MID_RUN], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["{'a':", "True,", "'b':", "True}", "True"]
 
 
 def test_cooperative_parties_run_in_the_callers_thread_and_keep_their_own_grad_mode(
