@@ -4,6 +4,8 @@ parties (shared by the party, prediction, split and transfer tests)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import socket
 import subprocess
@@ -104,15 +106,19 @@ def write_config(
             ),
         )
     )
-    subprocess.run(
-        vflink("certs", "--config", str(path), "--out", str(folder / "certs")), check=True
-    )
-    subprocess.run(
-        vflink("cohort", "--out", str(folder / "data"), "--n-patients", "600", "--seed", "3"),
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    in_process("certs", "--config", str(path), "--out", str(folder / "certs"))
+    in_process("cohort", "--out", str(folder / "data"), "--n-patients", "600", "--seed", "3")
     return path
+
+
+def in_process(*argv: str) -> None:
+    """``vflink *argv`` in this process: the command's own parser and handler, without the
+    logging set-up ``main`` makes for a process of its own (and without starting one)."""
+    from vfl.app.cli import _parser
+
+    args = _parser().parse_args(argv)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert args.handler(args) == 0, argv
 
 
 def start(folder: Path, config: Path, name: str, *extra: str) -> subprocess.Popen[str]:

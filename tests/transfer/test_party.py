@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.parties import free_ports, kill_left, vflink
+from tests.parties import free_ports, in_process, kill_left, vflink
 from transfer import FederatedTransferClassifier
 from vfl.app.predict import run_predict
 from vfl.datasets import TransferPair, make_transfer_pair
@@ -65,9 +65,7 @@ def train(tmp_path: Path, pair: TransferPair, *, max_iter: int) -> Path:
     p0, p1 = free_ports(2)
     config = tmp_path / "federation.toml"
     config.write_text(CONFIG.format(p0=p0, p1=p1, max_iter=max_iter))
-    subprocess.run(
-        vflink("certs", "--config", str(config), "--out", str(tmp_path / "certs")), check=True
-    )
+    in_process("certs", "--config", str(config), "--out", str(tmp_path / "certs"))
     procs = {}
     try:
         for name in ("hospital", "centre"):

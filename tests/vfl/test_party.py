@@ -15,7 +15,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.parties import ROOT, free_ports, kill_left, run_three, start, vflink, write_config
+from tests.parties import (
+    ROOT,
+    free_ports,
+    in_process,
+    kill_left,
+    run_three,
+    start,
+    vflink,
+    write_config,
+)
 from tests.processes import HAS_PROC, command_line, descendants, running
 from vfl.app.party import run_party
 from vfl.federation.config import FederationConfig
@@ -445,9 +454,7 @@ def test_three_data_parties_align_by_psi_with_the_coordinators_help(tmp_path: Pa
     )
     config.write_text(config.read_text().replace("[job]\n", genomics + "[job]\n", 1))
     shutil.rmtree(tmp_path / "certs")
-    subprocess.run(
-        vflink("certs", "--config", str(config), "--out", str(tmp_path / "certs")), check=True
-    )
+    in_process("certs", "--config", str(config), "--out", str(tmp_path / "certs"))
     lab = pd.read_csv(tmp_path / "data" / "lab.csv")
     lab.iloc[::2][["patient_id", "haemoglobin_g_dl", "platelets_10e9_l"]].to_csv(
         tmp_path / "data" / "genomics.csv", index=False
