@@ -515,21 +515,57 @@ def _block_top_k(
     k: int,
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """The block's pairs that reach their row's or their column's ``k``-th best score in the
-    block (a dense partition per row and per column, no sort). The ``k``-th best comes from
-    float32 copies of the scores, so a pair is kept when its float32 score reaches it: float32
-    rounding is monotone, hence no pair that reaches the threshold in float64 is dropped (ties
-    and near-ties kept)."""
+    block. The ``k``-th best comes from float32 copies of the scores, so a pair is kept when
+    its float32 score reaches it: float32 rounding is monotone, hence no pair that reaches the
+    threshold in float64 is dropped (ties and near-ties kept).
+
+    Two ways to the same thresholds, by the block's density (the crossover measured on
+    2,048 x 4,800 blocks, k = 5):
+
+    * below 10 % of the block's cells, from the pairs alone: one sort of the scores, best
+      first, then per row and per column a stable sort by the index (a radix sort for blocks
+      up to 65,536 wide) that keeps each group's scores best first, so that a group's
+      ``k``-th best is its ``k``-th entry (10 ms at 1 %, 63 ms at 5 %);
+    * from 10 %, dense: the negated scores (1 where no pair) partitioned at ``k - 1`` by rows
+      and, in a transposed copy, by columns (0.12-0.21 s whatever the density). Partitioning
+      at ``k - 1`` rather than ``n - k`` matters: introselect met the many equal cells of
+      the pairs that are not there far into the row, and took 0.6 s a direction."""
     m, n = shape
     if len(s) <= k or m * n == 0:
         return r, c, s
-    dense = np.full((m, n), -1.0, dtype=np.float32)
     mine = s.astype(np.float32)
-    dense[r, c] = mine
-    # the k-th largest is the (n - k)-th smallest: one partitioned copy at a time
-    kth_row = np.partition(dense, n - k, axis=1)[:, n - k] if n >= k else np.full(m, -1.0)
-    kth_col = np.partition(dense, m - k, axis=0)[m - k, :] if m >= k else np.full(n, -1.0)
+    if 10 * len(s) < m * n:
+        order = np.argsort(-mine)
+        best_first = mine[order]
+        kth_row = _kth_of_groups(r[order], best_first, m, k)
+        kth_col = _kth_of_groups(c[order], best_first, n, k)
+    else:
+        negated = np.full((m, n), 1.0, dtype=np.float32)
+        negated[r, c] = -mine
+        by_column = np.ascontiguousarray(negated.T)
+        kth_row, kth_col = np.full(m, -1.0), np.full(n, -1.0)
+        if n >= k:
+            negated.partition(k - 1, axis=1)
+            kth_row = -negated[:, k - 1]
+        if m >= k:
+            by_column.partition(k - 1, axis=1)
+            kth_col = -by_column[:, k - 1]
     keep = (mine >= kth_row[r]) | (mine >= kth_col[c])
     return r[keep], c[keep], s[keep]
+
+
+def _kth_of_groups(
+    groups: np.ndarray[Any, Any], best_first: np.ndarray[Any, Any], size: int, k: int
+) -> np.ndarray[Any, Any]:
+    """The ``k``-th largest of each group's scores (-1 where a group has fewer than ``k``),
+    given the scores sorted best first and each one's group (in ``range(size)``)."""
+    key = groups.astype(np.uint16) if size <= 1 << 16 else groups
+    within = np.argsort(key, kind="stable")  # each group's scores stay best first
+    counts = np.bincount(key, minlength=size)
+    kth = np.full(size, -1.0, dtype=np.float32)
+    full = counts >= k
+    kth[full] = best_first[within[(np.cumsum(counts) - counts)[full] + k - 1]]
+    return kth
 
 
 def _dense_floor(

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from linkage.kernels import available_backends, dice_all_pairs
+from linkage.kernels import _block_top_k, available_backends, dice_all_pairs
 from linkage.threshold import top_k_pairs
 
 BACKENDS = available_backends()
@@ -84,6 +84,53 @@ def test_kernel_equals_brute_force(backend: str, seed: int) -> None:
     for floor in (0.0, 0.3, 0.5, 0.8, 1.0):
         for chunk, tile, group in ((2048, 16384, 32), (7, 13, 4), (5, 40, 1), (64, 64, 64)):
             check(wa, wb, full, floor=floor, backend=backend, chunk=chunk, tile=tile, group=group)
+
+
+def dense_top_k(
+    r: np.ndarray[Any, Any],
+    c: np.ndarray[Any, Any],
+    s: np.ndarray[Any, Any],
+    shape: tuple[int, int],
+    k: int,
+) -> tuple[np.ndarray[Any, Any], ...]:
+    """The block filter as it was: the block made dense (-1 where no pair), its rows' and
+    columns' ``k``-th best by partitioning it."""
+    m, n = shape
+    if len(s) <= k:
+        return r, c, s
+    dense = np.full((m, n), -1.0, dtype=np.float32)
+    mine = s.astype(np.float32)
+    dense[r, c] = mine
+    kth_row = np.partition(dense, n - k, axis=1)[:, n - k] if n >= k else np.full(m, -1.0)
+    kth_col = np.partition(dense, m - k, axis=0)[m - k, :] if m >= k else np.full(n, -1.0)
+    keep = (mine >= kth_row[r]) | (mine >= kth_col[c])
+    return r[keep], c[keep], s[keep]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_block_top_k_from_the_pairs_equals_the_dense_partition(seed: int) -> None:
+    """Both ways (sorting the pairs below 10 % density, partitioning the negated dense block
+    at ``k - 1`` above) keep exactly the pairs that partitioning the dense block at ``n - k``
+    kept: sparse and crowded blocks, scores with many ties and float64 scores that round to
+    the same float32, ``k`` above a side's length, and a block wider than a 16-bit key."""
+    rng = np.random.default_rng(seed)
+    for m, n, density, k in (
+        (40, 70, 0.3, 3),
+        (300, 200, 0.02, 5),
+        (9, 400, 0.9, 12),
+        (200, 4, 0.5, 6),
+        (3, 70_000, 0.01, 2),
+        (5, 900, 0.04, 8),
+    ):
+        flat = rng.choice(m * n, max(1, int(m * n * density)), replace=False)
+        r, c = flat // n, flat % n
+        s = rng.random(len(flat))
+        if seed % 2:
+            s = np.round(s * 8) / 8 + rng.choice([0.0, 1e-12], len(s))  # ties, near-ties
+        for got, want in zip(
+            _block_top_k(r, c, s, (m, n), k), dense_top_k(r, c, s, (m, n), k), strict=True
+        ):
+            np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
