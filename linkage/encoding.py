@@ -162,11 +162,14 @@ def encode(
     The same frame, schema and secret give the same bits (unless ``schema.blip_epsilon`` adds
     fresh noise each time); another secret gives unrelated bits.
 
-    ``workers`` (default 1: this process, which encodes about 100,000 records a second) may
-    be a count of this machine's processes or the party's own executor (a Dask client of its
-    cluster, :mod:`linkage.workers`): a frame of :data:`linkage.workers.PARALLEL_MIN_POINTS`
-    rows or more is then encoded in chunks of rows there, with the same bits as here. The
-    chunks carry the secret to the party's own workers.
+    ``workers`` (default 1: this process) may be a count of this machine's processes or the
+    party's own executor (a Dask client of its cluster, :mod:`linkage.workers`): a frame of
+    :data:`linkage.workers.PARALLEL_MIN_POINTS` rows or more is then encoded in chunks of rows
+    there (its identity columns only), with the same bits as here. The chunks carry the secret
+    to the party's own workers. Keep the default on one machine: encoding works on each
+    column's distinct values, which chunks of rows mostly share, so every chunk repeats most
+    of the work. 300,000 of the cohort's records took 0.38-0.40 s here in this process and
+    0.59-0.60 s on two worker processes, once started (``benchmarks/scale.py`` measures it).
 
     Dates and numbers that do not parse are encoded from their characters, or treated as
     missing, as each field's ``on_invalid`` says, with one :class:`InvalidValueWarning` per
@@ -284,7 +287,10 @@ def _encode_chunk(secret: bytes | str, chunk: pd.DataFrame, offset: int, schema:
 def _encode_in_chunks(
     frame: pd.DataFrame, schema: Schema, secret: bytes | str, workers: Workers
 ) -> Encodings:
-    parts: list[Encodings] = map_chunks(_encode_chunk, secret, frame, workers, schema)
+    # only the identity columns go to the workers (a quarter of the cohort's bytes: pickling
+    # the whole lab frame cost more than encoding it)
+    identities = frame[list(schema.columns)]
+    parts: list[Encodings] = map_chunks(_encode_chunk, secret, identities, workers, schema)
     invalid: dict[str, int] = {}
     for part in parts:
         for column, count in part.invalid.items():
