@@ -197,7 +197,9 @@ class _Deferred(ModuleType):
     """Stands in for an installed module not imported yet: the first lookup of one of its names
     imports it (under the import system's lock, so threads may race to it), and each name
     looked up is kept, so that later lookups cost what they cost on the module itself. Where
-    the import finds a dependency of it missing, it answers as :class:`_Absent`."""
+    the import finds a dependency of it missing, it answers as :class:`_Absent`; any other
+    failure of the import (a broken install) is raised at that first lookup, not when the
+    module naming it is imported."""
 
     def __init__(self, module: str, *, for_: str) -> None:
         super().__init__(module)
