@@ -166,10 +166,12 @@ def encode(
     party's own executor (a Dask client of its cluster, :mod:`linkage.workers`): a frame of
     :data:`linkage.workers.PARALLEL_MIN_POINTS` rows or more is then encoded in chunks of rows
     there (its identity columns only), with the same bits as here. The chunks carry the secret
-    to the party's own workers. Keep the default on one machine: encoding works on each
-    column's distinct values, which chunks of rows mostly share, so every chunk repeats most
-    of the work. 300,000 of the cohort's records took 0.38-0.40 s here in this process and
-    0.59-0.60 s on two worker processes, once started (``benchmarks/scale.py`` measures it).
+    to the party's own workers. Keep the default on one machine: each chunk repeats the work
+    on the distinct values the chunks share (their q-grams and filters), and the rows cross
+    to the workers and back. Here, the cohort's 300,000 records took 0.57 s whole and 0.92 s
+    in 8 chunks in one process; in two other runs 0.38-0.40 s in this process and 0.59-0.60 s
+    on two worker processes once started (``benchmarks/scale.py`` measures it). The work per
+    row, which does split, outweighs that only with many workers and millions of rows.
 
     Dates and numbers that do not parse are encoded from their characters, or treated as
     missing, as each field's ``on_invalid`` says, with one :class:`InvalidValueWarning` per
