@@ -542,14 +542,14 @@ def _block_top_k(
     else:
         negated = np.full((m, n), 1.0, dtype=np.float32)
         negated[r, c] = -mine
-        by_column = np.ascontiguousarray(negated.T)
         kth_row, kth_col = np.full(m, -1.0), np.full(n, -1.0)
+        if m >= k:  # the columns first, from a copy: the rows are partitioned in place
+            by_column = np.ascontiguousarray(negated.T)
+            by_column.partition(k - 1, axis=1)
+            kth_col = -by_column[:, k - 1]
         if n >= k:
             negated.partition(k - 1, axis=1)
             kth_row = -negated[:, k - 1]
-        if m >= k:
-            by_column.partition(k - 1, axis=1)
-            kth_col = -by_column[:, k - 1]
     keep = (mine >= kth_row[r]) | (mine >= kth_col[c])
     return r[keep], c[keep], s[keep]
 

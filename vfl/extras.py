@@ -126,6 +126,14 @@ def _missing(module: str, error: ModuleNotFoundError) -> str | None:
     return top if top in EXTRAS else None
 
 
+def _extra_top(module: str) -> str:
+    """``module``'s top-level name, refused unless it is an optional dependency."""
+    top = module.split(".")[0]
+    if top not in EXTRAS:
+        raise ValueError(f"{module!r} is not an optional dependency; known: {sorted(EXTRAS)}")
+    return top
+
+
 def require(module: str, *, for_: str) -> ModuleType:
     """``module``, imported; or :class:`MissingExtraError` naming the extra that brings it.
 
@@ -147,8 +155,7 @@ def require(module: str, *, for_: str) -> ModuleType:
         ``"SplitNNClassifier needs torch, which is not installed: pip install
         'vflink[torch]'"``. Any other failure to import propagates unchanged.
     """
-    if module.split(".")[0] not in EXTRAS:
-        raise ValueError(f"{module!r} is not an optional dependency; known: {sorted(EXTRAS)}")
+    _extra_top(module)
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
@@ -182,9 +189,7 @@ def optional(module: str, *, for_: str) -> ModuleType:
     for_ : str
         What needs it, for the message: the importing module's ``__name__``.
     """
-    top = module.split(".")[0]
-    if top not in EXTRAS:
-        raise ValueError(f"{module!r} is not an optional dependency; known: {sorted(EXTRAS)}")
+    top = _extra_top(module)
     loaded = sys.modules.get(module)
     if loaded is not None:
         return loaded
