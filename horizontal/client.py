@@ -60,6 +60,7 @@ class ClientRole:
         self.spec, self.x, self.y, self.columns = spec, x, y, columns
         self.held_x, self.held_y = x[:0], y[:0]  # early stopping's held-out rows (at setup)
         self.topk: Any = None  # top-k compression's error feedback, kept across rounds
+        self.channel: Any = None  # secure aggregation's c key, kept across rounds (ChannelKey)
 
     def __call__(self, fed: Federation) -> FitResult:
         server = self.spec.server
@@ -185,10 +186,20 @@ class ClientRole:
         if isinstance(reply, Update):
             FED.send(fed, spec.server, "update", reply, task.round)
             return
-        from horizontal.secagg import client_round
+        from horizontal.secagg import ChannelKey, client_round
 
+        if self.channel is None:
+            self.channel = ChannelKey()
         config = spec.secure_aggregation
-        client_round(fed, spec.server, reply, config, task.round, clients=int(task.peers or 1))
+        client_round(
+            fed,
+            spec.server,
+            reply,
+            config,
+            task.round,
+            clients=int(task.peers or 1),
+            channel=self.channel,
+        )
 
     def _setup(self, fed: Federation) -> Scaling:
         spec = self.spec

@@ -146,6 +146,7 @@ class LassoClient:
         largest = float(np.linalg.eigvalsh(gram)[-1]) if len(xc) else 0.0
         LASSO.send(fed, server, "curvature", Curvature(value=largest))
         privacy = spec.privacy
+        channel = None  # secure aggregation's c key, kept across the rounds (ChannelKey)
         while True:
             point = LASSO.recv(fed, server, "point", Point)
             if point.stop:
@@ -164,8 +165,9 @@ class LassoClient:
                 )
                 grad = self._private(grad, len(xc), privacy, z, fed.name)
             if spec.secure_aggregation is not None:
-                from horizontal.secagg import client_round
+                from horizontal.secagg import ChannelKey, client_round
 
+                channel = channel or ChannelKey()
                 client_round(
                     fed,
                     server,
@@ -173,6 +175,7 @@ class LassoClient:
                     spec.secure_aggregation,
                     point.round,
                     clients=len(spec.clients),
+                    channel=channel,
                 )
             else:
                 LASSO.send(

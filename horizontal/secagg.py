@@ -5,15 +5,18 @@ clients' vectors and nothing else about any one of them.
 One round, five steps, every message between clients relayed (encrypted or authenticated) by
 the server:
 
-1. **keys** -- each client draws two X25519 key pairs (``c`` to agree with each peer the keys
-   of its shares and its consistency tags, ``s`` to agree pairwise masks) and a 32-byte
-   self-mask seed ``b``, and sends the two public keys and a SHA-256 commitment to ``b``; the
-   server sends everyone the roster ``U1`` of those who did;
+1. **keys** -- each client draws an X25519 key pair ``s`` (to agree pairwise masks) and a
+   32-byte self-mask seed ``b``, and holds a second pair ``c`` (to agree with each peer the
+   keys of its shares and its consistency tags: drawn for the round, or kept across the
+   rounds of a fit by a :class:`ChannelKey`, as the estimators do, so that each pair's
+   agreement is made once per fit); it sends the two public keys and a SHA-256 commitment to
+   ``b``; the server sends everyone the roster ``U1`` of those who did;
 2. **shares** -- each client splits ``b`` and its ``s`` private key by Shamir's scheme (threshold
    ``t`` over the prime field ``2**521 - 1``) and sends each peer its two shares, encrypted and
    authenticated with ChaCha20-Poly1305 under a key agreed from the ``c`` keys; the
-   associated data names the round, the sender and the receiver, so a share replayed from
-   another round or pair, or altered, is refused naming its sender;
+   associated data names the round, the sender and the receiver and carries their ``s``
+   keys (fresh in every run of a round), so a share replayed from another round, another
+   run of the same round or another pair, or altered, is refused naming its sender;
 3. **masked input** -- each client in ``U1`` sends ``y = x + PRG(b) + sum_{v > u} PRG(s_uv) -
    sum_{v < u} PRG(s_uv)`` in the ring ``Z_{2**64}`` (``x`` its vector in fixed point,
    :class:`Ring`; ``s_uv`` agreed from the ``s`` keys; PRG: the AES-256-CTR keystream); the
@@ -57,7 +60,9 @@ A round whose survivors fall apart into separate pieces of the graph aborts (the
 refuses to ask, and each client refuses to reveal): each piece's own sum would be unmasked.
 The consistency round stays global: each client tags for, and checks a tag from, every other
 survivor (32 bytes and two HMACs each), which needs its ``c`` agreement with clients outside
-its neighbourhood as well (one X25519 exchange each, about 30 us).
+its neighbourhood as well (one X25519 exchange each, about 26 us: 85 at 100 clients and
+``k = 14``, 2.2 ms of a client's round when ``c`` is drawn every round; with a kept
+:class:`ChannelKey`, only in the fit's first round).
 
 Threat model. An honest-but-curious server and up to ``t - 1`` colluding clients learn
 nothing about an honest client's vector beyond the sum (the masks are uniform in the ring; a
@@ -130,6 +135,7 @@ from vfl.federation.messages import Message, MessageError, Namespace
 
 __all__ = [
     "PRIME",
+    "ChannelKey",
     "Draws",
     "Ring",
     "SecAggAbortedError",
@@ -267,21 +273,24 @@ class Ring:
 
     def encode(self, vector: Any, clients: int) -> np.ndarray[Any, Any]:
         values = np.asarray(vector, dtype=np.float64)
-        if values.ndim != 1 or not np.all(np.isfinite(values)):
+        if values.ndim != 1:
             raise ValueError("secure aggregation sums flat vectors of finite numbers")
         if clients * self.bound * 2.0**self.fraction_bits >= 2.0**63:
             raise ValueError(
                 f"{clients} clients x bound {self.bound:g} at 2**-{self.fraction_bits} overflow "
                 "the 64-bit ring: lower fraction_bits or bound"
             )
-        worst = float(np.max(np.abs(values))) if values.size else 0.0
+        # one pass for both checks: NaN propagates through max, inf exceeds any bound
+        worst = max(float(values.max()), -float(values.min())) if values.size else 0.0
+        if not np.isfinite(worst):
+            raise ValueError("secure aggregation sums flat vectors of finite numbers")
         if worst > self.bound:
             raise ValueError(
                 f"a value of magnitude {worst:.3g} exceeds the ring's bound {self.bound:g}: clip "
                 "the update first or raise bound"
             )
-        ints = np.rint(values * 2.0**self.fraction_bits).astype(np.int64)
-        out: np.ndarray[Any, Any] = ints.view(np.uint64)
+        scaled = values * 2.0**self.fraction_bits
+        out: np.ndarray[Any, Any] = np.rint(scaled, out=scaled).astype(np.int64).view(np.uint64)
         return out
 
     def decode(self, total: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -404,14 +413,11 @@ def is_connected(nodes: AbstractSet[str], graph: Mapping[str, AbstractSet[str]])
     separate pieces would each have their own sum unmasked)."""
     if not nodes:
         return True
-    start = next(iter(nodes))
-    seen, frontier = {start}, [start]
-    while frontier:
-        for peer in graph[frontier.pop()] & nodes:
-            if peer not in seen:
-                seen.add(peer)
-                frontier.append(peer)
-    return seen == nodes
+    seen = frontier = {next(iter(nodes))}
+    while frontier:  # breadth first, a layer at a time (set operations, no loop per edge)
+        frontier = set().union(*(graph[node] for node in frontier)).intersection(nodes) - seen
+        seen = seen | frontier
+    return seen == set(nodes)
 
 
 # -- messages ----------------------------------------------------------------------------------
@@ -548,57 +554,134 @@ def _pair_seed(private: X25519PrivateKey, peer_public: bytes, round_: int) -> by
     return _derive(shared, f"vflink/secagg/mask/{round_}")
 
 
+_TAG_LABEL = "vflink/secagg/consistency"
+
+
+class ChannelKey:
+    """A client's ``c`` key pair kept across the rounds of one fit, with its agreements: each
+    pair's X25519 exchange (and the keys derived from it) is made once per fit instead of once
+    per round, while the mask key ``s`` and the self-mask seed ``b`` stay fresh every round.
+
+    The estimators keep one per client (``client_round(channel=...)``); a round without one
+    draws its ``c`` key fresh. A kept ``c`` never leaves its client (only ``s`` is ever
+    rebuilt, for a dropped client), and everything sent under a pair's keys is bound to one
+    run of one round: a share's associated data carries the sender's and receiver's fresh
+    ``s`` keys, a tag's statement the whole roster, so a box or tag from another round, or
+    from an earlier run of the same round number, does not verify. The cost: a client whose
+    ``c`` key is stolen later exposes the shares it held in the fit's earlier rounds, as if
+    it had colluded then (below the threshold, nothing). Only this round's peers' agreements
+    are kept (a peer whose key changed is agreed anew). On Flower each message is handled by
+    a new process that runs the round again from its start (:mod:`horizontal.flower`), so
+    there ``c`` is drawn for the round."""
+
+    def __init__(self, private: X25519PrivateKey | None = None) -> None:
+        self.private = private if private is not None else X25519PrivateKey.generate()
+        self.exchanges = 0
+        """The X25519 agreements made so far: one per peer key met, whatever the rounds."""
+        self._kept: dict[bytes, dict[str, bytes]] = {}
+
+    def pairs(self, publics: Mapping[str, bytes]) -> _PairKeys:
+        """This round's agreements with ``publics`` (name: ``c`` public key), reusing those
+        of the last round's peers; they become the ones kept for the next."""
+        pairs = _PairKeys(self.private, publics, self._kept, channel=self)
+        self._kept = pairs.agreed
+        return pairs
+
+
 class _PairKeys:
-    """A client's agreements on its ``c`` key with each peer's: one X25519 exchange per peer,
-    kept for the round, from which both the key of the shares it sends and receives
-    (ChaCha20-Poly1305) and the key of its consistency tags with that peer (HMAC-SHA256)
-    derive, each under its own label."""
+    """A client's agreements on its ``c`` key with each peer's: one X25519 exchange per peer
+    (kept across rounds by a :class:`ChannelKey`), from which both the key of the shares it
+    sends and receives (ChaCha20-Poly1305) and the key of its consistency tags with that peer
+    (HMAC-SHA256) derive, each under its own label."""
 
-    def __init__(self, private: X25519PrivateKey, publics: Mapping[str, bytes]) -> None:
-        self._private, self._publics = private, publics
-        self._agreed: dict[str, bytes] = {}
-        self._keys: dict[tuple[str, str], bytes] = {}
-
-    def _secret(self, peer: str) -> bytes:
-        agreed = self._agreed.get(peer)
-        if agreed is None:
-            public = X25519PublicKey.from_public_bytes(self._publics[peer])
-            agreed = self._agreed[peer] = self._private.exchange(public)
-        return agreed
+    def __init__(
+        self,
+        private: X25519PrivateKey,
+        publics: Mapping[str, bytes],
+        earlier: Mapping[bytes, dict[str, bytes]] | None = None,
+        *,
+        channel: ChannelKey | None = None,
+    ) -> None:
+        self._private, self._publics, self._earlier = private, publics, earlier or {}
+        self._channel = channel
+        self.agreed: dict[bytes, dict[str, bytes]] = {}
+        """Per peer public key: the secret agreed (under ``""``) and the keys derived."""
 
     def share_key(self, peer: str) -> bytes:
         return self._key(peer, "vflink/secagg/share")
 
     def tag_key(self, peer: str) -> bytes:
-        return self._key(peer, "vflink/secagg/consistency")
+        return self._key(peer, _TAG_LABEL)
+
+    def tag_keys(self, peers: Sequence[str], server: str) -> list[bytes]:
+        """The tag keys with ``peers``, in order (those already derived looked up at once)."""
+        label, publics, agreed = _TAG_LABEL, self._publics, self.agreed
+        keys = []
+        for peer in peers:
+            known = agreed.get(publics[peer])
+            key = known.get(label) if known is not None else None
+            keys.append(key if key is not None else _agreed(self.tag_key, peer, server))
+        return keys
 
     def _key(self, peer: str, label: str) -> bytes:
         """The key under ``label`` agreed with ``peer``, derived once (a share key serves the
         shares sent and those received; a tag key the tag made and the one checked)."""
-        key = self._keys.get((peer, label))
+        public = self._publics[peer]
+        keys = self.agreed.get(public)
+        if keys is None:
+            keys = self._earlier.get(public)
+            if keys is None:
+                agreed = self._private.exchange(X25519PublicKey.from_public_bytes(public))
+                keys = {"": agreed}
+                if self._channel is not None:
+                    self._channel.exchanges += 1
+            self.agreed[public] = keys
+        key = keys.get(label)
         if key is None:
-            key = self._keys[peer, label] = _derive(self._secret(peer), label)
+            key = keys[label] = _derive(keys[""], label)
         return key
 
 
-def _tag(key: bytes, round_: int, sender: str, receiver: str, statement: bytes) -> bytes:
-    """``sender``'s consistency tag for ``receiver``: HMAC-SHA256 under their pair's tag key
-    over the direction and the 32-byte statement (a tag is never valid the other way round,
-    so the server cannot reflect a client's own tag back to it)."""
-    return hmac.digest(key, _pair_label("tag", round_, sender, receiver) + statement, "sha256")
+def _tags(
+    pairs: _PairKeys,
+    server: str,
+    round_: int,
+    me: str,
+    peers: Sequence[str],
+    statement: bytes,
+    *,
+    sent: bool,
+) -> list[bytes]:
+    """The consistency tags between ``me`` and each of ``peers`` over the 32-byte
+    ``statement``: those ``me`` sends them (``sent``), or those it expects from them. A tag is
+    HMAC-SHA256 under the pair's tag key over the round, the direction and the statement (a
+    tag is never valid the other way round, so the server cannot reflect a client's own tag
+    back to it)."""
+    head, mine = f"vflink/secagg/tag/{int(round_)}/", _named(me)
+    tags = []
+    for peer, key in zip(peers, pairs.tag_keys(peers, server), strict=True):
+        names = f"{mine}/{_named(peer)}" if sent else f"{_named(peer)}/{mine}"
+        tags.append(hmac.digest(key, (head + names).encode() + statement, "sha256"))
+    return tags
 
 
-def _aad(round_: int, sender: str, receiver: str) -> bytes:
-    """A share's associated data: the round, its sender and its receiver."""
-    return _pair_label("share", round_, sender, receiver)
+def _aad(round_: int, sender: str, receiver: str, s_pks: Mapping[str, bytes]) -> bytes:
+    """A share's associated data: the round, its sender and its receiver, and their ``s``
+    keys (drawn for this run of the round: a box from another run does not open, even under a
+    :class:`ChannelKey` kept across rounds)."""
+    keys = f"/{s_pks[sender].hex()}/{s_pks[receiver].hex()}"
+    return _pair_label("share", round_, sender, receiver) + keys.encode()
 
 
 def _pair_label(kind: str, round_: int, sender: str, receiver: str) -> bytes:
     """What binds a share or a tag to its round and direction: each name after its length, so
     that no pair of names reads as another (``"a"`` to ``"a->a"`` is not ``"a->a"`` to
     ``"a"``)."""
-    names = f"{len(sender)}:{sender}/{len(receiver)}:{receiver}"
-    return f"vflink/secagg/{kind}/{int(round_)}/{names}".encode()
+    return f"vflink/secagg/{kind}/{int(round_)}/{_named(sender)}/{_named(receiver)}".encode()
+
+
+def _named(name: str) -> str:
+    return f"{len(name)}:{name}"
 
 
 def _hexes(keys: Sequence[bytes]) -> list[str]:
@@ -666,6 +749,7 @@ def client_round(
     identity: Ed25519PrivateKey | None = None,
     drop_after: str | None = None,
     draws: Draws | None = None,
+    channel: ChannelKey | None = None,
 ) -> None:
     """This client's side of one secure aggregation of ``vector``.
 
@@ -692,6 +776,9 @@ def client_round(
         Where its secrets come from: the OS by default; :meth:`Draws.resumable` for a round
         run again from the start in each of several processes (each run then sends the same
         messages, so a runner can send only what is new: :mod:`horizontal.flower`).
+    channel : ChannelKey, optional
+        This client's ``c`` key kept across the rounds of a fit, with its agreements (each
+        pair's exchange made once per fit); None: a ``c`` key drawn for this round.
 
     Raises
     ------
@@ -713,7 +800,8 @@ def client_round(
     x = config.ring.encode(vector, clients)
     draws = draws or OS_DRAWS
     identity = _identity_key(config, me, identity)
-    c_key, s_key = draws.x25519(), draws.x25519()
+    c_key = channel.private if channel is not None else draws.x25519()
+    s_key = draws.x25519()
     seed = draws.token(32)
     c_pk, s_pk = _raw(c_key.public_key()), _raw(s_key.public_key())
     SECAGG.send(
@@ -747,7 +835,7 @@ def client_round(
             Roster.refuse(server, field_name, f"does not have one entry per name ({len(names)})")
     c_pks = dict(zip(names, roster.c_pks, strict=True))
     s_pks = dict(zip(names, roster.s_pks, strict=True))
-    pairs = _PairKeys(c_key, c_pks)
+    pairs = channel.pairs(c_pks) if channel is not None else _PairKeys(c_key, c_pks)
     if config.identities is not None:
         _check_identities(me, server, roster, config.identities, round_)
     points = {name: i + 1 for i, name in enumerate(names)}
@@ -761,7 +849,7 @@ def client_round(
         nonce = draws.token(12)
         plain = _bytes(b_shares[points[peer]]) + _bytes(s_shares[points[peer]])
         aead = ChaCha20Poly1305(_agreed(pairs.share_key, peer, server))
-        boxes.append(nonce + aead.encrypt(nonce, plain, _aad(round_, me, peer)))
+        boxes.append(nonce + aead.encrypt(nonce, plain, _aad(round_, me, peer, s_pks)))
     SECAGG.send(fed, server, "shares", Boxes(peers=peers, boxes=boxes), round_)
     if drop_after == "shares":
         return
@@ -774,7 +862,7 @@ def client_round(
             Boxes.refuse(server, "peers", f"names {sender!r}, not a peer of this round")
         try:
             aead = ChaCha20Poly1305(pairs.share_key(sender))
-            plain = aead.decrypt(box[:12], box[12:], _aad(round_, sender, me))
+            plain = aead.decrypt(box[:12], box[12:], _aad(round_, sender, me, s_pks))
         except (InvalidTag, ValueError):
             raise MessageError(
                 f"party {me!r}: the shares from {sender!r} do not decrypt for this round and "
@@ -787,8 +875,9 @@ def client_round(
             f"party {me!r}: shares from {len(u1) - 1} peers reached it in round {round_}, fewer "
             f"than the threshold {config.threshold} needs; refusing to send its input"
         )
-    masked = x + prg(seed, len(x))
     scratch = np.empty(len(x) + 2, dtype=np.uint64)  # one keystream buffer for every mask
+    masked = x  # masked in place: x is not needed again
+    np.add(masked, prg(seed, len(x), buffer=scratch), out=masked)
     for peer in sorted(u1 - {me}):
         mask = prg(_pair_seed(s_key, s_pks[peer], round_), len(x), buffer=scratch)
         (np.add if me < peer else np.subtract)(masked, mask, out=masked)
@@ -821,7 +910,7 @@ def client_round(
     if config.consistency:
         statement = _statement(round_, roster, survivors.names)
         others = sorted(alive - {me})
-        tags = [_tag(_agreed(pairs.tag_key, p, server), round_, me, p, statement) for p in others]
+        tags = _tags(pairs, server, round_, me, others, statement, sent=True)
         SECAGG.send(fed, server, "tags", Tags(peers=others, tags=tags), round_)
         if drop_after == "tags":
             return
@@ -921,9 +1010,9 @@ def _check_tags(
             f"from {strangers[:3] or 'one client twice'}, not once each from the other "
             "survivors it was sent; refusing to reveal any share"
         )
-    for sender, tag in zip(senders, inbox.tags, strict=True):
-        expected = _tag(_agreed(pairs.tag_key, sender, server), round_, sender, me, statement)
-        if not hmac.compare_digest(expected, tag):
+    expected = _tags(pairs, server, round_, me, senders, statement, sent=False)
+    for sender, tag, wanted in zip(senders, inbox.tags, expected, strict=True):
+        if not hmac.compare_digest(wanted, tag):
             raise SecAggConsistencyError(
                 f"party {me!r}: the consistency tag of {sender!r} that the server {server!r} "
                 f"forwarded in round {round_} does not match the roster and survivor set "
@@ -1012,9 +1101,7 @@ def server_round(
     graph = neighbourhoods(u1, config.neighbours, round_)
     for receiver in u1b:
         senders, boxes = [], []
-        for sender in u1b:
-            if sender not in graph[receiver]:
-                continue
+        for sender in sorted(graph[receiver].intersection(shared)):  # u1b's order
             message = shared[sender]
             try:
                 boxes.append(message.boxes[message.peers.index(receiver)])
@@ -1037,7 +1124,8 @@ def server_round(
             f"secure aggregation round {round_}: the survivors fall apart into separate "
             "neighbourhoods (SecAgg+), whose sums would each be unmasked; nothing was revealed"
         )
-    needed = [n for n in u1b if n in u2 or graph[n] & set(u2)]  # a lone dropout masks nobody
+    alive = set(u2)
+    needed = [n for n in u1b if n in alive or graph[n] & alive]  # a lone dropout masks nobody
     dropped = [n for n in needed if n not in u2]
     SECAGG.broadcast(fed, "survivors", Survivors(names=u2, dropped=dropped), round_, to=u2)
     helpers = u2

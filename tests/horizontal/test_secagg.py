@@ -15,6 +15,7 @@ from horizontal.secagg import (
     PRIME,
     SECAGG,
     Boxes,
+    ChannelKey,
     Ring,
     SecAggConfig,
     client_round,
@@ -130,14 +131,21 @@ def test_shamir_rebuilds_from_any_t_shares_and_t_minus_1_fit_every_secret() -> N
         shamir_combine(known, 4)
 
 
-def test_altered_or_replayed_shares_are_refused_naming_the_sender() -> None:
+@pytest.mark.parametrize("kept", [False, True], ids=["fresh-c-keys", "kept-c-keys"])
+def test_altered_or_replayed_shares_are_refused_naming_the_sender(kept: bool) -> None:
+    """An altered share, one recorded in another round, and one recorded in an earlier run of
+    the *same* round number: each is refused by its receiver, naming the sender -- with ``c``
+    keys drawn per round, and with ``c`` keys kept across rounds (:class:`ChannelKey`), where
+    the share keys stay the same and only the associated data (the run's fresh ``s`` keys)
+    tells the runs apart."""
     vectors = _vectors(3, 8)
     config = SecAggConfig(threshold=2)
-    kept: dict[str, Any] = {}
+    recorded: dict[str, Any] = {}
+    channels = {name: ChannelKey() for name in vectors} if kept else {}
 
     def tampering_server(fed: Any, *, round_: int, replay: bool) -> None:
         """Runs the first two steps honestly, then forwards to c0 either an altered share or
-        one recorded in an earlier round."""
+        the one recorded in the first run."""
         keys = fed.gather(list(vectors), SECAGG.tag("keys", round_))
         from horizontal.secagg import Keys, Roster
 
@@ -158,31 +166,81 @@ def test_altered_or_replayed_shares_are_refused_naming_the_sender() -> None:
         }
         box = shares["c1"].boxes[shares["c1"].peers.index("c0")]
         if replay:
-            box = kept["box"]
+            box = recorded["box"]
         else:
-            kept["box"] = box
+            recorded["box"] = box
             box = box[:-1] + bytes([box[-1] ^ 1])
         SECAGG.send(fed, "c0", "inbox", Boxes(peers=["c1"], boxes=[box]), round_)
 
-    for round_, replay in ((0, False), (1, True)):
-        roles: dict[str, Any] = {
-            "c0": lambda fed, r=round_: client_round(
-                fed, "server", vectors["c0"], config, r, clients=3
-            ),
-            "c1": lambda fed, r=round_: client_round(
-                fed, "server", vectors["c1"], config, r, clients=3, drop_after="shares"
-            ),
-            "c2": lambda fed, r=round_: client_round(
-                fed, "server", vectors["c2"], config, r, clients=3, drop_after="shares"
-            ),
-            "server": lambda fed, r=round_, p=replay: tampering_server(fed, round_=r, replay=p),
-        }
+    def client(name: str, round_: int) -> Any:
+        drop = None if name == "c0" else "shares"
+        return lambda fed: client_round(
+            fed,
+            "server",
+            vectors[name],
+            config,
+            round_,
+            clients=3,
+            drop_after=drop,
+            channel=channels.get(name),
+        )
+
+    # altered in round 0; replayed into round 1; replayed into a second run of round 0
+    for round_, replay in ((0, False), (1, True), (0, True)):
+        roles: dict[str, Any] = {name: client(name, round_) for name in vectors}
+        roles["server"] = lambda fed, r=round_, p=replay: tampering_server(fed, round_=r, replay=p)
         with pytest.raises(PartyFailedError) as caught:
             LocalFederation(timeout=30).run(roles)
         assert "the shares from 'c1' do not decrypt" in str(caught.value)
         assert isinstance(caught.value.__cause__, MessageError) or "MessageError" in str(
             caught.value
         )
+    if kept:  # the same share keys served all three runs: c0 agreed with c1 and c2 once
+        assert channels["c0"].exchanges == 2
+
+
+def test_kept_c_keys_agree_each_pair_once_per_fit_and_every_sum_stays_exact() -> None:
+    """Three rounds with each client's ``c`` key kept (:class:`ChannelKey`), one client's key
+    replaced before the last: every sum equals the plain one, each client advertised the same
+    ``c`` key and a fresh ``s`` key every round (the transcript), and each pair's X25519
+    agreement was made once -- again only with the client whose key changed."""
+    vectors = _vectors(5, 32)
+    names = sorted(vectors)
+    config = SecAggConfig(threshold=3)
+    ring = Ring()
+    channels = {name: ChannelKey() for name in names}
+    adverts: dict[str, list[tuple[bytes, bytes]]] = {name: [] for name in names}
+    for round_ in range(3):
+        if round_ == 2:
+            channels["c3"] = ChannelKey()
+        roles: dict[str, Any] = {
+            name: (
+                lambda fed, name=name, r=round_: client_round(
+                    fed, "server", vectors[name], config, r, clients=5, channel=channels[name]
+                )
+            )
+            for name in names
+        }
+        roles["server"] = lambda fed, r=round_: server_round(fed, names, 32, config, r)
+        federation = LocalFederation(timeout=30, record_payloads=True)
+        total, survivors = federation.run(roles)["server"]
+        assert survivors == names
+        exact = ring.decode(sum(ring.encode(vectors[c], 5) for c in names))
+        np.testing.assert_array_equal(total, exact)
+        for record in federation.transcript.records:
+            if record.tag.startswith("secagg/keys/"):
+                payload = record.payload()
+                adverts[record.sender].append((payload["c_pk"], payload["s_pk"]))
+        expected = 4 if round_ < 2 else 5  # the others met c3's new key in round 2
+        assert {n: channels[n].exchanges for n in names if n != "c3"} == dict.fromkeys(
+            [n for n in names if n != "c3"], expected
+        )
+        assert channels["c3"].exchanges == 4
+    for name, seen in adverts.items():
+        c_pks, s_pks = [c for c, _ in seen], [s for _, s in seen]
+        assert len(seen) == 3 and len(set(s_pks)) == 3
+        assert len(set(c_pks)) == (2 if name == "c3" else 1)
+        assert c_pks[-1] == channels[name].private.public_key().public_bytes_raw()
 
 
 def test_the_ring_refuses_what_would_overflow_the_sum() -> None:
