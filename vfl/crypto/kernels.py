@@ -321,15 +321,27 @@ def multiexp_rows(
 ) -> list[Any]:
     """``prod_i bases[i] ** rows[k][i] mod modulus`` for each row of signed int64 exponents.
 
-    Negative exponents use the inverses of the bases, computed once for all rows by
-    :func:`batch_invert` (one inversion in all), so each row is a single :func:`multiexp`.
+    Two ways, whichever its cost model finds cheaper for the whole call:
+
+    * **shared windows** (few bases, many rows: the protected layer's products, 16 to 64
+      bases of about 37-bit exponents): each base's powers below ``2**w`` (and its inverse's,
+      where an exponent is negative) computed once for every row, then per row one chain of
+      squarings with a multiplication per nonzero ``w``-bit digit of each exponent
+      (:func:`_rows_by_shared_windows`); about ``N * 2**w`` mulmods once and
+      ``ceil(bits/w) * (N + w)`` per row;
+    * **Pippenger per row** (many bases: ``X.T @ ciphertexts`` over thousands of rows):
+      negative exponents use the inverses of the bases, computed once for all rows by
+      :func:`batch_invert` (one inversion in all), so each row is a single :func:`multiexp`.
     """
+    rows = [np.asarray(row, dtype=np.int64) for row in rows]
+    shared = _shared_window(len(bases), rows)
+    if shared is not None:
+        return _rows_by_shared_windows(bases, rows, modulus, shared)
     inverses: list[Any] | None = None
     out = []
-    for row in progress(
+    for exps in progress(
         rows, total=len(rows), desc="matrix @ ciphertexts, rows", show=show_progress
     ):
-        exps = np.asarray(row, dtype=np.int64)
         negative = exps < 0
         if negative.any():
             if inverses is None:
@@ -341,6 +353,73 @@ def multiexp_rows(
             out.append(multiexp(chosen, np.abs(exps), modulus))
         else:
             out.append(multiexp(bases, exps, modulus))
+    return out
+
+
+def _shared_window(n_bases: int, rows: Sequence[np.ndarray[Any, Any]]) -> int | None:
+    """The window of the shared-window way when its mulmods (tables once, then each row) are
+    fewer than Pippenger's on every row; None otherwise."""
+    if not rows or n_bases == 0:
+        return None
+    worst = max((int(np.abs(r).max()) for r in rows if r.size), default=0)
+    bits = worst.bit_length()
+    if bits == 0:
+        return None
+    signs = 2 if any((r < 0).any() for r in rows) else 1
+    n_rows = len(rows)
+    w_p = pippenger_window(n_bases, bits)
+    pippenger = n_rows * math.ceil(bits / w_p) * (n_bases + 2 ** (w_p + 1) + w_p)
+
+    def cost(w: int) -> int:
+        return signs * n_bases * ((1 << w) - 2) + n_rows * math.ceil(bits / w) * (n_bases + w)
+
+    best = min(range(1, 9), key=cost)
+    return best if cost(best) < pippenger else None
+
+
+@_releasing_for_its_modulus
+def _rows_by_shared_windows(
+    bases: Sequence[Int], rows: Sequence[np.ndarray[Any, Any]], modulus: Int, w: int
+) -> list[Any]:
+    """:func:`multiexp_rows` by ``w``-bit windows over tables of powers shared by the rows:
+    ``table[i][d] = bases[i] ** d`` (``d < 2**w``; of the inverse for negative exponents)."""
+    size = 1 << w
+
+    def powers(base: Any) -> list[Any]:
+        table = [mpz(1), mpz(base) % modulus]
+        for _ in range(2, size):
+            table.append(table[-1] * table[1] % modulus)
+        return table
+
+    tables = [powers(b) for b in bases]
+    negative = np.zeros(len(bases), dtype=bool)
+    for exps in rows:
+        negative |= exps < 0
+    inverse_tables: dict[int, list[Any]] = {}
+    if negative.any():
+        where = np.flatnonzero(negative).tolist()
+        inverses = batch_invert([bases[i] for i in where], modulus)
+        inverse_tables = {i: powers(v) for i, v in zip(where, inverses, strict=True)}
+    out = []
+    mask = size - 1
+    for exps in rows:
+        magnitudes = np.abs(exps)
+        top = int(magnitudes.max()).bit_length() if magnitudes.size else 0
+        if top == 0:
+            out.append(mpz(1))
+            continue
+        windows = -(-top // w)
+        shifts = np.arange(windows - 1, -1, -1, dtype=np.int64) * w
+        digits = ((magnitudes[:, None] >> shifts[None, :]) & mask).T.tolist()  # top window first
+        chosen = [inverse_tables[i] if e < 0 else tables[i] for i, e in enumerate(exps.tolist())]
+        acc = None
+        for window in digits:
+            if acc is not None:
+                acc = gmpy2.powmod(acc, size, modulus)
+            for table, digit in zip(chosen, window, strict=True):
+                if digit:
+                    acc = table[digit] if acc is None else acc * table[digit] % modulus
+        out.append(mpz(1) if acc is None else acc)
     return out
 
 

@@ -202,7 +202,8 @@ def mask_slots(
       (:meth:`~vfl.crypto.PaillierPrivateKey.for_base`: the transfer source, the split
       network's label party): the masks are added as plaintexts and the result gets a
       full-length power of our base (:func:`~vfl.crypto.rerandomize.rerandomize` with
-      ``for_key_owner="base"``), which hides from the owner how it was computed.
+      ``for_key_owner="base"``, drawn by ``workers``), which hides from the owner how it was
+      computed.
     """
     if vector.ndim != 1 or vector.size != layout.n_ciphertexts or vector.exponent != 0:
         raise ValueError(
@@ -215,7 +216,7 @@ def mask_slots(
         n, nsq = pk.n, pk.nsquare
         packed = _pack_masks(layout, masks)
         plain = [c * (1 + n * m) % nsq for c, m in zip(vector.ciphertexts, packed, strict=True)]
-        masked = rerandomize(EncryptedVector(pk, plain, 0), for_key_owner="base")
+        masked = rerandomize(EncryptedVector(pk, plain, 0), for_key_owner="base", workers=workers)
     else:
         masked = add_slot_masks(vector, layout, masks, workers=workers)
     return masked, PackingMasks(layout, 0, masks)

@@ -17,9 +17,10 @@ batch:
    the exponents its own ``h``), adds its plaintext ``h B``, and sends ``[z_p]_L = [h W_p]_L``;
    with it ``[B]_P`` (packed). The label party decrypts ``z_p`` -- the layer's output for
    this party, never ``h`` -- and runs the rest of the top;
-2. with ``d = dLoss/dz``, the label party sends ``[d]_L`` and ``[g]_P = [d B^T]_P + d A^T``,
-   the gradient with respect to the embedding (the data party decrypts it and back-propagates
-   through its bottom, as in plain split learning);
+2. with ``d = dLoss/dz``, the label party sends ``[d]_L`` and ``[g]_P = [d B^T]_P + d A^T``
+   (``d`` there at :func:`_g_layout`'s precision), the gradient with respect to the
+   embedding (the data party decrypts it and back-propagates through its bottom, as in
+   plain split learning);
 3. the data party computes ``[h^T d]_L``, adds a mask ``M`` (``kappa = 40`` bits beyond the
    value, from the OS; :func:`vfl.crypto.masked.mask_slots`) and sends it; the label party
    decrypts ``G + M`` only. The shares step by plain SGD, exactly: ``A -= eta (G + M)`` at
@@ -63,7 +64,9 @@ after the first step.
 Choices and limits. The shared block steps by plain SGD at ``ProtectedLayer.learning_rate``
 (Adam's per-coordinate scaling would need ``G`` in the clear); the label party's own block,
 the bias, the rest of the top and every bottom use the estimator's optimiser. Fixed point:
-``h`` with 24 fractional bits, ``d`` with 32, ``W`` and the shares with 76, the learning rate
+``h`` with 24 fractional bits, ``d`` with 32 (in the embedding gradient ``g``, which only
+feeds a bottom in floating point, with the most from 24 to 32 that packs a row of ``g`` in
+its fewest ciphertexts: :func:`_g_layout`), ``W`` and the shares with 76, the learning rate
 with 20 (the layer's rate is rounded to a multiple of ``2**-20``); a value beyond its bound
 (``|h| < 2**12``, ``|d|, |W| < 2**8``) stops the fit with an error naming the party. The
 slots are sized for the fit's batch size (public).
@@ -71,6 +74,7 @@ slots are sized for the fit's batch size (public).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import secrets
@@ -344,9 +348,35 @@ def _wg_bits(rows: int) -> int:
     return FH + FD + HB + DB + _bits(rows) + 1
 
 
-def _g_bits(m: int) -> int:
-    """Bits of the embedding gradient ``d W^T`` (``m`` terms) at ``2**-(FD+FW)``."""
-    return FD + FW + DB + WB + _bits(m) + 1
+def _g_bits(m: int, fd: int = FD) -> int:
+    """Bits of the embedding gradient ``d W^T`` (``m`` terms) at ``2**-(fd+FW)``."""
+    return fd + FW + DB + WB + _bits(m) + 1
+
+
+FDG_MIN = FH
+"""The fewest fractional bits of ``d`` in the embedding gradient (as many as the embedding
+itself has)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _g_layout(k: int, m: int, key_bits: int) -> tuple[int, int, RowPacking]:
+    """The embedding gradient's fixed point and packing: ``(fd, bits, packing)``, ``d`` at
+    ``2**-fd`` in ``g = d W^T``, ``|g| < 2**bits``, rows of ``k`` slots.
+
+    ``g`` only feeds the data party's bottom, in floating point: it needs ``d`` at the
+    embedding's precision, not at the ``FD`` bits that the weight gradient's exact step needs.
+    So ``fd`` is the most, from ``FDG_MIN`` up to ``FD``, that keeps a row of ``g`` in its
+    fewest ciphertexts: with ``k = 16``, ``m = 32`` and 2048-bit keys, 27 bits put a row in
+    one ciphertext where 32 took two (the last holding one slot), which halves the
+    gradient's multi-exponentiations, re-randomisations and decryptions and ``[B]_P``'s
+    encryptions. Both parties compute it from public sizes."""
+
+    def plan(fd: int) -> RowPacking:
+        return slots.packing(_g_bits(m, fd), k, key_bits, masked=False)
+
+    fewest = plan(FDG_MIN).groups
+    fd = max(f for f in range(FDG_MIN, FD + 1) if plan(f).groups == fewest)
+    return fd, _g_bits(m, fd), plan(fd)
 
 
 # -- the two sides -------------------------------------------------------------------------------
@@ -447,7 +477,7 @@ class SenderSide:
         out = slots.add_plain(out, self.h_int.astype(object) @ share, self.packing, key)  # + h B
         share_block = None
         if training:
-            g_pack = slots.packing(_g_bits(self.m), self.k, self.key, masked=False)
+            _, _, g_pack = _g_layout(self.k, self.m, self.key.n_length)
             sent = self._share_sent(share).T
             share_block = slots.block(self.key, slots.encrypt_rows(self.secret, sent, g_pack))
         LAYER.send(
@@ -473,8 +503,7 @@ class SenderSide:
         key, n_rows = self.peer_key, len(self.h_int)
         _check_rows(n_rows, self.rows, fed.name)
         message = LAYER.recv(fed, self.label, "encd", Backward, *index)
-        g_bits = _g_bits(self.m)
-        g_pack = slots.packing(g_bits, self.k, self.key, masked=False)
+        fd, g_bits, g_pack = _g_layout(self.k, self.m, self.key.n_length)
         got = vector_from(self.key, message.grad, self.label)
         cts = slots.expect(got, n_rows * g_pack.groups, Backward, self.label, "grad")
         grad = slots.unpack_rows(
@@ -497,11 +526,12 @@ class SenderSide:
             EncryptedVector(key, products, 0),
             self.packing.masked_layout(self.k),
             for_key_owner=True,
+            workers=self.layer.worker_count(),
         )
         LAYER.send(fed, self.label, "encg", Encrypted(data=masked.to_wire()), *index)
         self.encrypted = self._stepped(masked.ciphertexts, masks.masks)
         self.share = share + self.eta * slots.from_slots(masks.masks, self.k, self.packing)
-        return grad.astype(np.float64) * 2.0 ** -(FD + FW)
+        return grad.astype(np.float64) * 2.0 ** -(fd + FW)
 
     def _stepped(self, masked: list[Any], masks: tuple[int, ...]) -> list[Any]:
         """``[A - eta (G + M)]_L`` from the masked gradient we sent: each packed row times
@@ -586,7 +616,7 @@ class LabelSide:
         if training:
             if message.share is None:
                 Outputs.refuse(self.peer, "share", "is missing in training")
-            g_pack = slots.packing(_g_bits(self.m), self.k, self.peer_key, masked=False)
+            _, _, g_pack = _g_layout(self.k, self.m, self.peer_key.n_length)
             theirs = vector_from(self.peer_key, message.share, self.peer)
             self.peer_share = slots.expect(
                 theirs, self.m * g_pack.groups, Outputs, self.peer, "share"
@@ -607,16 +637,16 @@ class LabelSide:
         share = _held_share(self.share, self.peer)
         n_rows = len(delta)
         _check_rows(n_rows, self.rows, fed.name)
-        d_int = slots.fixed(
-            delta, FD, DB, "the gradient with respect to the protected layer's output", _FIX
-        )
+        what = "the gradient with respect to the protected layer's output"
+        d_int = slots.fixed(delta, FD, DB, what, _FIX)
         delta_cts = slots.encrypt_rows(self.secret, d_int, self.packing)
-        g_pack = slots.packing(_g_bits(self.m), self.k, self.peer_key, masked=False)
+        fd, _, g_pack = _g_layout(self.k, self.m, self.peer_key.n_length)
+        d_g = slots.fixed(delta, fd, DB, what, _FIX)  # d at the embedding gradient's precision
         workers = self.layer.worker_count()
         grad = slots.combine(
-            self.peer_share, g_pack.groups, d_int, self.peer_key.nsquare, workers=workers
+            self.peer_share, g_pack.groups, d_g, self.peer_key.nsquare, workers=workers
         )
-        grad = slots.add_plain(grad, d_int.astype(object) @ share.T, g_pack, self.peer_key)
+        grad = slots.add_plain(grad, d_g.astype(object) @ share.T, g_pack, self.peer_key)
         LAYER.send(
             fed,
             self.peer,

@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 
 from vfl.crypto.kernels import (
     FixedBaseTable,
+    _shared_window,
     batch_invert,
     crt_combine,
     multiexp,
     multiexp_big,
+    multiexp_rows,
     multiexp_straus,
     pippenger_window,
 )
@@ -28,8 +30,22 @@ MODULUS_SQ = MODULUS * MODULUS
 def naive(bases: list[mpz], exps: list[int]) -> mpz:
     acc = mpz(1)
     for b, e in zip(bases, exps, strict=True):
-        acc = acc * gmpy2.powmod(b, e, MODULUS_SQ) % MODULUS_SQ
+        acc = acc * gmpy2.powmod(b, e, MODULUS_SQ) % MODULUS_SQ  # gmpy2 inverts for e < 0
     return acc
+
+
+def pippenger_rows(bases: list[mpz], rows: list[np.ndarray]) -> list[mpz]:
+    """The rows as multiexp_rows computed them before the shared windows: one Pippenger
+    product per row over the bases, or their inverses where an exponent is negative."""
+    inverses = batch_invert(bases, MODULUS_SQ)
+    return [
+        multiexp(
+            [inv if e < 0 else b for b, inv, e in zip(bases, inverses, row.tolist(), strict=True)],
+            np.abs(row),
+            MODULUS_SQ,
+        )
+        for row in rows
+    ]
 
 
 @given(
@@ -160,3 +176,42 @@ def test_large_moduli_run_without_the_interpreter_lock_small_ones_keep_it() -> N
         assert int(multiexp(bases, exps, modulus)) == expected
         table = FixedBaseTable(bases[0], modulus, 32, window=4)
         assert int(table.pow(12345)) == pow(int(bases[0]), 12345, int(modulus))
+
+
+@given(
+    st.tuples(st.integers(1, 40), st.integers(0, 24), st.integers(1, 62), st.booleans()),
+    st.integers(0, 2**32 - 1),
+)
+@settings(max_examples=40, deadline=None)
+def test_multiexp_rows_equals_the_per_row_pippenger_products(
+    shape: tuple[int, int, int, bool], seed: int
+) -> None:
+    """Whichever way multiexp_rows takes (shared windows for few bases and many rows, else
+    Pippenger per row), each row equals the old per-row product and the naive one: signed
+    exponents, zero rows and columns, exponents up to 62 bits."""
+    n_bases, n_rows, bits, signed = shape
+    rng = np.random.default_rng(seed)
+    bases = [gmpy2.powmod(mpz(int(v)), 7, MODULUS_SQ) for v in rng.integers(2, 2**62, n_bases)]
+    low = -(2 ** (bits - 1)) if signed else 0
+    rows = [rng.integers(low, 2 ** (bits - 1), n_bases, dtype=np.int64) for _ in range(n_rows)]
+    if n_rows > 2:
+        rows[1][:] = 0  # a row of zeros
+        rows[2][0] = -(2 ** (bits - 1)) if signed else 0
+    got = multiexp_rows(bases, rows, MODULUS_SQ)
+    assert got == pippenger_rows(bases, rows)
+    assert got == [naive(bases, row.tolist()) for row in rows]
+
+
+def test_multiexp_rows_shares_windows_only_where_they_cost_less() -> None:
+    """The protected layer's shapes take the shared windows; X.T @ ciphertexts over many
+    rows keeps Pippenger; both give the old products."""
+    rng = np.random.default_rng(5)
+    layer = [rng.integers(-(2**36), 2**36, 16, dtype=np.int64) for _ in range(64)]
+    assert _shared_window(16, layer) is not None
+    many = [rng.integers(-(2**36), 2**36, 3000, dtype=np.int64) for _ in range(3)]
+    assert _shared_window(3000, many) is None
+    for n, rows in ((16, layer), (3000, many)):
+        bases = [mpz(secrets.randbelow(int(MODULUS_SQ) - 2) + 2) for _ in range(n)]
+        bases = [b for b in bases if gmpy2.gcd(b, MODULUS_SQ) == 1]
+        rows = [row[: len(bases)] for row in rows]
+        assert multiexp_rows(bases, rows, MODULUS_SQ) == pippenger_rows(bases, rows)
