@@ -84,8 +84,9 @@ class VerticalLogisticRegression(ClassifierMixin, VerticalLinearModel):  # type:
     coordinator : str
         Name of the coordinator party (``protocol="coordinator"``).
     workers : int or executor, optional
-        Processes for encryption (default: all cores, up to 4, for batches of 512 rows or
-        more; one process below); or this party's own executor, such as a
+        Processes for encryption and products (default: all cores, up to 4, under the
+        secret-shared protocols and for batches of 512 rows or more; one process for smaller
+        batches of the revealing ones); or this party's own executor, such as a
         ``dask.distributed.Client`` of its cluster (the ``dask`` extra): the public-key work
         (encryption, ``matrix @ ciphertexts``) runs there, the private-key work stays in this
         process (:mod:`vfl.crypto.parallel`).

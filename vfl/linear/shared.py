@@ -318,17 +318,31 @@ class SharedDataRole(DataParty):
     # -- the two moves: send a masked value, receive one -------------------------------------
 
     def send_masked(
-        self, tag: str, index: int, owner: str, vector: EncryptedVector, layout: PackingLayout
+        self,
+        tag: str,
+        index: int,
+        owner: str,
+        vector: EncryptedVector,
+        layout: PackingLayout,
+        *,
+        by_owner: bool = True,
     ) -> tuple[int, ...]:
         """Mask ``vector`` (packed signed slots under ``owner``'s key, or the coordinator's)
         and send it on its way to the party the other share is for: to ``owner`` to decrypt,
         or, with a coordinator, to the coordinator, which hands the slots to that party.
-        Without a coordinator the owner encrypted (some of) the inputs, with our base, so the
-        result gets a full-length power of our base. Returns the masks (our share is minus
+        Without a coordinator the result gets a full-length power of our base: when the owner
+        encrypted every input, with our base (``by_owner``: a peer's rows at setup, the other
+        holder's ``S`` between two parties), that alone hides how it was computed, and the
+        masks are added as plaintexts; when a further party encrypted some (its ``S_P``
+        under the owner's key), the masks are encrypted afresh as well
+        (:func:`~vfl.crypto.masked.mask_slots`). Returns the masks (our share is minus
         each)."""
-        if self.keys.coordinator is None:
-            vector = rerandomize(vector, for_key_owner="base")
-        masked, masks = mask_slots(vector, layout)
+        if self.keys.coordinator is None and by_owner:
+            masked, masks = mask_slots(vector, layout, for_key_owner=True)
+        else:
+            if self.keys.coordinator is None:
+                vector = rerandomize(vector, for_key_owner="base")
+            masked, masks = mask_slots(vector, layout)
         if self.keys.coordinator is None:
             SS.send(self.fed, owner, tag, Encrypted(data=masked.to_wire()), index)
         else:
@@ -711,7 +725,7 @@ class SharedDataRole(DataParty):
         products = map_processes(multiexp_big_worker, jobs, self.spec.workers)
         vector = EncryptedVector(under, products, 0)
         # the other holder encrypted its own S with our base: a full-length power of it
-        masks = self.send_masked(tag, index, other, vector, layout)
+        masks = self.send_masked(tag, index, other, vector, layout, by_owner=len(order) == 2)
         share = share - sign * by_rows(masks, packing, sizes.outputs)
         got = self.receive_opened(tag, index, other, self.fed.name, layout)
         share = share - sign * by_rows(got, packing, sizes.outputs)
