@@ -340,7 +340,7 @@ def multiexp_rows(
     rows = [np.asarray(row, dtype=np.int64) for row in rows]
     shared = _shared_window(len(bases), rows)
     if shared is not None:
-        return _rows_by_shared_windows(bases, rows, modulus, shared)
+        return _rows_by_shared_windows(bases, rows, modulus, shared, show_progress)
     inverses: list[Any] | None = None
     out = []
     for exps in progress(
@@ -383,7 +383,11 @@ def _shared_window(n_bases: int, rows: Sequence[np.ndarray[Any, Any]]) -> int | 
 
 @_releasing_for_its_modulus
 def _rows_by_shared_windows(
-    bases: Sequence[Int], rows: Sequence[np.ndarray[Any, Any]], modulus: Int, w: int
+    bases: Sequence[Int],
+    rows: Sequence[np.ndarray[Any, Any]],
+    modulus: Int,
+    w: int,
+    show_progress: bool = False,
 ) -> list[Any]:
     """:func:`multiexp_rows` by ``w``-bit windows over tables of powers shared by the rows:
     ``table[i][d] = bases[i] ** d`` (``d < 2**w``; of the inverse for negative exponents)."""
@@ -406,7 +410,9 @@ def _rows_by_shared_windows(
         inverse_tables = {i: powers(v) for i, v in zip(where, inverses, strict=True)}
     out = []
     mask = size - 1
-    for exps in rows:
+    for exps in progress(
+        rows, total=len(rows), desc="matrix @ ciphertexts, rows", show=show_progress
+    ):
         magnitudes = np.abs(exps)
         top = int(magnitudes.max()).bit_length() if magnitudes.size else 0
         if top == 0:
