@@ -24,9 +24,10 @@ the server:
 4. **consistency** (the paper's ConsistencyCheck; ``SecAggConfig(consistency=True)``, the
    default) -- the server sends ``U2`` and the dropped clients whose mask keys it needs; each
    client checks ``U2`` (at least ``min_survivors``, inside the roster, itself in it) and
-   vouches for it: to every other member ``v`` of ``U2`` it sends a tag, HMAC-SHA256 under a
-   key agreed from its and ``v``'s ``c`` keys, over the direction, the round, the roster with
-   all its keys, and ``U2``; the server forwards to each client the tags addressed to it; each
+   vouches for it: to every other member ``v`` of ``U2`` it sends a tag, keyed BLAKE2s (RFC
+   7693's MAC mode) under a key agreed from its and ``v``'s ``c`` keys, over the direction,
+   the round, the roster with all its keys, and ``U2``; the server forwards to each client the
+   tags addressed to it; each
    checks that with itself at least ``q = max(t, n // 2 + 1)`` (:func:`required_agreement`;
    ``n`` the larger of the clients the round was opened for and the roster) distinct members
    of ``U2`` vouched and that
@@ -35,7 +36,8 @@ the server:
    revealing anything. The paper has each client sign ``U2`` and verify every other
    signature; a tag does the same work between two clients -- only they hold its key, so the
    server can neither forge it nor replay it to another client or the other way -- for two
-   HMACs instead of one Ed25519 verification (about 100 us here); under SecAgg+ a client also
+   MACs of half a microsecond instead of one Ed25519 verification (about 100 us here; HMAC-
+   SHA256 took 1.3 us a tag); under SecAgg+ a client also
    agrees a key with each survivor outside its neighbourhood (one X25519 exchange, 30 us).
    What a tag cannot do is convince a third party: the server can no longer filter out a bad
    tag, so a client that sends a wrong one makes its peers abort (as a share that does not
@@ -59,7 +61,7 @@ then applies within each neighbourhood (every survivor's and dropped client's se
 A round whose survivors fall apart into separate pieces of the graph aborts (the server
 refuses to ask, and each client refuses to reveal): each piece's own sum would be unmasked.
 The consistency round stays global: each client tags for, and checks a tag from, every other
-survivor (32 bytes and two HMACs each), which needs its ``c`` agreement with clients outside
+survivor (32 bytes and two MACs each), which needs its ``c`` agreement with clients outside
 its neighbourhood as well (one X25519 exchange each, about 26 us: 85 at 100 clients and
 ``k = 14``, 2.2 ms of a client's round when ``c`` is drawn every round; with a kept
 :class:`ChannelKey`, only in the fit's first round).
@@ -109,26 +111,35 @@ headroom for the sum (checked).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import json
-import secrets
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from cryptography.exceptions import InvalidSignature, InvalidTag
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from horizontal.secagg_primitives import (
+    OS_DRAWS,
+    PRIME,
+    ChannelKey,
+    Draws,
+    PairKeys,
+    Ring,
+    is_connected,
+    neighbourhoods,
+    pair_seed,
+    prg,
+    shamir_combine,
+    shamir_split,
+)
 from vfl.crypto.keys import SecurityWarning
 from vfl.federation.base import Federation
 from vfl.federation.messages import Message, MessageError, Namespace
@@ -153,9 +164,6 @@ __all__ = [
 SECAGG = Namespace("secagg")
 """Tags: ``secagg/keys/<round>``, ``secagg/roster/<round>``, ..."""
 
-PRIME = (1 << 521) - 1
-"""The Shamir field: a Mersenne prime above every 32-byte secret."""
-
 _SHARE_BYTES = 66  # 521 bits
 
 
@@ -167,135 +175,6 @@ class SecAggConsistencyError(SecAggAbortedError):
     """A client caught the server out (the consistency round, or a request to reveal both
     shares of one peer): the text names the server, the round and what did not agree; the
     client reveals nothing."""
-
-
-# -- where a client's secrets come from ---------------------------------------------------------
-
-
-class Draws:
-    """The source of a client round's secrets (its key pairs, self-mask seed, share
-    polynomials, nonces): the OS (``secrets``) by default. :meth:`resumable` gives a stream
-    that a client running its round as several processes (on Flower, a process per message)
-    draws again identically in each: the AES-256-CTR keystream under a 32-byte key drawn from
-    the OS once per round and kept only in that client's own state -- what a CSPRNG is, its
-    seed never fixed, never sent."""
-
-    def __init__(self, key: bytes | None = None) -> None:
-        if key is not None and len(key) != 32:
-            raise ValueError("a resumable draw stream is keyed by 32 bytes")
-        self._stream = (
-            None if key is None else Cipher(algorithms.AES(key), modes.CTR(_PRG_NONCE)).encryptor()
-        )
-
-    @classmethod
-    def resumable(cls, key: bytes) -> Draws:
-        """The stream keyed by ``key`` (draw it with ``secrets.token_bytes(32)``)."""
-        return cls(key)
-
-    def token(self, n: int) -> bytes:
-        """``n`` uniform bytes."""
-        if self._stream is None:
-            return secrets.token_bytes(n)
-        return self._stream.update(bytes(n))
-
-    def below(self, bound: int) -> int:
-        """A uniform integer in ``[0, bound)`` (from 128 bits more than ``bound`` needs: a
-        bias below 2^-128)."""
-        if self._stream is None:
-            return secrets.randbelow(bound)
-        return int.from_bytes(self.token((bound.bit_length() + 7) // 8 + 16), "big") % bound
-
-    def x25519(self) -> X25519PrivateKey:
-        return X25519PrivateKey.from_private_bytes(self.token(32))
-
-
-OS_DRAWS = Draws()
-"""Draws from the OS (``secrets``): every round's default."""
-
-
-# -- Shamir's secret sharing -------------------------------------------------------------------
-
-
-def shamir_split(
-    secret: int, xs: Sequence[int], threshold: int, *, draws: Draws | None = None
-) -> dict[int, int]:
-    """Shares ``{x: f(x)}`` of ``secret`` for the points ``xs`` (distinct, non-zero), ``f`` a
-    random polynomial of degree ``threshold - 1`` with ``f(0) = secret`` over :data:`PRIME`
-    (coefficients from ``draws``: the OS by default)."""
-    if not 0 <= secret < PRIME:
-        raise ValueError("a secret must be an integer in [0, PRIME)")
-    if not 1 <= threshold <= len(xs):
-        raise ValueError(f"threshold {threshold} must be between 1 and the {len(xs)} shares")
-    if len(set(xs)) != len(xs) or any(not 0 < x < PRIME for x in xs):
-        raise ValueError("share points must be distinct and non-zero")
-    draws = draws or OS_DRAWS
-    coefficients = [secret] + [draws.below(PRIME) for _ in range(threshold - 1)]
-    out = {}
-    for x in xs:
-        acc = 0
-        for c in reversed(coefficients):  # Horner
-            acc = (acc * x + c) % PRIME
-        out[x] = acc
-    return out
-
-
-def _lagrange_at_zero(xs: Sequence[int]) -> list[int]:
-    coefficients = []
-    for i, xi in enumerate(xs):
-        num, den = 1, 1
-        for j, xj in enumerate(xs):
-            if i != j:
-                num = num * (-xj) % PRIME
-                den = den * (xi - xj) % PRIME
-        coefficients.append(num * pow(den, -1, PRIME) % PRIME)
-    return coefficients
-
-
-def shamir_combine(shares: dict[int, int], threshold: int) -> int:
-    """The secret from any ``threshold`` of its shares (the first ``threshold`` given)."""
-    if len(shares) < threshold:
-        raise ValueError(f"{len(shares)} shares cannot rebuild a secret of threshold {threshold}")
-    xs = list(shares)[:threshold]
-    weights = _lagrange_at_zero(xs)
-    return sum(w * shares[x] for w, x in zip(weights, xs, strict=True)) % PRIME
-
-
-# -- fixed point in the ring -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Ring:
-    """Vectors as ``round(v * 2**fraction_bits)`` in ``Z_{2**64}`` (numpy ``uint64`` wraps);
-    a sum of ``clients`` values each below ``bound`` in magnitude must stay below ``2**63``."""
-
-    fraction_bits: int = 24
-    bound: float = 2.0**20
-
-    def encode(self, vector: Any, clients: int) -> np.ndarray[Any, Any]:
-        values = np.asarray(vector, dtype=np.float64)
-        if values.ndim != 1:
-            raise ValueError("secure aggregation sums flat vectors of finite numbers")
-        if clients * self.bound * 2.0**self.fraction_bits >= 2.0**63:
-            raise ValueError(
-                f"{clients} clients x bound {self.bound:g} at 2**-{self.fraction_bits} overflow "
-                "the 64-bit ring: lower fraction_bits or bound"
-            )
-        # one pass for both checks: NaN propagates through max, inf exceeds any bound
-        worst = max(float(values.max()), -float(values.min())) if values.size else 0.0
-        if not np.isfinite(worst):
-            raise ValueError("secure aggregation sums flat vectors of finite numbers")
-        if worst > self.bound:
-            raise ValueError(
-                f"a value of magnitude {worst:.3g} exceeds the ring's bound {self.bound:g}: clip "
-                "the update first or raise bound"
-            )
-        scaled = values * 2.0**self.fraction_bits
-        out: np.ndarray[Any, Any] = np.rint(scaled, out=scaled).astype(np.int64).view(np.uint64)
-        return out
-
-    def decode(self, total: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        out: np.ndarray[Any, Any] = total.view(np.int64).astype(np.float64)
-        return out * 2.0**-self.fraction_bits
 
 
 @dataclass(frozen=True)
@@ -331,7 +210,7 @@ class SecAggConfig:
     """
 
     threshold: int
-    ring: Ring = Ring()
+    ring: Ring = field(default_factory=Ring)
     min_survivors: int | None = None
     neighbours: int | None = None
     consistency: bool = True
@@ -379,45 +258,6 @@ def required_agreement(config: SecAggConfig, clients: int) -> int:
     sampled), which a deviating server could understate; the threshold, from the config,
     bounds the count from below whatever it says."""
     return max(config.threshold, clients // 2 + 1)
-
-
-def neighbourhoods(names: Sequence[str], k: int | None, round_: int) -> dict[str, frozenset[str]]:
-    """Who shares keys and masks with whom: everyone (``k`` None), or SecAgg+'s sparse graph
-    (Bell et al. 2020): the clients on a ring in an order drawn from the round and the roster
-    (public: every party computes it), each linked to the ``k / 2`` on either side.
-
-    A pure function of public values, kept for the last few rosters (the parties of a
-    simulation, which share a process, then compute each graph once)."""
-    return dict(_graph(tuple(sorted(names)), k, round_))
-
-
-@functools.lru_cache(maxsize=8)
-def _graph(ordered: tuple[str, ...], k: int | None, round_: int) -> dict[str, frozenset[str]]:
-    if k is None or k + 1 >= len(ordered):
-        everyone = frozenset(ordered)
-        return {n: everyone - {n} for n in ordered}
-    roster = "|".join(ordered)
-
-    def rank(name: str) -> bytes:  # a public, library-version-independent shuffle
-        return hashlib.sha256(f"vflink/secagg+/{round_}/{roster}/{name}".encode()).digest()
-
-    ring = sorted(ordered, key=rank)
-    out: dict[str, frozenset[str]] = {}
-    for i, name in enumerate(ring):
-        out[name] = frozenset(ring[(i + j) % len(ring)] for j in range(-(k // 2), k // 2 + 1) if j)
-    return out
-
-
-def is_connected(nodes: AbstractSet[str], graph: Mapping[str, AbstractSet[str]]) -> bool:
-    """Whether ``nodes`` form one connected piece of ``graph`` (SecAgg+: survivors in
-    separate pieces would each have their own sum unmasked)."""
-    if not nodes:
-        return True
-    seen = frontier = {next(iter(nodes))}
-    while frontier:  # breadth first, a layer at a time (set operations, no loop per edge)
-        frontier = set().union(*(graph[node] for node in frontier)).intersection(nodes) - seen
-        seen = seen | frontier
-    return seen == set(nodes)
 
 
 # -- messages ----------------------------------------------------------------------------------
@@ -514,136 +354,8 @@ def _private_raw(private: X25519PrivateKey) -> bytes:
     )
 
 
-def _derive(secret: bytes, info: str) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info.encode()).derive(secret)
-
-
-_PRG_NONCE = b"\0" * 16
-_zeros = b""
-
-
-def _zero_bytes(count: int) -> memoryview:
-    """``count`` zero bytes, the keystream's plaintext, from one shared buffer (grown as
-    needed; bytes are immutable, so threads can share it)."""
-    global _zeros
-    if len(_zeros) < count:
-        _zeros = bytes(max(count, 2 * len(_zeros)))
-    return memoryview(_zeros)[:count]
-
-
-def prg(
-    seed: bytes, size: int, *, buffer: np.ndarray[Any, Any] | None = None
-) -> np.ndarray[Any, Any]:
-    """``size`` uniform ``uint64`` from a 32-byte seed: the AES-256-CTR keystream (AES-NI),
-    written straight into the array (into ``buffer``, at least ``size + 2`` long, when given:
-    the masks of a round reuse one).
-
-    Every seed keys one stream (a fresh self-mask seed, or a pairwise seed derived per round),
-    so the fixed counter block never repeats under a key."""
-    room = size + 2  # update_into wants a block's worth of spare room after the output
-    if buffer is None or len(buffer) < room or buffer.dtype != np.uint64:
-        buffer = np.empty(room, dtype=np.uint64)
-    stream = Cipher(algorithms.AES(seed), modes.CTR(_PRG_NONCE)).encryptor()
-    stream.update_into(_zero_bytes(8 * size), buffer.view(np.uint8).data)
-    out: np.ndarray[Any, Any] = buffer[:size]
-    return out
-
-
-def _pair_seed(private: X25519PrivateKey, peer_public: bytes, round_: int) -> bytes:
-    shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public))
-    return _derive(shared, f"vflink/secagg/mask/{round_}")
-
-
-_TAG_LABEL = "vflink/secagg/consistency"
-
-
-class ChannelKey:
-    """A client's ``c`` key pair kept across the rounds of one fit, with its agreements: each
-    pair's X25519 exchange (and the keys derived from it) is made once per fit instead of once
-    per round, while the mask key ``s`` and the self-mask seed ``b`` stay fresh every round.
-
-    The estimators keep one per client (``client_round(channel=...)``); a round without one
-    draws its ``c`` key fresh. A kept ``c`` never leaves its client (only ``s`` is ever
-    rebuilt, for a dropped client), and everything sent under a pair's keys is bound to one
-    run of one round: a share's associated data carries the sender's and receiver's fresh
-    ``s`` keys, a tag's statement the whole roster, so a box or tag from another round, or
-    from an earlier run of the same round number, does not verify. The cost: a client whose
-    ``c`` key is stolen later exposes the shares it held in the fit's earlier rounds, as if
-    it had colluded then (below the threshold, nothing). Only this round's peers' agreements
-    are kept (a peer whose key changed is agreed anew). On Flower each message is handled by
-    a new process that runs the round again from its start (:mod:`horizontal.flower`), so
-    there ``c`` is drawn for the round."""
-
-    def __init__(self, private: X25519PrivateKey | None = None) -> None:
-        self.private = private if private is not None else X25519PrivateKey.generate()
-        self.exchanges = 0
-        """The X25519 agreements made so far: one per peer key met, whatever the rounds."""
-        self._kept: dict[bytes, dict[str, bytes]] = {}
-
-    def pairs(self, publics: Mapping[str, bytes]) -> _PairKeys:
-        """This round's agreements with ``publics`` (name: ``c`` public key), reusing those
-        of the last round's peers; they become the ones kept for the next."""
-        pairs = _PairKeys(self.private, publics, self._kept, channel=self)
-        self._kept = pairs.agreed
-        return pairs
-
-
-class _PairKeys:
-    """A client's agreements on its ``c`` key with each peer's: one X25519 exchange per peer
-    (kept across rounds by a :class:`ChannelKey`), from which both the key of the shares it
-    sends and receives (ChaCha20-Poly1305) and the key of its consistency tags with that peer
-    (HMAC-SHA256) derive, each under its own label."""
-
-    def __init__(
-        self,
-        private: X25519PrivateKey,
-        publics: Mapping[str, bytes],
-        earlier: Mapping[bytes, dict[str, bytes]] | None = None,
-        *,
-        channel: ChannelKey | None = None,
-    ) -> None:
-        self._private, self._publics, self._earlier = private, publics, earlier or {}
-        self._channel = channel
-        self.agreed: dict[bytes, dict[str, bytes]] = {}
-        """Per peer public key: the secret agreed (under ``""``) and the keys derived."""
-
-    def share_key(self, peer: str) -> bytes:
-        return self._key(peer, "vflink/secagg/share")
-
-    def tag_key(self, peer: str) -> bytes:
-        return self._key(peer, _TAG_LABEL)
-
-    def tag_keys(self, peers: Sequence[str], server: str) -> list[bytes]:
-        """The tag keys with ``peers``, in order (those already derived looked up at once)."""
-        label, publics, agreed = _TAG_LABEL, self._publics, self.agreed
-        keys = []
-        for peer in peers:
-            known = agreed.get(publics[peer])
-            key = known.get(label) if known is not None else None
-            keys.append(key if key is not None else _agreed(self.tag_key, peer, server))
-        return keys
-
-    def _key(self, peer: str, label: str) -> bytes:
-        """The key under ``label`` agreed with ``peer``, derived once (a share key serves the
-        shares sent and those received; a tag key the tag made and the one checked)."""
-        public = self._publics[peer]
-        keys = self.agreed.get(public)
-        if keys is None:
-            keys = self._earlier.get(public)
-            if keys is None:
-                agreed = self._private.exchange(X25519PublicKey.from_public_bytes(public))
-                keys = {"": agreed}
-                if self._channel is not None:
-                    self._channel.exchanges += 1
-            self.agreed[public] = keys
-        key = keys.get(label)
-        if key is None:
-            key = keys[label] = _derive(keys[""], label)
-        return key
-
-
 def _tags(
-    pairs: _PairKeys,
+    pairs: PairKeys,
     server: str,
     round_: int,
     me: str,
@@ -654,14 +366,15 @@ def _tags(
 ) -> list[bytes]:
     """The consistency tags between ``me`` and each of ``peers`` over the 32-byte
     ``statement``: those ``me`` sends them (``sent``), or those it expects from them. A tag is
-    HMAC-SHA256 under the pair's tag key over the round, the direction and the statement (a
-    tag is never valid the other way round, so the server cannot reflect a client's own tag
-    back to it)."""
+    keyed BLAKE2s (32 bytes) under the pair's tag key over the round, the direction and the
+    statement (a tag is never valid the other way round, so the server cannot reflect a
+    client's own tag back to it)."""
     head, mine = f"vflink/secagg/tag/{int(round_)}/", _named(me)
     tags = []
-    for peer, key in zip(peers, pairs.tag_keys(peers, server), strict=True):
+    made = pairs.tag_keys(peers, lambda peer: _agreed(pairs.tag_key, peer, server))
+    for peer, key in zip(peers, made, strict=True):
         names = f"{mine}/{_named(peer)}" if sent else f"{_named(peer)}/{mine}"
-        tags.append(hmac.digest(key, (head + names).encode() + statement, "sha256"))
+        tags.append(hashlib.blake2s((head + names).encode() + statement, key=key).digest())
     return tags
 
 
@@ -835,7 +548,7 @@ def client_round(
             Roster.refuse(server, field_name, f"does not have one entry per name ({len(names)})")
     c_pks = dict(zip(names, roster.c_pks, strict=True))
     s_pks = dict(zip(names, roster.s_pks, strict=True))
-    pairs = channel.pairs(c_pks) if channel is not None else _PairKeys(c_key, c_pks)
+    pairs = channel.pairs(c_pks) if channel is not None else PairKeys(c_key, c_pks)
     if config.identities is not None:
         _check_identities(me, server, roster, config.identities, round_)
     points = {name: i + 1 for i, name in enumerate(names)}
@@ -879,7 +592,7 @@ def client_round(
     masked = x  # masked in place: x is not needed again
     np.add(masked, prg(seed, len(x), buffer=scratch), out=masked)
     for peer in sorted(u1 - {me}):
-        mask = prg(_pair_seed(s_key, s_pks[peer], round_), len(x), buffer=scratch)
+        mask = prg(pair_seed(s_key, s_pks[peer], round_), len(x), buffer=scratch)
         (np.add if me < peer else np.subtract)(masked, mask, out=masked)
     SECAGG.send(fed, server, "masked", Masked(values=masked), round_)
     if drop_after == "masked":
@@ -975,7 +688,7 @@ def _check_identities(
 
 
 def _agreed(make: Callable[[str], bytes], peer: str, server: str) -> bytes:
-    """A key agreed with ``peer`` (``make``: a :class:`_PairKeys` method); a roster key that
+    """A key agreed with ``peer`` (``make``: a :class:`PairKeys` method); a roster key that
     X25519 does not accept is refused naming the server that relayed it (the server refuses
     such keys from a client at step 1, so only a server that changed the roster sends one)."""
     try:
@@ -989,7 +702,7 @@ def _check_tags(
     server: str,
     inbox: Tags,
     alive: set[str],
-    pairs: _PairKeys,
+    pairs: PairKeys,
     statement: bytes,
     needed: int,
     round_: int,
@@ -1174,7 +887,7 @@ def server_round(
         for peer in u2:
             if peer not in graph[name]:
                 continue
-            mask = prg(_pair_seed(private, keys[peer].s_pk, round_), size, buffer=scratch)
+            mask = prg(pair_seed(private, keys[peer].s_pk, round_), size, buffer=scratch)
             (np.subtract if peer < name else np.add)(total, mask, out=total)
     return config.ring.decode(total), u2
 

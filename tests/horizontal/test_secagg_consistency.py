@@ -28,8 +28,8 @@ from horizontal.secagg import (
     SecAggConfig,
     Survivors,
     Tags,
-    _pair_seed,
     client_round,
+    pair_seed,
     prg,
     required_agreement,
     server_round,
@@ -149,7 +149,7 @@ def equivocating_server(
     y = masked[TARGET].values - prg(seed, size)
     for peer in NAMES:
         if peer != TARGET:
-            mask = prg(_pair_seed(s_key, keys[peer].s_pk, round_), size)
+            mask = prg(pair_seed(s_key, keys[peer].s_pk, round_), size)
             y = y - mask if peer > TARGET else y + mask
     return Ring().decode(y)
 
