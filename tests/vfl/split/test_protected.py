@@ -20,7 +20,7 @@ from vfl.audit.split import protected_layer_block
 from vfl.audit.transcript import find_plaintext
 from vfl.federation.base import PartyFailedError
 from vfl.split import ProtectedLayer
-from vfl.split.interactive import FW, LabelSide, SenderSide
+from vfl.split.interactive import FW, LabelSide, SenderSide, _g_layout
 from vfl.split.protocol import split_rows
 from vfl.training.schedule import Schedule
 
@@ -47,7 +47,11 @@ def _standardised(frame: pd.DataFrame) -> torch.Tensor:
 
 
 @pytest.mark.slow
-def test_training_through_the_protected_layer_is_centralised_sgd_training(breast) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("k", "fd"), [(6, 32), (4, 29)])
+def test_training_through_the_protected_layer_is_centralised_sgd_training(breast, k, fd) -> None:  # type: ignore[no-untyped-def]
+    """Also where the embedding gradient carries ``d`` at fewer fractional bits (``k = 4``:
+    29 bits put a row of ``g`` in one 512-bit ciphertext where 32 took two)."""
+    assert _g_layout(k, 8, SMALL.key_bits)[0] == fd
     parts, y = breast
     options: dict[str, Any] = dict(
         max_iter=2,
@@ -58,14 +62,14 @@ def test_training_through_the_protected_layer_is_centralised_sgd_training(breast
         optimizer="sgd",
         learning_rate=0.05,
         hidden_layer_sizes=(8,),
-        embedding_dim=6,
+        embedding_dim=k,
     )
     model = SplitNNClassifier(**options, protocol=SMALL)
     model.fit(parts, y, label_party="imaging", keep_views=True)
     # the same network in one place: the lab's block starts where the lab drew it
     twin = SplitNNClassifier(**options, protocol=SMALL)
     bottoms = {p: twin.build_bottom(p, k, f.shape[1]) for k, (p, f) in enumerate(parts.items())}
-    top = twin.build_top(12, 2, own=6)
+    top = twin.build_top(2 * k, 2, own=k)
     lab_block = nn.Parameter(torch.tensor(model.initial_["lab"], dtype=torch.float32))
     x = {p: _standardised(f) for p, f in parts.items()}
     target = torch.tensor(y.to_numpy())
