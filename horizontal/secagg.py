@@ -15,8 +15,10 @@ the server:
    ``t`` over the prime field ``2**521 - 1``) and sends each peer its two shares, encrypted and
    authenticated with ChaCha20-Poly1305 under a key agreed from the ``c`` keys; the
    associated data names the round, the sender and the receiver and carries their ``s``
-   keys (fresh in every run of a round), so a share replayed from another round, another
-   run of the same round or another pair, or altered, is refused naming its sender;
+   keys (fresh in every run of a round; each client first checks that the roster lists its
+   own keys as it sent them, so not even a whole roster replayed from an earlier run brings
+   the old keys back), so a share replayed from another round, another run of the same round
+   or another pair, or altered, is refused naming its sender;
 3. **masked input** -- each client in ``U1`` sends ``y = x + PRG(b) + sum_{v > u} PRG(s_uv) -
    sum_{v < u} PRG(s_uv)`` in the ring ``Z_{2**64}`` (``x`` its vector in fixed point,
    :class:`Ring`; ``s_uv`` agreed from the ``s`` keys; PRG: the AES-256-CTR keystream); the
@@ -548,6 +550,12 @@ def client_round(
             Roster.refuse(server, field_name, f"does not have one entry per name ({len(names)})")
     c_pks = dict(zip(names, roster.c_pks, strict=True))
     s_pks = dict(zip(names, roster.s_pks, strict=True))
+    if c_pks[me] != c_pk or s_pks[me] != s_pk:  # binds this run: our s key is fresh
+        raise SecAggConsistencyError(
+            f"party {me!r}: the roster the server {server!r} sent in round {round_} lists "
+            "other keys for this client than it sent (a roster of another run of the round, or "
+            "substituted keys); refusing to share"
+        )
     pairs = channel.pairs(c_pks) if channel is not None else PairKeys(c_key, c_pks)
     if config.identities is not None:
         _check_identities(me, server, roster, config.identities, round_)

@@ -92,8 +92,10 @@ class ChannelKey:
     draws its ``c`` key fresh. A kept ``c`` never leaves its client (only ``s`` is ever
     rebuilt, for a dropped client), and everything sent under a pair's keys is bound to one
     run of one round: a share's associated data carries the sender's and receiver's fresh
-    ``s`` keys, a tag's statement the whole roster, so a box or tag from another round, or
-    from an earlier run of the same round number, does not verify. The cost: a client whose
+    ``s`` keys, a tag's statement the whole roster, and a client refuses a roster that does
+    not list its own keys as it sent them (:func:`horizontal.secagg.client_round`), so a box
+    or tag from another round, or from an earlier run of the same round number -- even with
+    that run's whole roster replayed -- does not verify. The cost: a client whose
     ``c`` key is stolen later exposes the shares it held in the fit's earlier rounds, as if
     it had colluded then (below the threshold, nothing). Only this round's peers' agreements
     are kept (a peer whose key changed is agreed anew). On Flower each message is handled by

@@ -199,6 +199,79 @@ def test_altered_or_replayed_shares_are_refused_naming_the_sender(kept: bool) ->
         assert channels["c0"].exchanges == 2
 
 
+def test_a_roster_replayed_from_an_earlier_run_of_the_round_is_refused() -> None:
+    """The attack kept ``c`` keys invite: the server runs round 7 honestly (recording the
+    roster, every share box and c0's masked input, and learning c0's self-mask seed), then
+    runs round 7 again, sends c1 and c2 the *old* roster, forwards c0's old boxes and says c0
+    dropped -- so that they reveal shares of c0's mask key, and c0's input is unmasked. Every
+    client checks that the roster lists its own keys as it sent them; its ``s`` key is fresh,
+    so an old roster is refused before anything is shared. Without the check the replayed
+    run goes through (c0's old boxes open, the tags agree, c1 and c2 reveal their shares of
+    c0's mask key) and this test fails."""
+    from horizontal.secagg import Keys, Masked, Reveal, Roster, Survivors, Tags
+
+    names, round_ = ["c0", "c1", "c2"], 7
+    vectors = {name: np.random.default_rng(i).normal(size=8) for i, name in enumerate(names)}
+    config = SecAggConfig(threshold=2)
+    channels = {name: ChannelKey() for name in names}
+    recorded: dict[str, Any] = {}
+
+    def server(fed: Any, replay: bool) -> Any:
+        def gather(who: list[str], step: str, cls: Any) -> dict[str, Any]:
+            got = fed.gather(who, SECAGG.tag(step, round_))
+            return {p: cls.from_payload(v, p) for p, v in got.items()}
+
+        who = ["c1", "c2"] if replay else names
+        keys = gather(who, "keys", Keys)
+        if replay:
+            roster = recorded["roster"]
+        else:
+            roster = Roster(
+                names,
+                [keys[n].c_pk for n in names],
+                [keys[n].s_pk for n in names],
+                *[[b""] * 3] * 2,
+            )
+            recorded["roster"] = roster
+        for name in who:
+            SECAGG.send(fed, name, "roster", roster, round_)
+        shares = gather(who, "shares", Boxes)
+        if not replay:
+            recorded["c0"] = shares["c0"]
+        for r in who:
+            peers = [n for n in names if n != r]
+            source = {n: recorded["c0"] if n == "c0" else shares[n] for n in peers}
+            inbox = [source[n].boxes[source[n].peers.index(r)] for n in peers]
+            SECAGG.send(fed, r, "inbox", Boxes(peers, inbox), round_)
+        gather(who, "masked", Masked)
+        for name in who:
+            SECAGG.send(fed, name, "survivors", Survivors(who, ["c0"] if replay else []), round_)
+        tags = gather(who, "tags", Tags)
+        for r in who:
+            peers = [n for n in who if n != r]
+            forwarded = [dict(zip(tags[n].peers, tags[n].tags, strict=True))[r] for n in peers]
+            SECAGG.send(fed, r, "tag-inbox", Tags(peers, forwarded), round_)
+        return gather(who, "reveal", Reveal)
+
+    def run(replay: bool) -> Any:
+        who = ["c1", "c2"] if replay else names
+        roles: dict[str, Any] = {
+            name: (
+                lambda fed, name=name: client_round(
+                    fed, "server", vectors[name], config, round_, clients=3, channel=channels[name]
+                )
+            )
+            for name in who
+        }
+        roles["server"] = lambda fed: server(fed, replay)
+        return LocalFederation(timeout=30, record_payloads=True).run(roles)["server"]
+
+    revealed = run(replay=False)
+    assert all(r.kinds == ["b", "b", "b"] for r in revealed.values())  # the honest run
+    with pytest.raises(PartyFailedError, match=r"lists other keys for this client than it sent"):
+        run(replay=True)
+
+
 def test_kept_c_keys_agree_each_pair_once_per_fit_and_every_sum_stays_exact() -> None:
     """Three rounds with each client's ``c`` key kept (:class:`ChannelKey`), one client's key
     replaced before the last: every sum equals the plain one, each client advertised the same
