@@ -338,6 +338,8 @@ def multiexp_rows(
       :func:`batch_invert` (one inversion in all), so each row is a single :func:`multiexp`.
     """
     rows = [np.asarray(row, dtype=np.int64) for row in rows]
+    if any(row.size and row.min() == _INT64_MIN for row in rows):
+        raise ValueError("multiexp_rows needs exponents above -2**63 (whose magnitude fits)")
     shared = _shared_window(len(bases), rows)
     if shared is not None:
         return _rows_by_shared_windows(bases, rows, modulus, shared, show_progress)
@@ -360,24 +362,42 @@ def multiexp_rows(
     return out
 
 
+_INT64_MIN = -(2**63)
+
+SHARED_TABLE_ENTRIES = 1 << 15
+"""The most numbers the shared-window tables may hold (16 MiB modulo a 4096-bit ``n**2``)."""
+
+
 def _shared_window(n_bases: int, rows: Sequence[np.ndarray[Any, Any]]) -> int | None:
-    """The window of the shared-window way when its mulmods (tables once, then each row) are
-    fewer than Pippenger's on every row; None otherwise."""
+    """The window of the shared-window way when its mulmods (tables once, for the bases some
+    row uses, then each row's nonzero digits) are fewer than Pippenger's on each row's nonzero
+    terms, within :data:`SHARED_TABLE_ENTRIES`; None otherwise."""
     if not rows or n_bases == 0:
         return None
     worst = max((int(np.abs(r).max()) for r in rows if r.size), default=0)
     bits = worst.bit_length()
     if bits == 0:
         return None
-    signs = 2 if any((r < 0).any() for r in rows) else 1
-    n_rows = len(rows)
-    w_p = pippenger_window(n_bases, bits)
-    pippenger = n_rows * math.ceil(bits / w_p) * (n_bases + 2 ** (w_p + 1) + w_p)
+    used = np.zeros(n_bases, dtype=bool)
+    negative = np.zeros(n_bases, dtype=bool)
+    for r in rows:
+        used |= r != 0
+        negative |= r < 0
+    tabled = int(used.sum()) + int(negative.sum())  # a table per base, one per inverse
+    terms = [int(np.count_nonzero(r)) for r in rows]
+    pippenger = 0
+    for live in terms:  # multiexp's own cost: plain powers for tiny rows, else buckets
+        w_p = pippenger_window(live, bits)
+        buckets = math.ceil(bits / w_p) * (live + 2 ** (w_p + 1) + w_p)
+        pippenger += 2 * live * bits if live * bits < 512 else buckets
 
     def cost(w: int) -> int:
-        return signs * n_bases * ((1 << w) - 2) + n_rows * math.ceil(bits / w) * (n_bases + w)
+        return tabled * ((1 << w) - 2) + sum(math.ceil(bits / w) * (t + w) for t in terms)
 
-    best = min(range(1, 9), key=cost)
+    fitting = [w for w in range(1, 9) if tabled << w <= SHARED_TABLE_ENTRIES]
+    if not fitting:
+        return None
+    best = min(fitting, key=cost)
     return best if cost(best) < pippenger else None
 
 
@@ -399,10 +419,12 @@ def _rows_by_shared_windows(
             table.append(table[-1] * table[1] % modulus)
         return table
 
-    tables = [powers(b) for b in bases]
+    used = np.zeros(len(bases), dtype=bool)
     negative = np.zeros(len(bases), dtype=bool)
     for exps in rows:
+        used |= exps > 0
         negative |= exps < 0
+    tables = {i: powers(bases[i]) for i in np.flatnonzero(used).tolist()}
     inverse_tables: dict[int, list[Any]] = {}
     if negative.any():
         where = np.flatnonzero(negative).tolist()
@@ -413,15 +435,18 @@ def _rows_by_shared_windows(
     for exps in progress(
         rows, total=len(rows), desc="matrix @ ciphertexts, rows", show=show_progress
     ):
-        magnitudes = np.abs(exps)
-        top = int(magnitudes.max()).bit_length() if magnitudes.size else 0
-        if top == 0:
+        live = np.flatnonzero(exps)
+        if live.size == 0:
             out.append(mpz(1))
             continue
-        windows = -(-top // w)
+        magnitudes = np.abs(exps[live])
+        windows = -(-int(magnitudes.max()).bit_length() // w)
         shifts = np.arange(windows - 1, -1, -1, dtype=np.int64) * w
         digits = ((magnitudes[:, None] >> shifts[None, :]) & mask).T.tolist()  # top window first
-        chosen = [inverse_tables[i] if e < 0 else tables[i] for i, e in enumerate(exps.tolist())]
+        chosen = [
+            inverse_tables[i] if e < 0 else tables[i]
+            for i, e in zip(live.tolist(), exps[live].tolist(), strict=True)
+        ]
         acc = None
         for window in digits:
             if acc is not None:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vfl.crypto.kernels import (
+    SHARED_TABLE_ENTRIES,
     FixedBaseTable,
     _shared_window,
     batch_invert,
@@ -194,6 +195,8 @@ def test_multiexp_rows_equals_the_per_row_pippenger_products(
     bases = [gmpy2.powmod(mpz(int(v)), 7, MODULUS_SQ) for v in rng.integers(2, 2**62, n_bases)]
     low = -(2 ** (bits - 1)) if signed else 0
     rows = [rng.integers(low, 2 ** (bits - 1), n_bases, dtype=np.int64) for _ in range(n_rows)]
+    for row in rows[::3]:  # sparse rows as well
+        row[rng.random(n_bases) < 0.7] = 0
     if n_rows > 2:
         rows[1][:] = 0  # a row of zeros
         rows[2][0] = -(2 ** (bits - 1)) if signed else 0
@@ -204,13 +207,27 @@ def test_multiexp_rows_equals_the_per_row_pippenger_products(
 
 def test_multiexp_rows_shares_windows_only_where_they_cost_less() -> None:
     """The protected layer's shapes take the shared windows; X.T @ ciphertexts over many
-    rows keeps Pippenger; both give the old products."""
+    rows keeps Pippenger; sparse rows table only the bases they use (measured at 4096 bits,
+    300 rows of 5 terms among 1,500 bases: 0.12 s shared, 0.16 s Pippenger per row); no
+    table exceeds its cap; an exponent of -2**63 is refused; every way gives the old
+    products."""
     rng = np.random.default_rng(5)
     layer = [rng.integers(-(2**36), 2**36, 16, dtype=np.int64) for _ in range(64)]
     assert _shared_window(16, layer) is not None
     many = [rng.integers(-(2**36), 2**36, 3000, dtype=np.int64) for _ in range(3)]
     assert _shared_window(3000, many) is None
-    for n, rows in ((16, layer), (3000, many)):
+    sparse = [np.zeros(1500, dtype=np.int64) for _ in range(300)]  # one-hot-like rows
+    for row in sparse:
+        row[rng.choice(1500, 5, replace=False)] = rng.integers(1, 2**20, 5)
+    used = int(np.count_nonzero(np.any(np.array(sparse) != 0, axis=0)))
+    w = _shared_window(1500, sparse)  # tables only for the bases a row uses, within the cap
+    assert w is not None and used << w <= SHARED_TABLE_ENTRIES
+    wide = [rng.integers(-(2**36), 2**36, 2048, dtype=np.int64) for _ in range(2000)]
+    w = _shared_window(2048, wide)  # a table and an inverse's per base: within the cap
+    assert w is None or 2 * 2048 << w <= SHARED_TABLE_ENTRIES
+    with pytest.raises(ValueError, match="above -2"):
+        multiexp_rows([mpz(3)], [np.array([-(2**63)], dtype=np.int64)], MODULUS_SQ)
+    for n, rows in ((16, layer), (3000, many), (1500, sparse[:4])):
         bases = [mpz(secrets.randbelow(int(MODULUS_SQ) - 2) + 2) for _ in range(n)]
         bases = [b for b in bases if gmpy2.gcd(b, MODULUS_SQ) == 1]
         rows = [row[: len(bases)] for row in rows]
