@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 __all__ = [
+    "KEPT_AGREEMENTS",
     "OS_DRAWS",
     "PRIME",
     "ChannelKey",
@@ -82,6 +83,9 @@ def pair_seed(private: X25519PrivateKey, peer_public: bytes, round_: int) -> byt
 
 _TAG_LABEL = "vflink/secagg/consistency"
 
+KEPT_AGREEMENTS = 4096
+"""The most peer keys whose agreements a :class:`ChannelKey` keeps (about 0.5 MiB)."""
+
 
 class ChannelKey:
     """A client's ``c`` key pair kept across the rounds of one fit, with its agreements: each
@@ -97,10 +101,11 @@ class ChannelKey:
     or tag from another round, or from an earlier run of the same round number -- even with
     that run's whole roster replayed -- does not verify. The cost: a client whose
     ``c`` key is stolen later exposes the shares it held in the fit's earlier rounds, as if
-    it had colluded then (below the threshold, nothing). Only this round's peers' agreements
-    are kept (a peer whose key changed is agreed anew). On Flower each message is handled by
-    a new process that runs the round again from its start (:mod:`horizontal.flower`), so
-    there ``c`` is drawn for the round."""
+    it had colluded then (below the threshold, nothing). The agreements with every peer key
+    met are kept, so a peer not sampled for some rounds is not agreed anew (a peer whose key
+    changed is; beyond :data:`KEPT_AGREEMENTS` keys the longest unused go). On Flower each
+    message is handled by a new process that runs the round again from its start
+    (:mod:`horizontal.flower`), so there ``c`` is drawn for the round."""
 
     def __init__(self, private: X25519PrivateKey | None = None) -> None:
         self.private = private if private is not None else X25519PrivateKey.generate()
@@ -110,10 +115,14 @@ class ChannelKey:
 
     def pairs(self, publics: Mapping[str, bytes]) -> PairKeys:
         """This round's agreements with ``publics`` (name: ``c`` public key), reusing those
-        of the last round's peers; they become the ones kept for the next."""
-        pairs = PairKeys(self.private, publics, self._kept, channel=self)
-        self._kept = pairs.agreed
-        return pairs
+        made before; what this round agrees is kept for the next."""
+        kept = self._kept
+        for public in publics.values():  # this round's peers count as used last
+            if public in kept:
+                kept[public] = kept.pop(public)
+        while len(kept) > max(KEPT_AGREEMENTS, 2 * len(publics)):
+            del kept[next(iter(kept))]
+        return PairKeys(self.private, publics, kept, channel=self)
 
 
 class PairKeys:
@@ -126,14 +135,14 @@ class PairKeys:
         self,
         private: X25519PrivateKey,
         publics: Mapping[str, bytes],
-        earlier: Mapping[bytes, dict[str, bytes]] | None = None,
+        kept: dict[bytes, dict[str, bytes]] | None = None,
         *,
         channel: ChannelKey | None = None,
     ) -> None:
-        self._private, self._publics, self._earlier = private, publics, earlier or {}
-        self._channel = channel
-        self.agreed: dict[bytes, dict[str, bytes]] = {}
-        """Per peer public key: the secret agreed (under ``""``) and the keys derived."""
+        self._private, self._publics, self._channel = private, publics, channel
+        self.agreed: dict[bytes, dict[str, bytes]] = {} if kept is None else kept
+        """Per peer public key: the secret agreed (under ``""``) and the keys derived (a
+        :class:`ChannelKey`'s store, shared with its other rounds)."""
 
     def share_key(self, peer: str) -> bytes:
         return self._key(peer, "vflink/secagg/share")
@@ -159,13 +168,10 @@ class PairKeys:
         public = self._publics[peer]
         keys = self.agreed.get(public)
         if keys is None:
-            keys = self._earlier.get(public)
-            if keys is None:
-                agreed = self._private.exchange(X25519PublicKey.from_public_bytes(public))
-                keys = {"": agreed}
-                if self._channel is not None:
-                    self._channel.exchanges += 1
-            self.agreed[public] = keys
+            agreed = self._private.exchange(X25519PublicKey.from_public_bytes(public))
+            keys = self.agreed[public] = {"": agreed}
+            if self._channel is not None:
+                self._channel.exchanges += 1
         key = keys.get(label)
         if key is None:
             key = keys[label] = _derive(keys[""], label)

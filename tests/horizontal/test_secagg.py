@@ -273,45 +273,48 @@ def test_a_roster_replayed_from_an_earlier_run_of_the_round_is_refused() -> None
 
 
 def test_kept_c_keys_agree_each_pair_once_per_fit_and_every_sum_stays_exact() -> None:
-    """Three rounds with each client's ``c`` key kept (:class:`ChannelKey`), one client's key
-    replaced before the last: every sum equals the plain one, each client advertised the same
-    ``c`` key and a fresh ``s`` key every round (the transcript), and each pair's X25519
-    agreement was made once -- again only with the client whose key changed."""
+    """Four rounds with each client's ``c`` key kept (:class:`ChannelKey`): c4 not sampled in
+    round 1 and back in round 2, c3's key replaced before round 3. Every sum equals the plain
+    one, each client advertised the same ``c`` key and a fresh ``s`` key in every round it
+    took part in (the transcript), and each pair's X25519 agreement was made once -- again
+    only with the client whose key changed, not with the one that sat a round out."""
     vectors = _vectors(5, 32)
-    names = sorted(vectors)
+    everyone = sorted(vectors)
     config = SecAggConfig(threshold=3)
     ring = Ring()
-    channels = {name: ChannelKey() for name in names}
-    adverts: dict[str, list[tuple[bytes, bytes]]] = {name: [] for name in names}
-    for round_ in range(3):
-        if round_ == 2:
+    channels = {name: ChannelKey() for name in everyone}
+    adverts: dict[str, list[tuple[bytes, bytes]]] = {name: [] for name in everyone}
+    for round_ in range(4):
+        names = [n for n in everyone if n != "c4"] if round_ == 1 else everyone
+        size = len(names)
+        if round_ == 3:
             channels["c3"] = ChannelKey()
         roles: dict[str, Any] = {
             name: (
-                lambda fed, name=name, r=round_: client_round(
-                    fed, "server", vectors[name], config, r, clients=5, channel=channels[name]
+                lambda fed, name=name, r=round_, n=size: client_round(
+                    fed, "server", vectors[name], config, r, clients=n, channel=channels[name]
                 )
             )
             for name in names
         }
-        roles["server"] = lambda fed, r=round_: server_round(fed, names, 32, config, r)
+        roles["server"] = lambda fed, r=round_, n=names: server_round(fed, n, 32, config, r)
         federation = LocalFederation(timeout=30, record_payloads=True)
         total, survivors = federation.run(roles)["server"]
         assert survivors == names
-        exact = ring.decode(sum(ring.encode(vectors[c], 5) for c in names))
+        exact = ring.decode(sum(ring.encode(vectors[c], len(names)) for c in names))
         np.testing.assert_array_equal(total, exact)
         for record in federation.transcript.records:
             if record.tag.startswith("secagg/keys/"):
                 payload = record.payload()
                 adverts[record.sender].append((payload["c_pk"], payload["s_pk"]))
-        expected = 4 if round_ < 2 else 5  # the others met c3's new key in round 2
-        assert {n: channels[n].exchanges for n in names if n != "c3"} == dict.fromkeys(
-            [n for n in names if n != "c3"], expected
-        )
+        expected = 4 if round_ < 3 else 5  # the others met c3's new key in round 3
+        others = [n for n in everyone if n != "c3"]
+        assert {n: channels[n].exchanges for n in others} == dict.fromkeys(others, expected)
         assert channels["c3"].exchanges == 4
     for name, seen in adverts.items():
         c_pks, s_pks = [c for c, _ in seen], [s for _, s in seen]
-        assert len(seen) == 3 and len(set(s_pks)) == 3
+        rounds = 3 if name == "c4" else 4
+        assert len(seen) == rounds and len(set(s_pks)) == rounds
         assert len(set(c_pks)) == (2 if name == "c3" else 1)
         assert c_pks[-1] == channels[name].private.public_key().public_bytes_raw()
 

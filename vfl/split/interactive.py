@@ -65,7 +65,7 @@ Choices and limits. The shared block steps by plain SGD at ``ProtectedLayer.lear
 (Adam's per-coordinate scaling would need ``G`` in the clear); the label party's own block,
 the bias, the rest of the top and every bottom use the estimator's optimiser. Fixed point:
 ``h`` with 24 fractional bits, ``d`` with 32 (in the embedding gradient ``g``, which only
-feeds a bottom in floating point, with the most from 24 to 32 that packs a row of ``g`` in
+feeds a bottom in floating point, with the most from 26 to 32 that packs a row of ``g`` in
 its fewest ciphertexts: :func:`_g_layout`), ``W`` and the shares with 76, the learning rate
 with 20 (the layer's rate is rounded to a multiple of ``2**-20``); a value beyond its bound
 (``|h| < 2**12``, ``|d|, |W| < 2**8``) stops the fit with an error naming the party. The
@@ -353,9 +353,11 @@ def _g_bits(m: int, fd: int = FD) -> int:
     return fd + FW + DB + WB + _bits(m) + 1
 
 
-FDG_MIN = FH
-"""The fewest fractional bits of ``d`` in the embedding gradient (as many as the embedding
-itself has)."""
+FDG_MIN = 26
+"""The fewest fractional bits of ``d`` in the embedding gradient: ``d`` is a batch's gradient
+(entries of 1e-3 down to 1e-7 late in a fit), rounded there to ``2**-27`` at worst (7.5e-9:
+float16's relative error, the compression plain split learning offers, on entries of 1e-5);
+``FD`` rounds to ``2**-33``."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -363,13 +365,13 @@ def _g_layout(k: int, m: int, key_bits: int) -> tuple[int, int, RowPacking]:
     """The embedding gradient's fixed point and packing: ``(fd, bits, packing)``, ``d`` at
     ``2**-fd`` in ``g = d W^T``, ``|g| < 2**bits``, rows of ``k`` slots.
 
-    ``g`` only feeds the data party's bottom, in floating point: it needs ``d`` at the
-    embedding's precision, not at the ``FD`` bits that the weight gradient's exact step needs.
-    So ``fd`` is the most, from ``FDG_MIN`` up to ``FD``, that keeps a row of ``g`` in its
-    fewest ciphertexts: with ``k = 16``, ``m = 32`` and 2048-bit keys, 27 bits put a row in
-    one ciphertext where 32 took two (the last holding one slot), which halves the
-    gradient's multi-exponentiations, re-randomisations and decryptions and ``[B]_P``'s
-    encryptions. Both parties compute it from public sizes."""
+    ``g`` only feeds the data party's bottom, in floating point: it does not need the ``FD``
+    bits that the weight gradient's exact step needs. So ``fd`` is the most, from
+    :data:`FDG_MIN` up to ``FD``, that keeps a row of ``g`` in its fewest ciphertexts: with
+    ``k = 16``, ``m = 32`` and 2048-bit keys, 27 bits put a row in one ciphertext where 32
+    took two (the last holding one slot), which halves the gradient's multi-exponentiations,
+    re-randomisations and decryptions and ``[B]_P``'s encryptions. Both parties compute it
+    from public sizes."""
 
     def plan(fd: int) -> RowPacking:
         return slots.packing(_g_bits(m, fd), k, key_bits, masked=False)
