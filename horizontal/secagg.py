@@ -21,7 +21,7 @@ the server:
    or another pair, or altered, is refused naming its sender;
 3. **masked input** -- each client in ``U1`` sends ``y = x + PRG(b) + sum_{v > u} PRG(s_uv) -
    sum_{v < u} PRG(s_uv)`` in the ring ``Z_{2**64}`` (``x`` its vector in fixed point,
-   :class:`Ring`; ``s_uv`` agreed from the ``s`` keys; PRG: the AES-256-CTR keystream); the
+   :class:`Ring`; ``s_uv`` agreed from the ``s`` keys; PRG: the AES-128-CTR keystream); the
    server's ``U2`` (the paper's ``U3``) are those whose masked input arrived;
 4. **consistency** (the paper's ConsistencyCheck; ``SecAggConfig(consistency=True)``, the
    default) -- the server sends ``U2`` and the dropped clients whose mask keys it needs; each

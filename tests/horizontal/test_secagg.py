@@ -430,14 +430,17 @@ def test_secagg_plus_refuses_survivors_that_fall_apart_into_separate_pieces() ->
 
 
 def test_the_mask_prg_is_aes_ctr_and_a_reused_buffer_changes_nothing() -> None:
-    """The masks' PRG: AES-256-CTR's keystream (counter block 0) under the 32-byte seed,
-    whether written into a fresh array or into a round's reused buffer; uniform bytes."""
+    """The masks' PRG: AES-128-CTR's keystream (counter block 0) under the 32-byte seed's
+    first 16 bytes, whether written into a fresh array or into a round's reused buffer;
+    uniform bytes; a seed of another length refused."""
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-    seeds = [bytes([i]) * 32 for i in range(3)]
+    seeds = [bytes([i]) * 16 + bytes([i + 1]) * 16 for i in range(3)]
     reference = [
         np.frombuffer(
-            Cipher(algorithms.AES(s), modes.CTR(b"\0" * 16)).encryptor().update(bytes(8 * 1001)),
+            Cipher(algorithms.AES(s[:16]), modes.CTR(b"\0" * 16))
+            .encryptor()
+            .update(bytes(8 * 1001)),
             np.uint64,
         )
         for s in seeds
@@ -450,3 +453,5 @@ def test_the_mask_prg_is_aes_ctr_and_a_reused_buffer_changes_nothing() -> None:
     assert not np.array_equal(reference[0], reference[1])
     counts = np.bincount(reference[2].view(np.uint8), minlength=256)
     assert stats.chisquare(counts).pvalue > 1e-4  # 8,008 bytes, about 31 of each value
+    with pytest.raises(ValueError, match="32 bytes"):
+        prg(b"k" * 16, 8)
