@@ -207,8 +207,12 @@ class SecAggConfig:
         authentically out of band. With it, each client signs its key advertisement with its
         long-term key (``client_round(identity=...)``) and checks every roster entry against
         this mapping, so the server can neither substitute keys nor read or forge what is sent
-        under them (the shares, the consistency tags). None (default): keys drawn per round
-        and relayed by the server, assumed relayed faithfully (the module's warning).
+        under them (the shares, the consistency tags). A signature covers the round number,
+        the name and the keys, not the fit: a server can replay a client's signed keys from
+        an earlier run of the same round number, which makes that client a dropout of this
+        run (its boxes open nowhere; each client refuses a roster that lists other keys for
+        itself). None (default): keys drawn per round and relayed by the server, assumed
+        relayed faithfully (the module's warning).
     """
 
     threshold: int
@@ -500,8 +504,9 @@ def client_round(
     SecAggConsistencyError
         The server equivocated or cheated: a forwarded consistency tag that does not match the
         roster and survivor set this client was sent, fewer tags than
-        :func:`required_agreement`, a roster whose keys the identities did not sign, or a
-        request for both shares of one peer. Nothing is revealed.
+        :func:`required_agreement`, a roster whose keys the identities did not sign, a roster
+        that lists other keys for this client than it sent (one replayed from another run),
+        or a request for both shares of one peer. Nothing is revealed.
     SecAggAbortedError
         The server ended the round (too few clients), or too few survived to unmask.
     MessageError
@@ -556,9 +561,9 @@ def client_round(
             "other keys for this client than it sent (a roster of another run of the round, or "
             "substituted keys); refusing to share"
         )
-    pairs = channel.pairs(c_pks) if channel is not None else PairKeys(c_key, c_pks)
     if config.identities is not None:
         _check_identities(me, server, roster, config.identities, round_)
+    pairs = channel.pairs(c_pks) if channel is not None else PairKeys(c_key, c_pks)
     points = {name: i + 1 for i, name in enumerate(names)}
     graph = neighbourhoods(names, config.neighbours, round_)
     peers = sorted(graph[me])

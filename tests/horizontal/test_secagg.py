@@ -430,17 +430,15 @@ def test_secagg_plus_refuses_survivors_that_fall_apart_into_separate_pieces() ->
 
 
 def test_the_mask_prg_is_aes_ctr_and_a_reused_buffer_changes_nothing() -> None:
-    """The masks' PRG: AES-128-CTR's keystream (counter block 0) under the 32-byte seed's
-    first 16 bytes, whether written into a fresh array or into a round's reused buffer;
-    uniform bytes; a seed of another length refused."""
+    """The masks' PRG: AES-128-CTR's keystream under the 32-byte seed's first 16 bytes, from
+    the counter block its last 16 give, whether written into a fresh array or into a round's
+    reused buffer; uniform bytes; a seed of another length refused."""
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-    seeds = [bytes([i]) * 16 + bytes([i + 1]) * 16 for i in range(3)]
+    seeds = [bytes([i]) * 16 + bytes([i + 1]) * 16 for i in range(3)] + [bytes(16) + b"\xff" * 16]
     reference = [
         np.frombuffer(
-            Cipher(algorithms.AES(s[:16]), modes.CTR(b"\0" * 16))
-            .encryptor()
-            .update(bytes(8 * 1001)),
+            Cipher(algorithms.AES(s[:16]), modes.CTR(s[16:])).encryptor().update(bytes(8 * 1001)),
             np.uint64,
         )
         for s in seeds

@@ -381,15 +381,16 @@ def _shared_window(n_bases: int, rows: Sequence[np.ndarray[Any, Any]]) -> int | 
     used = np.zeros(n_bases, dtype=bool)
     negative = np.zeros(n_bases, dtype=bool)
     for r in rows:
-        used |= r != 0
+        used |= r > 0
         negative |= r < 0
     tabled = int(used.sum()) + int(negative.sum())  # a table per base, one per inverse
     terms = [int(np.count_nonzero(r)) for r in rows]
     pippenger = 0
-    for live in terms:  # multiexp's own cost: plain powers for tiny rows, else buckets
-        w_p = pippenger_window(live, bits)
-        buckets = math.ceil(bits / w_p) * (live + 2 ** (w_p + 1) + w_p)
-        pippenger += 2 * live * bits if live * bits < 512 else buckets
+    for r, live in zip(rows, terms, strict=True):  # multiexp's own cost, row by row:
+        own = int(np.abs(r).max()).bit_length() if live else 0  # plain powers when tiny
+        w_p = pippenger_window(live, own) if live else 1
+        buckets = math.ceil(own / w_p) * (live + 2 ** (w_p + 1) + w_p)
+        pippenger += 2 * live * own if live * own < 512 else buckets
 
     def cost(w: int) -> int:
         return tabled * ((1 << w) - 2) + sum(math.ceil(bits / w) * (t + w) for t in terms)
