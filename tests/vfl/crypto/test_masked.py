@@ -112,3 +112,54 @@ def test_the_holder_refuses_a_request_of_another_layout(keypair: Keys) -> None:
 
     with pytest.raises(PartyFailedError, match=r"party 'requester' sent .*'layout'"):
         LocalFederation(timeout=20).run({"requester": requester, "holder": holder})
+
+
+def test_the_owner_cannot_check_a_guess_of_how_a_masked_product_was_computed(
+    keypair: Keys,
+) -> None:
+    """The attack the base power answers (``mask_slots(for_key_owner=True)``, the path the
+    secret-shared linear models take between two parties). The key owner encrypted the inputs
+    ``x_j`` itself, so it knows each one's randomness ``rho_j = c_j (1+n)^(-x_j)``; the holder
+    raises them to its secret ``e_j`` and masks the sum. From the decrypted result the owner
+    recovers the result's randomness and tests a guess of ``e``: it matches ``prod rho_j^e_j``
+    for the true ``e``. With the masks added as plaintexts alone, the true guess is confirmed
+    every time and a wrong one never; under the base power neither ever is (20 draws each)."""
+    import gmpy2
+    from gmpy2 import mpz
+
+    public, private = keypair
+    holder = PaillierPublicKey(int(public.n), insecure=True)  # the holder's own key object
+    owner = private.for_base(holder.base_bytes())  # the owner encrypts in the holder's base
+    n, nsq = mpz(public.n), mpz(public.nsquare)
+    layout = slots.packing(60, 1, public, masked=True).masked_layout(1)
+    rng = np.random.default_rng(7)
+
+    def randomness(c: mpz, plain: int) -> mpz:  # c (1+n)^(-m) mod n^2: the owner's view
+        return c * (1 - mpz(plain) * n) % nsq
+
+    def check(c: mpz, rhos: list[mpz], guess: list[int]) -> bool:
+        plain = int(private.raw_decrypt([c])[0])
+        expected = mpz(1)
+        for rho, e in zip(rhos, guess, strict=True):
+            expected = expected * gmpy2.powmod(rho, e, nsq) % nsq
+        return randomness(c, plain) == expected
+
+    plain_hits, plain_wrong, base_hits, base_wrong = 0, 0, 0, 0
+    for _ in range(20):
+        xs = [int(v) for v in rng.integers(1, 2**20, 3)]
+        cts = [mpz(c) for c in owner.raw_encrypt(xs)]
+        rhos = [randomness(c, x) for c, x in zip(cts, xs, strict=True)]
+        secret = [int(v) for v in rng.integers(1, 2**16, 3)]
+        wrong = [e + 1 for e in secret]
+        product = mpz(1)
+        for c, e in zip(cts, secret, strict=True):
+            product = product * gmpy2.powmod(c, e, nsq) % nsq
+        mask = int(rng.integers(1, 2**40))
+        masks_only = product * (1 + n * mask) % nsq  # no re-randomisation at all
+        plain_hits += check(masks_only, rhos, secret)
+        plain_wrong += check(masks_only, rhos, wrong)
+        masked, _ = mask_slots(EncryptedVector(holder, [product], 0), layout, for_key_owner=True)
+        base_hits += check(masked.ciphertexts[0], rhos, secret)
+        base_wrong += check(masked.ciphertexts[0], rhos, wrong)
+    assert (plain_hits, plain_wrong) == (20, 0)  # the attack works on an unhidden product
+    assert (base_hits, base_wrong) == (0, 0)  # and tells the owner nothing under the power
