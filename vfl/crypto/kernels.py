@@ -374,8 +374,8 @@ def _shared_window(n_bases: int, rows: Sequence[np.ndarray[Any, Any]]) -> int | 
     terms, within :data:`SHARED_TABLE_ENTRIES`; None otherwise."""
     if not rows or n_bases == 0:
         return None
-    worst = max((int(np.abs(r).max()) for r in rows if r.size), default=0)
-    bits = worst.bit_length()
+    row_bits = [int(np.abs(r).max()).bit_length() if r.size else 0 for r in rows]
+    bits = max(row_bits)
     if bits == 0:
         return None
     used = np.zeros(n_bases, dtype=bool)
@@ -386,11 +386,12 @@ def _shared_window(n_bases: int, rows: Sequence[np.ndarray[Any, Any]]) -> int | 
     tabled = int(used.sum()) + int(negative.sum())  # a table per base, one per inverse
     terms = [int(np.count_nonzero(r)) for r in rows]
     pippenger = 0
-    for r, live in zip(rows, terms, strict=True):  # multiexp's own cost, row by row:
-        own = int(np.abs(r).max()).bit_length() if live else 0  # plain powers when tiny
-        w_p = pippenger_window(live, own) if live else 1
-        buckets = math.ceil(own / w_p) * (live + 2 ** (w_p + 1) + w_p)
-        pippenger += 2 * live * own if live * own < 512 else buckets
+    for live, own in zip(terms, row_bits, strict=True):  # multiexp's own cost, row by row:
+        if live * own < 512:  # plain powers when tiny
+            pippenger += 2 * live * own
+        else:
+            w_p = pippenger_window(live, own)
+            pippenger += math.ceil(own / w_p) * (live + 2 ** (w_p + 1) + w_p)
 
     def cost(w: int) -> int:
         return tabled * ((1 << w) - 2) + sum(math.ceil(bits / w) * (t + w) for t in terms)
